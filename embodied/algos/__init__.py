@@ -1,0 +1,1 @@
+"""Reinforcement-learning algorithms, one file each (``XCfg`` dataclass + ``X`` class)."""

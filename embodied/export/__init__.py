@@ -1,0 +1,1 @@
+"""Exporters of ``Policy.export_module()``: one file per format."""

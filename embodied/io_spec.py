@@ -1,0 +1,91 @@
+"""The observation/action interface of a policy, as written to ``policy_io.json``.
+
+Tasks describe their policy observation and action layouts with these types; exporters add
+the control period and model hash; ``real/`` and ``firmware/`` read the JSON so that no
+constant is ever copied by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ObsField:
+    """One contiguous slice of the policy observation vector."""
+
+    name: str
+    size: int
+    units: str = ""
+    frame: str = ""
+    scale: float = 1.0
+    """The policy sees ``value * scale`` (before the normalizer folded into the export)."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ActionField:
+    """One contiguous slice of the action vector. Physical command = ``action * scale + offset``."""
+
+    name: str
+    size: int
+    units: str = ""
+    scale: float = 1.0
+    offset: float = 0.0
+    low: float = -1.0
+    high: float = 1.0
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """Policy interface: ordered observation and action fields plus conventions."""
+
+    obs_fields: tuple[ObsField, ...]
+    action_fields: tuple[ActionField, ...]
+    control_period_s: float
+    conventions: dict[str, str] = field(default_factory=dict)
+    """Frame and unit conventions of the task, e.g. ``{"world_frame": "ENU, z up", ...}``."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Task-specific constants the deployment side needs (e.g. action history length)."""
+
+    @property
+    def obs_dim(self) -> int:
+        return sum(f.size for f in self.obs_fields)
+
+    @property
+    def action_dim(self) -> int:
+        return sum(f.size for f in self.action_fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "obs_fields": [asdict(f) for f in self.obs_fields],
+            "action_fields": [asdict(f) for f in self.action_fields],
+            "control_period_s": self.control_period_s,
+            "conventions": dict(self.conventions),
+            "extra": dict(self.extra),
+            "obs_dim": self.obs_dim,
+            "action_dim": self.action_dim,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> IOSpec:
+        return cls(
+            obs_fields=tuple(ObsField(**f) for f in data["obs_fields"]),
+            action_fields=tuple(ActionField(**f) for f in data["action_fields"]),
+            control_period_s=float(data["control_period_s"]),
+            conventions=dict(data.get("conventions", {})),
+            extra=dict(data.get("extra", {})),
+        )
+
+    def save(self, path: Path, **top_level: Any) -> None:
+        """Write as JSON; ``top_level`` adds keys such as ``model_sha256``."""
+        payload = self.to_dict() | top_level
+        path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> IOSpec:
+        return cls.from_dict(json.loads(Path(path).read_text()))

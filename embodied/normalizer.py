@@ -1,0 +1,53 @@
+"""Running mean/variance observation normalization, shared by every algorithm.
+
+Statistics are float64 buffers so long runs do not lose precision; ``forward`` returns
+float32. The module is an ``nn.Module`` so it folds into exported policies unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RunningNormalizer(nn.Module):
+    """Normalizes ``x [B, D]`` to roughly zero mean and unit variance, clipped to ``±clip``.
+
+    Update with :meth:`update` (parallel Welford/Chan merge of a batch); freeze by not calling it.
+    """
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, dim: int, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.dim = dim
+        self.clip = clip
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge the statistics of a batch ``x [B, D]``."""
+        x = x.reshape(-1, self.dim).to(torch.float64)
+        batch_count = x.shape[0]
+        if batch_count == 0:
+            return
+        batch_mean = x.mean(dim=0)
+        batch_var = x.var(dim=0, unbiased=False)
+        total = self.count + batch_count
+        delta = batch_mean - self.mean
+        new_mean = self.mean + delta * (batch_count / total)
+        m2 = self.var * self.count + batch_var * batch_count + delta.square() * self.count * batch_count / total
+        self.mean.copy_(new_mean)
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, D]`` -> normalized float32 ``[B, D]``."""
+        mean = self.mean.to(x.dtype)
+        std = torch.sqrt(self.var + self.eps).to(x.dtype)
+        return torch.clamp((x - mean) / std, -self.clip, self.clip)

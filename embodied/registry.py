@@ -1,0 +1,110 @@
+"""Name -> implementation tables for tasks, algorithms and simulator backends.
+
+Entries name their implementation as ``"module:attribute"`` strings and are imported only
+when used, so listing them never imports a simulator. Adding a task, an algorithm or a
+backend is one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from embodied.config import ConfigError, unknown_choice_message
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An implementation (``target``) and its config dataclass (``cfg``), both ``module:attr``."""
+
+    target: str
+    cfg: str
+    summary: str
+    backend: str = ""
+
+
+def _load(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+TASKS: dict[str, Entry] = {
+    "quad-hover": Entry(
+        "embodied.tasks.quad_hover:QuadHover",
+        "embodied.tasks.quad_hover:QuadHoverCfg",
+        "Crazyflie-class quadrotor: reach and hold a setpoint from random initial states",
+        backend="quadrotor",
+    ),
+}
+
+ALGOS: dict[str, Entry] = {
+    "ppo": Entry("embodied.algos.ppo:PPO", "embodied.algos.ppo:PPOCfg", "PPO (on-policy, GAE, adaptive KL)"),
+}
+
+BACKENDS: dict[str, str] = {
+    "quadrotor": "built-in batched torch quadrotor (CPU or CUDA, no extra dependencies)",
+}
+
+
+GYM_PREFIX = "gym:"
+"""``gym:<EnvId>`` wraps any registered gymnasium env id (``sim/gymnasium.py``)."""
+GYM_ENTRY = Entry(
+    "embodied.sim.gymnasium:GymnasiumVecEnv",
+    "embodied.sim.gymnasium:GymnasiumCfg",
+    "any registered gymnasium env id, e.g. gym:Pendulum-v1",
+    backend="gymnasium",
+)
+
+
+def task_entry(name: str) -> Entry:
+    if name.startswith(GYM_PREFIX):
+        return GYM_ENTRY
+    if name not in TASKS:
+        raise ConfigError(unknown_choice_message("task", name, TASKS))
+    return TASKS[name]
+
+
+def algo_entry(name: str) -> Entry:
+    if name not in ALGOS:
+        raise ConfigError(unknown_choice_message("algorithm", name, ALGOS))
+    return ALGOS[name]
+
+
+def task_cfg(name: str) -> Any:
+    """Default config instance of task ``name`` (``gym:<id>`` fills in ``env_id``)."""
+    cfg_cls = _load(task_entry(name).cfg)
+    if name.startswith(GYM_PREFIX):
+        return cfg_cls(env_id=name[len(GYM_PREFIX) :])
+    return cfg_cls()
+
+
+def algo_cfg(name: str) -> Any:
+    """Default config instance of algorithm ``name``."""
+    return _load(algo_entry(name).cfg)()
+
+
+def make_env(name: str, cfg: Any, num_envs: int, device: torch.device | str, seed: int) -> Any:
+    """Build task ``name`` as a VecEnv: ``Task(cfg, num_envs=, device=, seed=)``."""
+    return _load(task_entry(name).target)(cfg, num_envs=num_envs, device=torch.device(device), seed=seed)
+
+
+def make_algo(name: str, cfg: Any, env: Any) -> Any:
+    """Build algorithm ``name`` for ``env``: ``Algo(cfg, env)``; it reads only the env's specs."""
+    return _load(algo_entry(name).target)(cfg, env)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``cpu``/``cuda``/``cuda:N``; a clear error when CUDA is asked for but absent."""
+    valid = ["cpu", "cuda"]
+    kind = device.split(":")[0]
+    if kind not in valid:
+        raise ConfigError(unknown_choice_message("device", device, valid))
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"--device {device}: CUDA is not available on this machine (torch {torch.__version__}, "
+            "built without CUDA or no GPU visible); valid choices here: cpu"
+        )
+    return torch.device(device)

@@ -1,0 +1,1 @@
+"""Network families (``embodied.policies``): one file each."""

@@ -1,0 +1,83 @@
+"""Multilayer perceptrons: the network family every exporter (ONNX, C99) must express.
+
+Networks are plain ``nn.Sequential`` stacks of ``nn.Linear`` and activation modules, so the
+C exporter can walk them layer by layer.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from embodied.normalizer import RunningNormalizer
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "elu": nn.ELU, "relu": nn.ReLU}
+
+
+def activation(name: str) -> nn.Module:
+    """An activation module by name (``tanh``, ``elu``, ``relu``)."""
+    try:
+        return ACTIVATIONS[name]()
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; choose one of {', '.join(ACTIVATIONS)}") from None
+
+
+def mlp(
+    in_dim: int,
+    hidden: Sequence[int],
+    out_dim: int,
+    act: str = "tanh",
+    layer_norm: bool = False,
+    out_act: str | None = None,
+) -> nn.Sequential:
+    """``in_dim -> hidden... -> out_dim``; ``Linear [-> LayerNorm] -> act`` per hidden layer."""
+    layers: list[nn.Module] = []
+    prev = in_dim
+    for width in hidden:
+        layers.append(nn.Linear(prev, width))
+        if layer_norm:
+            layers.append(nn.LayerNorm(width))
+        layers.append(activation(act))
+        prev = width
+    layers.append(nn.Linear(prev, out_dim))
+    if out_act is not None:
+        layers.append(activation(out_act))
+    return nn.Sequential(*layers)
+
+
+class ExportedPolicy(nn.Module):
+    """The deterministic ``obs -> action`` module every exporter consumes.
+
+    ``forward(obs [B, D] float32) -> action [B, A]``:
+    ``clamp(net(clamp((obs - obs_mean) / obs_std, ±obs_clip)), -1, 1)``.
+    ``net`` is an ``nn.Sequential`` of ``nn.Linear`` and activations (see :func:`mlp`); a
+    deterministic head (e.g. a Gaussian mean or tanh actor) is already part of it. Buffers are
+    float32 copies, detached from training.
+    """
+
+    obs_mean: torch.Tensor
+    obs_std: torch.Tensor
+
+    def __init__(self, net: nn.Sequential, obs_mean: torch.Tensor, obs_std: torch.Tensor, obs_clip: float) -> None:
+        super().__init__()
+        self.net = copy.deepcopy(net).float().cpu().eval()
+        for p in self.net.parameters():
+            p.requires_grad_(False)
+        self.register_buffer("obs_mean", obs_mean.detach().float().cpu().clone())
+        self.register_buffer("obs_std", obs_std.detach().float().cpu().clone())
+        self.obs_clip = float(obs_clip)
+
+    @classmethod
+    def from_normalizer(cls, net: nn.Sequential, normalizer: RunningNormalizer | None, obs_dim: int) -> ExportedPolicy:
+        """Fold a :class:`RunningNormalizer` (or none: identity) into the exported module."""
+        if normalizer is None:
+            return cls(net, torch.zeros(obs_dim), torch.ones(obs_dim), float("inf"))
+        std = torch.sqrt(normalizer.var + normalizer.eps)
+        return cls(net, normalizer.mean, std, normalizer.clip)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = torch.clamp((obs - self.obs_mean) / self.obs_std, -self.obs_clip, self.obs_clip)
+        return torch.clamp(self.net(x), -1.0, 1.0)

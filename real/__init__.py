@@ -1,0 +1,1 @@
+"""Deployment runtime (``embodied.real``): policy runner, safety layer, transports."""

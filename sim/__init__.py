@@ -1,0 +1,1 @@
+"""Simulator backends (``embodied.sim``): one file each; heavy imports stay inside them."""

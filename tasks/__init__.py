@@ -1,0 +1,1 @@
+"""Tasks (``embodied.tasks``): observation, reward, terminations and randomization, one file each."""
