@@ -22,6 +22,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "play",
     "list",
     "bench",
+    "export",
+    "firmware",
+    "flash",
+    "deploy",
+    "sim_robot",
 )
 """Modules of ``embodied.commands``, in the order ``--help`` lists them."""
 

@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import itertools
 import textwrap
 import types
 import typing
@@ -90,6 +91,12 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
         if isinstance(value, bool):
             return value
         raise fail()
+    if tp in (int, float) and isinstance(value, str):
+        # YAML 1.1 reads "1e6" (no dot) as a string; accept numeric strings for numeric fields.
+        try:
+            value = float(value)
+        except ValueError:
+            raise fail() from None
     if tp is int:
         if isinstance(value, bool):
             raise fail()
@@ -123,7 +130,7 @@ def apply_overrides(cfg: T, overrides: Mapping[str, Any], source: str, prefix: s
     for key, value in overrides.items():
         if key not in names:
             raise ConfigError(
-                f"{source}: unknown key {prefix}{key!r}; valid keys (closest first): "
+                f"{source}: unknown key {prefix + str(key)!r}; valid keys (closest first): "
                 + ", ".join(prefix + c for c in closest(str(key), sorted(names)))
             )
         current = getattr(cfg, key)
@@ -134,7 +141,7 @@ def apply_overrides(cfg: T, overrides: Mapping[str, Any], source: str, prefix: s
         else:
             changes[key] = _coerce(value, hints[key], prefix + key, source)
     try:
-        return dataclasses.replace(cfg, **changes)  # type: ignore[type-var]
+        return dataclasses.replace(cfg, **changes)
     except (ValueError, TypeError) as err:
         if isinstance(err, ConfigError):
             raise
@@ -198,7 +205,7 @@ def field_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError, SyntaxError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for node, nxt in zip(body, body[1:]):
+        for node, nxt in itertools.pairwise(body):
             if (
                 isinstance(node, ast.AnnAssign)
                 and isinstance(node.target, ast.Name)

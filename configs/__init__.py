@@ -1,0 +1,1 @@
+"""Experiment YAML overrides (``configs/<task>/<algo>.yaml``), shipped as package data."""

@@ -1,0 +1,60 @@
+"""``embodied eval``: success rate, mean return and episode length of a trained run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a trained run (success_rate, mean_return, mean_episode_length)",
+        description="Fly a run's policy deterministically for N episodes (one per parallel env) and "
+        "report success_rate, mean_return and mean_episode_length. --policy selects which form of "
+        "the policy flies: the torch module, the exported ONNX model, or the compiled C firmware "
+        "controller in the loop.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a folder printed by `embodied train`")
+    p.add_argument("--episodes", type=int, default=1000, help="number of episodes (default: 1000)")
+    p.add_argument("--seed", type=int, default=12345, help="evaluation seed (default: 12345)")
+    p.add_argument("--policy", default="torch", help="torch (default), onnx or c (firmware software-in-the-loop)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from embodied import registry
+    from embodied.evaluate import evaluate, load_policy
+    from embodied.experiment import load_experiment
+    from embodied.run import CONFIG_FILE, load_checkpoint
+
+    cfg = load_experiment(args.run_dir / CONFIG_FILE) if (args.run_dir / CONFIG_FILE).is_file() else None
+    if cfg is None:
+        from embodied.errors import EmbodiedError
+
+        raise EmbodiedError(f"{args.run_dir}: not a run directory (no {CONFIG_FILE})")
+    load_checkpoint(args.run_dir)  # fail early and clearly when there is no checkpoint
+    device = registry.resolve_device(args.device)
+    result = evaluate(
+        lambda env: load_policy(args.policy, args.run_dir, env),
+        lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, device, seed),
+        episodes=args.episodes,
+        seed=args.seed,
+    )
+    out = {
+        "success_rate": result.success_rate,
+        "mean_return": result.mean_return,
+        "mean_episode_length": result.mean_episode_length,
+        "std_return": result.std_return,
+        "episodes": result.episodes,
+        "policy": args.policy,
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for key, value in out.items():
+            print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
+    return 0

@@ -1,0 +1,153 @@
+"""``embodied train``: train a policy; prints the run directory as the last line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from embodied.config import ConfigError
+from embodied.experiment import ExperimentCfg
+
+log = logging.getLogger("embodied.train")
+
+EXAMPLES = """examples:
+  embodied train quad-hover                         # default task, PPO, CPU, a few seconds
+  embodied train quad-hover --algo ppo --seed 3 --num-envs 512 algo.learning_rate=3e-4
+  embodied train quad-hover --config my.yaml trainer.total_env_steps=2e6
+  embodied train --resume runs/quad_hover/20261129-101500_ppo_s0 trainer.total_env_steps=4e6
+  embodied train quad-hover --seeds 0,1,2           # a sweep with a mean +- std curve
+
+overrides are key=value with the keys of the saved config.yaml: seed, num_envs, device,
+env.<field>, algo.<field>, trainer.<field> (values parsed as YAML). Use --print-config to see
+every key, its resolved value and what it means."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="train a policy (prints the run directory last)",
+        description="Train a policy on a task with the shared trainer. Layers: dataclass defaults, "
+        "configs/<task>/<algo>.yaml, --config FILE, key=value overrides, explicit flags.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("task", nargs="?", help="task name (see `embodied list`), e.g. quad-hover or gym:Pendulum-v1")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. algo.learning_rate=3e-4")
+    p.add_argument("--algo", default="ppo", help="algorithm (see `embodied list`; default: ppo)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: from config, 0)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds: run each, then aggregate (e.g. 0,1,2)")
+    p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cpu)")
+    p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: from config)")
+    p.add_argument("--config", type=Path, default=None, help="YAML file with overrides (same keys as config.yaml)")
+    p.add_argument("--run-dir", type=Path, default=None, help="exact run directory to create (default: runs/<task>/<stamp>_<algo>_s<seed>)")
+    p.add_argument("--runs-root", type=Path, default=Path("runs"), help="root folder for new run directories (default: runs)")
+    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue a run exactly where its last checkpoint stopped")
+    p.add_argument("--print-config", action="store_true", help="print every resolved key, value and its help, then exit")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from embodied.config import describe
+    from embodied.experiment import resolve_experiment
+    from embodied.run import CONFIG_FILE, new_run_dir
+
+    overrides = list(args.overrides)
+    if args.resume is not None:
+        if args.task is not None and "=" in args.task:
+            overrides.insert(0, args.task)
+        elif args.task is not None:
+            raise ConfigError("--resume takes the run directory; do not also give a task name")
+        return _resume(args.resume, overrides, args.no_progress)
+    if args.task is None:
+        raise ConfigError("missing TASK (e.g. `embodied train quad-hover`); `embodied list` shows the tasks")
+    seeds = _parse_seeds(args.seeds) if args.seeds else [args.seed]
+    cfgs = [
+        resolve_experiment(
+            args.task, args.algo, args.config, overrides, seed=seed, device=args.device, num_envs=args.num_envs
+        )
+        for seed in seeds
+    ]
+    if args.no_progress:
+        cfgs = [_no_progress(c) for c in cfgs]
+    if args.print_config:
+        for key, value, doc in describe(cfgs[0]):
+            print(f"{key} = {value}" + (f"    # {doc}" if doc else ""))
+        return 0
+    run_dirs: list[Path] = []
+    for cfg in cfgs:
+        if args.run_dir is not None and len(cfgs) == 1:
+            run_dir = args.run_dir
+            if (run_dir / CONFIG_FILE).exists():
+                raise ConfigError(f"--run-dir {run_dir} already holds a run; use --resume {run_dir} to continue it")
+            run_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            root = args.run_dir if args.run_dir is not None else args.runs_root
+            run_dir = new_run_dir(root, cfg)
+        _train_one(cfg, run_dir, resume=False)
+        run_dirs.append(run_dir)
+    if len(run_dirs) > 1:
+        from embodied.sweep import aggregate
+
+        out = aggregate(run_dirs, run_dirs[0].parent / f"sweep_{run_dirs[0].name.split('_', 1)[1].rsplit('_s', 1)[0]}")
+        print(f"sweep summary: {out}")
+        for d in run_dirs:
+            print(d)
+    else:
+        print(run_dirs[0])
+    return 0
+
+
+def _resume(run_dir: Path, overrides: list[str], no_progress: bool) -> int:
+    from embodied.config import apply_overrides, parse_dotted
+    from embodied.experiment import load_experiment
+    from embodied.run import CONFIG_FILE
+
+    cfg = load_experiment(run_dir / CONFIG_FILE)
+    if overrides:
+        # Only the training budget may change on resume; anything else would not be "the same run".
+        extra = parse_dotted(overrides)
+        if set(extra) - {"trainer"}:
+            raise ConfigError("on --resume only trainer.* keys may be overridden (e.g. trainer.total_env_steps=4e6)")
+        cfg = apply_overrides(cfg, extra, "command line")
+    if no_progress:
+        cfg = _no_progress(cfg)
+    _train_one(cfg, run_dir, resume=True)
+    print(run_dir)
+    return 0
+
+
+def _train_one(cfg: ExperimentCfg, run_dir: Path, resume: bool) -> None:
+    from embodied.run import write_config
+    from embodied.trainer import Trainer
+
+    trainer = Trainer(cfg, run_dir, resume=resume)
+    if resume:
+        write_config(run_dir, cfg)  # records a changed training budget
+    state = trainer.train()
+    print(f"env steps: {state.env_steps}  training time: {state.train_time_s:.2f} s  eval time: {state.eval_time_s:.2f} s")
+    if state.evals:
+        last = state.evals[-1]
+        print(
+            f"eval: success_rate {last['eval/success_rate']:.3f}  mean_return {last['eval/mean_return']:.2f}  "
+            f"mean_episode_length {last['eval/mean_episode_length']:.1f}"
+        )
+    if state.time_to_target_s is not None:
+        print(f"success target first reached after {state.time_to_target_s:.2f} s of training ({state.env_steps_to_target} env steps)")
+
+
+def _no_progress(cfg: ExperimentCfg) -> ExperimentCfg:
+    from embodied.experiment import replace_trainer
+
+    return replace_trainer(cfg, progress=False)
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds expects comma-separated integers like 0,1,2, got {text!r}") from None
+    if not seeds:
+        raise ConfigError("--seeds is empty")
+    return seeds

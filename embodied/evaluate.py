@@ -1,0 +1,128 @@
+"""Policy evaluation: success rate, return and episode length over a fixed number of episodes.
+
+Episodes run in parallel, one per env; each env counts only its first episode, so the estimate
+is unbiased (short failing episodes cannot crowd out long ones).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodied.config import ConfigError, unknown_choice_message
+from embodied.env import ObsDict
+
+PolicyFn = Callable[[ObsDict], torch.Tensor]
+"""``obs -> action [N, A]`` in [-1, 1], deterministic."""
+
+POLICY_LOADERS: dict[str, str] = {
+    "torch": "embodied.evaluate:load_torch_policy",
+    "onnx": "embodied.export.onnx:load_onnx_policy",
+}
+"""``embodied eval --policy NAME``: ``module:function(run_dir, env) -> PolicyFn``."""
+
+MAX_PARALLEL_EPISODES = 4096
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    episodes: int
+    success_rate: float
+    mean_return: float
+    std_return: float
+    mean_episode_length: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@torch.inference_mode()
+def evaluate(
+    policy_for_env: Callable[[Any], PolicyFn], make_env: Callable[[int, int], Any], episodes: int, seed: int
+) -> EvalResult:
+    """Run ``episodes`` episodes; ``make_env(num_envs, seed)`` builds the envs.
+
+    ``policy_for_env(env)`` returns the policy to fly that env with: most policies ignore the
+    env, but software-in-the-loop policies read its raw state. Batches of at most
+    :data:`MAX_PARALLEL_EPISODES` envs; each env contributes its first episode.
+    """
+    if episodes < 1:
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
+    returns: list[torch.Tensor] = []
+    lengths: list[torch.Tensor] = []
+    successes: list[torch.Tensor] = []
+    remaining, batch_index = episodes, 0
+    while remaining > 0:
+        n = min(remaining, MAX_PARALLEL_EPISODES)
+        env = make_env(n, seed + batch_index)
+        try:
+            r, length, s = _run_batch(policy_for_env(env), env, seed + batch_index)
+        finally:
+            env.close()
+        returns.append(r)
+        lengths.append(length)
+        successes.append(s)
+        remaining -= n
+        batch_index += 1
+    ret = torch.cat(returns).double()
+    return EvalResult(
+        episodes=episodes,
+        success_rate=float(torch.cat(successes).double().mean()),
+        mean_return=float(ret.mean()),
+        std_return=float(ret.std()) if ret.numel() > 1 else 0.0,
+        mean_episode_length=float(torch.cat(lengths).double().mean()),
+    )
+
+
+def _run_batch(policy: PolicyFn, env: Any, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One episode per env. Returns ``(return [N], length [N], success [N] bool)`` on CPU."""
+    n, device = env.num_envs, env.device
+    obs = env.reset(seed=seed)
+    ep_return = torch.zeros(n, dtype=torch.float64, device=device)
+    ep_length = torch.zeros(n, dtype=torch.long, device=device)
+    success = torch.zeros(n, dtype=torch.bool, device=device)
+    finished = torch.zeros(n, dtype=torch.bool, device=device)
+    # The episode limit bounds the loop even if an env never reports done.
+    for _ in range(int(env.max_episode_steps) + 1):
+        action = policy(obs)
+        obs, reward, terminated, truncated, info = env.step(action)
+        running = ~finished
+        ep_return += torch.where(running, reward.double(), 0.0)
+        ep_length += running.long()
+        done = (terminated | truncated) & running
+        success |= done & info["success"]
+        finished |= done
+        if bool(finished.all()):
+            break
+    return ep_return.cpu(), ep_length.cpu(), success.cpu()
+
+
+def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
+    """The trained torch policy of a run (deterministic actions)."""
+    from embodied.run import load_run
+
+    policy = load_run(run_dir, device=env.device).policy
+
+    def act(obs: ObsDict) -> torch.Tensor:
+        return policy.act(obs, deterministic=True)
+
+    return act
+
+
+def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
+    """Resolve ``--policy KIND`` through :data:`POLICY_LOADERS`."""
+    if kind not in POLICY_LOADERS:
+        raise ConfigError(unknown_choice_message("policy kind", kind, POLICY_LOADERS))
+    module, _, attr = POLICY_LOADERS[kind].partition(":")
+    loader: Callable[[Path, Any], PolicyFn] = getattr(importlib.import_module(module), attr)
+    return loader(run_dir, env)
+
+
+def is_finite_result(result: EvalResult) -> bool:
+    return all(math.isfinite(v) for v in (result.success_rate, result.mean_return, result.mean_episode_length))

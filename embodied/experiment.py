@@ -1,0 +1,155 @@
+"""The resolved experiment configuration: defaults, then YAML layers, then CLI overrides.
+
+Layers, later wins: the task's and algorithm's dataclass defaults; ``configs/<task>/<algo>.yaml``
+shipped with the package (``<task>`` lowercased with ``-`` and ``:`` replaced by ``_``); the
+``--config FILE.yaml`` the user gives; ``key=value`` overrides; explicit flags (``--seed``,
+``--device``, ``--num-envs``). YAML and overrides use the same keys as the saved ``config.yaml``:
+top-level ``seed``, ``device``, ``num_envs``, and sections ``env:``, ``algo:``, ``trainer:``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embodied import registry
+from embodied.config import ConfigError, apply_overrides, load_yaml, parse_dotted
+
+
+@dataclass(frozen=True)
+class TrainerCfg:
+    """How long to train, and when to evaluate, log and checkpoint."""
+
+    total_env_steps: int = 1_000_000
+    """Stop after this many environment steps (summed over all parallel envs)."""
+    eval_every_env_steps: int = 0
+    """Evaluate every this many env steps (0: only once, at the end)."""
+    eval_episodes: int = 1000
+    """Episodes per evaluation (run in parallel, each env counted once)."""
+    success_target: float | None = None
+    """Stop early once two consecutive evaluations reach this success rate (e.g. 0.95)."""
+    log_every_updates: int = 1
+    """Write metrics every this many algorithm updates."""
+    checkpoint_every_updates: int = 50
+    """Write ``ckpt/latest.pt`` every this many updates (and always at the end)."""
+    torch_threads: int = 0
+    """``torch.set_num_threads`` for the run (0: leave torch's default)."""
+    check_finite: bool = True
+    """Stop with a clear message when observations, rewards or losses become NaN/inf."""
+    progress: bool = True
+    """Show a live progress bar on stderr."""
+    tensorboard: bool = True
+    """Write TensorBoard event files next to ``metrics.jsonl``."""
+
+    def __post_init__(self) -> None:
+        if self.total_env_steps <= 0:
+            raise ConfigError(f"trainer.total_env_steps must be > 0, got {self.total_env_steps}")
+        if self.eval_every_env_steps < 0:
+            raise ConfigError(f"trainer.eval_every_env_steps must be >= 0, got {self.eval_every_env_steps}")
+        if self.eval_episodes < 0:
+            raise ConfigError(f"trainer.eval_episodes must be >= 0, got {self.eval_episodes}")
+        if self.success_target is not None and not 0.0 < self.success_target <= 1.0:
+            raise ConfigError(f"trainer.success_target must be in (0, 1], got {self.success_target}")
+        if self.log_every_updates < 1 or self.checkpoint_every_updates < 1:
+            raise ConfigError("trainer.log_every_updates and trainer.checkpoint_every_updates must be >= 1")
+
+
+@dataclass(frozen=True)
+class ExperimentCfg:
+    """Everything a training run depends on; saved resolved as ``config.yaml``."""
+
+    task_name: str
+    """Registered task (``embodied list``)."""
+    algo_name: str = "ppo"
+    """Registered algorithm (``embodied list``)."""
+    seed: int = 0
+    """Seeds the environments, the networks and every random draw of the run."""
+    device: str = "cpu"
+    """``cpu`` or ``cuda[:N]``: where the environments and networks live."""
+    num_envs: int = 64
+    """Parallel environments stepped as one batch."""
+    env: Any = None
+    """The task's config dataclass."""
+    algo: Any = None
+    """The algorithm's config dataclass."""
+    trainer: TrainerCfg = field(default_factory=TrainerCfg)
+
+    def __post_init__(self) -> None:
+        if self.num_envs < 1:
+            raise ConfigError(f"num_envs must be >= 1, got {self.num_envs}")
+
+
+_FIXED_KEYS = ("task_name", "algo_name")
+
+
+def config_key(task_name: str) -> str:
+    """Folder name of a task's configs: lowercase, ``-`` and ``:`` become ``_``."""
+    return re.sub(r"[^a-z0-9_]", "_", task_name.lower())
+
+
+def default_config_file(task_name: str, algo_name: str) -> Path | None:
+    """The shipped ``configs/<task>/<algo>.yaml``, or None."""
+    root = importlib.resources.files("embodied.configs")
+    candidate = root / config_key(task_name) / f"{algo_name}.yaml"
+    return Path(str(candidate)) if candidate.is_file() else None
+
+
+def _layer(cfg: ExperimentCfg, data: dict[str, Any], source: str) -> ExperimentCfg:
+    for key in _FIXED_KEYS:
+        if key in data and data[key] != getattr(cfg, key):
+            raise ConfigError(f"{source}: {key!r} is set by the command line, not by config files")
+    data = {k: v for k, v in data.items() if k not in _FIXED_KEYS}
+    return apply_overrides(cfg, data, source)
+
+
+def resolve_experiment(
+    task_name: str,
+    algo_name: str = "ppo",
+    config_file: Path | None = None,
+    overrides: list[str] | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    num_envs: int | None = None,
+) -> ExperimentCfg:
+    """Build the fully resolved config (see module docstring for the layer order)."""
+    cfg = ExperimentCfg(
+        task_name=task_name,
+        algo_name=algo_name,
+        env=registry.task_cfg(task_name),
+        algo=registry.algo_cfg(algo_name),
+    )
+    shipped = default_config_file(task_name, algo_name)
+    if shipped is not None:
+        cfg = _layer(cfg, load_yaml(shipped), str(shipped))
+    if config_file is not None:
+        cfg = _layer(cfg, load_yaml(Path(config_file)), str(config_file))
+    if overrides:
+        cfg = _layer(cfg, parse_dotted(overrides), "command line")
+    flags = {k: v for k, v in {"seed": seed, "device": device, "num_envs": num_envs}.items() if v is not None}
+    if flags:
+        cfg = _layer(cfg, flags, "command line")
+    return cfg
+
+
+def load_experiment(config_path: Path) -> ExperimentCfg:
+    """Rebuild a saved ``config.yaml`` (as written by :func:`embodied.run.write_config`)."""
+    data = load_yaml(config_path)
+    missing = [k for k in _FIXED_KEYS if k not in data]
+    if missing:
+        raise ConfigError(f"{config_path}: missing key(s) {', '.join(missing)}")
+    cfg = ExperimentCfg(
+        task_name=data["task_name"],
+        algo_name=data["algo_name"],
+        env=registry.task_cfg(data["task_name"]),
+        algo=registry.algo_cfg(data["algo_name"]),
+    )
+    return _layer(cfg, data, str(config_path))
+
+
+def replace_trainer(cfg: ExperimentCfg, **changes: Any) -> ExperimentCfg:
+    """A copy of ``cfg`` with trainer fields changed (used by tests and sweeps)."""
+    return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, **changes))

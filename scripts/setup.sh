@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Create .venv with embodied and everything its tests use (CPU torch first, so pip never
+# pulls a multi-GB CUDA build as a dependency). Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[all]"
+echo "ready: .venv/bin/embodied --help"
