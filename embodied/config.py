@@ -82,7 +82,7 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
             return tuple(_coerce(v, args[0], f"{key}[{i}]", source) for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"{source}: key {key!r} expects {len(args)} values, got {len(value)}")
-        return tuple(_coerce(v, a, f"{key}[{i}]", source) for i, (v, a) in enumerate(zip(args, value)))
+        return tuple(_coerce(v, a, f"{key}[{i}]", source) for i, (v, a) in enumerate(zip(value, args)))
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, Mapping):
             raise fail()

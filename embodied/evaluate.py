@@ -24,6 +24,7 @@ PolicyFn = Callable[[ObsDict], torch.Tensor]
 POLICY_LOADERS: dict[str, str] = {
     "torch": "embodied.evaluate:load_torch_policy",
     "onnx": "embodied.export.onnx:load_onnx_policy",
+    "c": "embodied.export.sil:load_sil_policy",
 }
 """``embodied eval --policy NAME``: ``module:function(run_dir, env) -> PolicyFn``."""
 

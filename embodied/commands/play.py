@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = load_run(args.run_dir)
     env = loaded.make_env(1, args.seed)
-    if not hasattr(env, "raw_state"):
+    if not hasattr(env, "physical_state"):
         raise EmbodiedError(f"play has no renderer for task {loaded.cfg.task_name!r} yet (quadrotor tasks only)")
     from embodied.sim.quadrotor_render import plot_trajectory, render_video
 
@@ -45,14 +45,14 @@ def run(args: argparse.Namespace) -> int:
     steps = 0
     with torch.inference_mode():
         for steps in range(1, env.max_episode_steps + 1):  # noqa: B007 (steps is reported below)
-            state = env.raw_state()
+            state = env.physical_state()
             positions.append(state["position_w"][0].cpu().numpy())
             quats.append(state["quat_wb"][0].cpu().numpy())
             obs, _, terminated, truncated, info = env.step(loaded.policy.act(obs, deterministic=True))
             if bool(terminated[0] | truncated[0]):
                 success = bool(info["success"][0])
                 break
-    setpoint = np.asarray(env.io_spec().extra.get("setpoint_w", [0.0, 0.0, 0.0]), dtype=np.float64)
+    setpoint = env.physical_state()["setpoint_w"].cpu().numpy().astype(np.float64)
     position_w, quat_wb = np.stack(positions), np.stack(quats)
     stride = max(1, round(1.0 / (env.dt * args.fps)))
     render_video(position_w[::stride], quat_wb[::stride], setpoint, video, fps=args.fps)

@@ -1,0 +1,132 @@
+"""FastTD3: TD3 with C51 twin critics, many parallel envs, large batches and n-step returns.
+
+Per gradient step: sample ``batch_size`` n-step transitions; the target action is the current
+actor's plus clipped Gaussian smoothing noise; each target critic's distribution of
+``r + discount * Z(s', a')`` is projected onto the support and, per sample, the projection with
+the smaller mean is the target (clipped double Q); both critics minimize cross-entropy to it.
+Every ``policy_frequency`` critic steps the actor maximizes the critics' mean Q. Target critics
+track the critics with Polyak factor ``tau``; there is no target actor.
+
+Exploration: every env draws its own noise scale ``std ~ U[std_min, std_max]`` and redraws it
+when its episode ends, so one batch of envs explores at many scales at once.
+With ``num_atoms = 0`` the critics are scalar and this is plain TD3 (without a target actor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from embodied.algos.offpolicy import OffPolicyBase, OffPolicyCfg, TrainBatch
+from embodied.config import ConfigError
+from embodied.env import ObsDict
+from embodied.policies.deterministic import DeterministicActor
+
+
+@dataclass(frozen=True)
+class FastTD3Cfg(OffPolicyCfg):
+    """FastTD3 defaults follow the reference implementation (GPU scale); configs scale them down."""
+
+    n_step: int = 3
+    batch_size: int = 32_768
+    updates_per_step: int = 2
+    learning_starts: int = 10_000
+    tau: float = 0.1
+    actor_hidden: tuple[int, ...] = (512, 256, 128)
+    critic_hidden: tuple[int, ...] = (1024, 512, 256)
+    num_atoms: int = 101
+    weight_decay: float = 0.1
+    std_min: float = 0.001
+    """Smallest per-env exploration noise std (actions are in [-1, 1])."""
+    std_max: float = 0.4
+    """Largest per-env exploration noise std."""
+    policy_noise: float = 0.001
+    """Std of the target-policy smoothing noise."""
+    noise_clip: float = 0.5
+    """Clip of the target-policy smoothing noise."""
+    actor_out_init_std: float = 0.01
+    """Std of the actor's last-layer initial weights."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.std_min <= self.std_max:
+            raise ConfigError(
+                f"algo.std_min/std_max must satisfy 0 <= std_min <= std_max, got {self.std_min}, {self.std_max}"
+            )
+        if self.policy_noise < 0 or self.noise_clip < 0:
+            raise ConfigError("algo.policy_noise and algo.noise_clip must be >= 0")
+
+
+class FastTD3(OffPolicyBase):
+    """FastTD3 for a continuous-action VecEnv (see module docstring)."""
+
+    cfg: FastTD3Cfg
+    policy: DeterministicActor
+
+    def __init__(self, cfg: FastTD3Cfg, env: Any) -> None:
+        super().__init__(cfg, env, "fasttd3")
+        self.policy = DeterministicActor(
+            self.obs_dim,
+            self.action_dim,
+            hidden=cfg.actor_hidden,
+            activation=cfg.activation,
+            normalize_obs=cfg.normalize_obs,
+            obs_clip=cfg.obs_clip,
+            out_init_std=cfg.actor_out_init_std,
+            init_action_mean=self.init_action_mean,
+        ).to(self.device)
+        self.actor_opt = self.adamw(self.policy.parameters(), cfg.actor_lr)
+        self.build_critics()
+        self.noise_std = self._draw_std(self.num_envs)  # [N, 1]
+        self._critic_loss = self.maybe_compile(self._critic_loss_eager)
+        self._actor_loss = self.maybe_compile(self._actor_loss_eager)
+
+    def _draw_std(self, n: int) -> torch.Tensor:
+        """``[n, 1]`` noise scales ~ U[std_min, std_max]."""
+        lo, hi = self.cfg.std_min, self.cfg.std_max
+        return lo + (hi - lo) * torch.rand(n, 1, device=self.device)
+
+    @torch.no_grad()
+    def act(self, obs: ObsDict) -> torch.Tensor:
+        """Exploration actions ``[N, A]``: actor + per-env Gaussian noise (uniform at the start)."""
+        if self.in_random_phase():
+            return self.random_actions()
+        return self.policy.act(obs, deterministic=False, noise_std=self.noise_std)
+
+    def on_episode_end(self, done: torch.Tensor) -> None:
+        self.noise_std = torch.where(done[:, None], self._draw_std(self.num_envs), self.noise_std)
+
+    def critic_loss(self, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss, q_mean = self._critic_loss(batch)
+        return loss, {"q_mean": q_mean}
+
+    def actor_loss(self, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self._actor_loss(batch), {}
+
+    def _critic_loss_eager(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, mean Q)``: cross-entropy (C51) or MSE to the clipped double-Q target."""
+        with torch.no_grad(), self.autocast():
+            next_action = self.policy(batch.next_actor_obs)
+            noise = torch.randn_like(next_action) * self.cfg.policy_noise
+            next_action = (next_action + noise.clamp(-self.cfg.noise_clip, self.cfg.noise_clip)).clamp(-1.0, 1.0)
+            next_out = self.critic_target(batch.next_critic_obs, next_action)
+        target = self.critic.td_target(next_out, batch.reward, batch.discount)
+        with self.autocast():
+            out = self.critic(batch.critic_obs, batch.action)
+        return self.critic.loss(out, target), self.critic.q_from_output(out.detach()).mean()
+
+    def _actor_loss_eager(self, batch: TrainBatch) -> torch.Tensor:
+        """``-mean Q`` over critics and batch of the actor's actions."""
+        with self.autocast():
+            action = self.policy(batch.actor_obs)
+            q = self.critic.q(batch.critic_obs, action)  # [E, B]
+        return -q.mean()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"noise_std": self.noise_std, **self.base_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.noise_std = state["noise_std"].to(self.device)
+        self.load_base_state(state)

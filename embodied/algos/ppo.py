@@ -1,0 +1,499 @@
+"""Proximal Policy Optimization with the features of RSL-RL's implementation.
+
+GAE, clipped surrogate and clipped value loss, entropy bonus, adaptive-KL learning rate,
+gradient-norm clipping, running observation normalization (separate actor/critic groups),
+asymmetric actor-critic, minibatches reshuffled every epoch, and bootstrapping on time-outs
+from the true final observation.
+
+Shapes: ``T`` = ``num_steps_per_env``, ``N`` = ``num_envs``, ``B = T * N`` samples per update,
+``D``/``C`` = actor/critic observation sizes, ``A`` = action size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from embodied.algo import Transition
+from embodied.config import ConfigError
+from embodied.env import ObsDict, VecEnv
+from embodied.errors import EmbodiedError, NonFiniteError
+from embodied.policies.actor_critic import ActorCritic
+
+METRIC_NAMES: tuple[str, ...] = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+"""Per-minibatch metrics, averaged over one ``update``."""
+
+
+@dataclass(frozen=True)
+class PPOCfg:
+    """PPO hyperparameters (defaults follow RSL-RL except where tuned for fast CPU runs)."""
+
+    num_steps_per_env: int = 32
+    """Rollout length per env between updates (the batch is ``num_steps_per_env * num_envs``)."""
+    num_epochs: int = 4
+    """Passes over the rollout per update."""
+    num_minibatches: int = 4
+    """Minibatches per epoch (samples are reshuffled every epoch)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lam: float = 0.95
+    """GAE lambda."""
+    clip_ratio: float = 0.2
+    """Surrogate clip range for the probability ratio (also the value-loss clip range)."""
+    clip_value_loss: bool = True
+    """Clip value predictions to ``old ± clip_ratio`` and take the larger loss (RSL-RL)."""
+    reward_scale: float = 1.0
+    """Multiplies env rewards before they are stored: keeps returns (and so the value loss and its
+    share of the clipped gradient norm) near unit scale when rewards are large per step."""
+    value_coef: float = 1.0
+    """Weight of the value loss."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    learning_rate: float = 1e-3
+    """Initial Adam learning rate (shared by actor and critic)."""
+    schedule: Literal["adaptive", "fixed"] = "adaptive"
+    """``adaptive``: scale the learning rate by ``kl_lr_factor`` per minibatch to track ``desired_kl``."""
+    desired_kl: float = 0.01
+    """KL target: above 2x the rate shrinks, below 1/2 it grows."""
+    kl_lr_factor: float = 1.5
+    """Multiplicative step of the adaptive learning rate."""
+    lr_min: float = 1e-5
+    """Lower bound of the adaptive learning rate."""
+    lr_max: float = 1e-2
+    """Upper bound of the adaptive learning rate."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip (<= 0 disables)."""
+    normalize_advantage: bool = True
+    """Normalize advantages to zero mean, unit std over the whole rollout."""
+    actor_hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the actor's mean network."""
+    critic_hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the critic."""
+    activation: Literal["tanh", "elu", "relu"] = "tanh"
+    """Hidden activation of both networks."""
+    init_std: float = 1.0
+    """Initial action standard deviation (state-independent, learned as log-std)."""
+    init_action_mean: tuple[float, ...] | str | None = None
+    """Initial mean action: a tuple of ``action_dim`` values, or the name of a key of the env's
+    ``io_spec().extra`` that holds one (e.g. ``hover_action``), or null for the default init."""
+    actor_output_gain: float | None = None
+    """Orthogonal-init gain of the actor's output layer; small (e.g. 0.01) makes the initial
+    mean almost exactly ``init_action_mean`` everywhere. Null keeps PyTorch's default init."""
+    normalize_obs: bool = True
+    """Running mean/std normalization of actor and critic observations."""
+    obs_clip: float = 10.0
+    """Normalized observations are clipped to ``± obs_clip``."""
+
+    def __post_init__(self) -> None:
+        positive_ints = ("num_steps_per_env", "num_epochs", "num_minibatches")
+        for name in positive_ints:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"PPOCfg.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"PPOCfg.{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("clip_ratio", "learning_rate", "desired_kl", "init_std", "obs_clip", "lr_min", "reward_scale"):
+            if not getattr(self, name) > 0.0:
+                raise ConfigError(f"PPOCfg.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("value_coef", "entropy_coef"):
+            if getattr(self, name) < 0.0:
+                raise ConfigError(f"PPOCfg.{name} must be >= 0, got {getattr(self, name)}")
+        if self.kl_lr_factor <= 1.0:
+            raise ConfigError(f"PPOCfg.kl_lr_factor must be > 1, got {self.kl_lr_factor}")
+        if not self.lr_min <= self.learning_rate <= self.lr_max:
+            raise ConfigError(
+                f"PPOCfg.learning_rate {self.learning_rate} must lie in [lr_min, lr_max] = "
+                f"[{self.lr_min}, {self.lr_max}]"
+            )
+        if any(w < 1 for w in self.actor_hidden + self.critic_hidden):
+            raise ConfigError("PPOCfg.actor_hidden / critic_hidden widths must be >= 1")
+        if self.actor_output_gain is not None and self.actor_output_gain < 0.0:
+            raise ConfigError(f"PPOCfg.actor_output_gain must be >= 0, got {self.actor_output_gain}")
+        if isinstance(self.init_action_mean, tuple) and not all(-1.0 <= v <= 1.0 for v in self.init_action_mean):
+            raise ConfigError(f"PPOCfg.init_action_mean values must lie in [-1, 1], got {self.init_action_mean}")
+
+
+def resolve_init_action_mean(cfg: PPOCfg, env: VecEnv) -> tuple[float, ...] | None:
+    """The initial mean action as numbers: a tuple from the config or the env's ``io_spec().extra``."""
+    spec = cfg.init_action_mean
+    if spec is None or isinstance(spec, tuple):
+        return spec
+    extra = env.io_spec().extra
+    if spec not in extra:
+        raise ConfigError(
+            f"PPOCfg.init_action_mean names {spec!r}, but the env's io_spec().extra has only: "
+            + (", ".join(sorted(extra)) or "(nothing)")
+        )
+    values = extra[spec]
+    if isinstance(values, int | float):
+        values = [float(values)] * env.action_dim
+    return tuple(float(v) for v in values)
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    last_values: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over a rollout.
+
+    ``rewards``, ``values``, ``dones`` are ``[T, N]`` (``dones`` float: 1 where the episode ended
+    at that step, by termination or time-out; time-out rewards already include ``gamma * V(final)``);
+    ``last_values [N]`` is ``V`` of the observation after the last step.
+    Returns ``(advantages [T, N], returns [T, N])`` with ``returns = advantages + values``.
+    """
+    steps = rewards.shape[0]
+    not_done = 1.0 - dones
+    # delta_t = r_t + gamma * V_{t+1} * (1 - done_t) - V_t, computed for all t at once.
+    next_values = torch.cat([values[1:], last_values.unsqueeze(0)], dim=0)
+    deltas = rewards + gamma * next_values * not_done - values
+    decay = gamma * lam * not_done
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros_like(last_values)
+    for t in range(steps - 1, -1, -1):
+        running = deltas[t] + decay[t] * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+def gaussian_kl(
+    mean_old: torch.Tensor, log_std_old: torch.Tensor, mean_new: torch.Tensor, log_std_new: torch.Tensor
+) -> torch.Tensor:
+    """Mean over the batch of ``KL(old || new)`` of diagonal Gaussians; means ``[B, A]``, log-stds ``[A]``."""
+    var_ratio = torch.exp(2.0 * (log_std_old - log_std_new))
+    mean_term = (mean_old - mean_new).square() * torch.exp(-2.0 * log_std_new)
+    per_dim = log_std_new - log_std_old + 0.5 * (var_ratio + mean_term) - 0.5
+    return per_dim.sum(dim=-1).mean()
+
+
+def clipped_surrogate_loss(
+    logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, clip_ratio: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate ``-mean(min(r A, clip(r, 1 ± eps) A))`` and the ratio ``r [B]``.
+
+    All inputs ``[B]``; gradients vanish where the ratio is already past the clip in the
+    direction the advantage favours.
+    """
+    ratio = torch.exp(logp - logp_old)
+    clipped = ratio.clamp(1.0 - clip_ratio, 1.0 + clip_ratio)
+    return torch.max(-advantages * ratio, -advantages * clipped).mean(), ratio
+
+
+def value_loss_fn(
+    value: torch.Tensor, value_old: torch.Tensor, returns: torch.Tensor, clip: float | None
+) -> torch.Tensor:
+    """Mean squared value error ``[B] -> scalar``; with ``clip``, the larger of the plain and the
+    clipped (``value_old ± clip``) error, as in RSL-RL."""
+    error = (value - returns).square()
+    if clip is None:
+        return error.mean()
+    value_clipped = value_old + (value - value_old).clamp(-clip, clip)
+    return torch.max(error, (value_clipped - returns).square()).mean()
+
+
+def adapt_learning_rate(lr: torch.Tensor, kl: torch.Tensor, cfg: PPOCfg) -> None:
+    """In-place adaptive-KL step on the 0-d tensor ``lr`` (no host sync, so no ``.item()``)."""
+    factor = torch.where(
+        kl > 2.0 * cfg.desired_kl,
+        1.0 / cfg.kl_lr_factor,
+        torch.where(kl < 0.5 * cfg.desired_kl, cfg.kl_lr_factor, 1.0),
+    )
+    lr.mul_(factor).clamp_(cfg.lr_min, cfg.lr_max)
+
+
+class RolloutStorage:
+    """Fixed-size on-policy storage of ``T`` vectorized steps (normalized observations)."""
+
+    def __init__(
+        self,
+        steps: int,
+        num_envs: int,
+        actor_dim: int,
+        critic_dim: int,
+        action_dim: int,
+        separate_critic: bool,
+        device: torch.device,
+    ) -> None:
+        def zeros(*shape: int) -> torch.Tensor:
+            return torch.zeros(*shape, device=device)
+
+        self.steps = steps
+        self.actor_obs = zeros(steps, num_envs, actor_dim)
+        # Without a privileged group the critic input is the actor input: store it once.
+        self.critic_obs = zeros(steps, num_envs, critic_dim) if separate_critic else self.actor_obs
+        self.separate_critic = separate_critic
+        self.actions = zeros(steps, num_envs, action_dim)  # unclipped Gaussian samples
+        self.means = zeros(steps, num_envs, action_dim)
+        self.log_probs = zeros(steps, num_envs)
+        self.values = zeros(steps, num_envs)
+        self.rewards = zeros(steps, num_envs)
+        self.dones = zeros(steps, num_envs)
+        self.last_values = zeros(num_envs)
+        self.cursor = 0
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every stored tensor by name (for checkpoints)."""
+        out = {
+            "actor_obs": self.actor_obs,
+            "actions": self.actions,
+            "means": self.means,
+            "log_probs": self.log_probs,
+            "values": self.values,
+            "rewards": self.rewards,
+            "dones": self.dones,
+            "last_values": self.last_values,
+        }
+        if self.separate_critic:
+            out["critic_obs"] = self.critic_obs
+        return out
+
+
+class PPO:
+    """PPO on a :class:`VecEnv`; implements the ``Algorithm`` protocol.
+
+    The trainer calls ``act(obs)`` then ``observe(transition)`` once per env step; after
+    ``num_steps_per_env`` steps ``ready_to_update()`` is true and ``update()`` trains on the rollout.
+    """
+
+    def __init__(self, cfg: PPOCfg, env: VecEnv) -> None:
+        self.cfg = cfg
+        self.device = torch.device(env.device)
+        self.num_envs = int(env.num_envs)
+        if "policy" not in env.obs_spec:
+            raise EmbodiedError(f"PPO needs an observation group 'policy'; the env has {sorted(env.obs_spec)}")
+        actor_dim = _flat_dim(env.obs_spec["policy"])
+        separate_critic = "critic" in env.obs_spec
+        critic_dim = _flat_dim(env.obs_spec["critic"]) if separate_critic else actor_dim
+        self.action_dim = int(env.action_dim)
+        batch = cfg.num_steps_per_env * self.num_envs
+        if batch < cfg.num_minibatches:
+            raise ConfigError(
+                f"PPOCfg.num_minibatches={cfg.num_minibatches} exceeds the rollout size "
+                f"num_steps_per_env * num_envs = {batch}"
+            )
+        self.policy = ActorCritic(
+            actor_dim,
+            critic_dim,
+            self.action_dim,
+            actor_hidden=cfg.actor_hidden,
+            critic_hidden=cfg.critic_hidden,
+            activation=cfg.activation,
+            init_std=cfg.init_std,
+            init_action_mean=resolve_init_action_mean(cfg, env),
+            actor_output_gain=cfg.actor_output_gain,
+            normalize_obs=cfg.normalize_obs,
+            obs_clip=cfg.obs_clip,
+            separate_critic_obs=separate_critic,
+        ).to(self.device)
+        # The learning rate is a 0-d tensor so the adaptive schedule never syncs with the host;
+        # fused Adam accepts it on CPU and CUDA.
+        self.lr = torch.tensor(cfg.learning_rate, device=self.device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr, fused=True)
+        self.storage = RolloutStorage(
+            cfg.num_steps_per_env,
+            self.num_envs,
+            actor_dim,
+            critic_dim,
+            self.action_dim,
+            separate_critic,
+            self.device,
+        )
+        # A private generator (seeded from the global one, which the trainer seeds) makes action
+        # noise and minibatch shuffling part of this object's state, so a resume is bit-exact.
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self._acted = False
+
+    # --- rollout --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def act(self, obs: ObsDict) -> torch.Tensor:
+        """Sample exploration actions ``[N, A]`` (clipped to [-1, 1]) and record the step's inputs."""
+        st = self.storage
+        if st.cursor >= st.steps:
+            raise EmbodiedError("PPO.act called on a full rollout: call update() first")
+        pi = self.policy
+        actor_raw = obs["policy"]
+        critic_raw = obs["critic"] if st.separate_critic else None
+        pi.update_normalizers(actor_raw, critic_raw)
+        actor_in = pi.normalize_actor(actor_raw)
+        critic_in = pi.normalize_critic(critic_raw) if critic_raw is not None else actor_in
+        mean = pi.mean_net(actor_in)
+        noise = torch.randn(mean.shape, generator=self.generator, device=self.device, dtype=mean.dtype)
+        sample = mean + torch.exp(pi.log_std) * noise
+        c = st.cursor
+        st.actor_obs[c] = actor_in
+        if st.separate_critic:
+            st.critic_obs[c] = critic_in
+        st.actions[c] = sample
+        st.means[c] = mean
+        st.log_probs[c] = pi.log_prob(sample, mean)
+        st.values[c] = pi.value(critic_in)
+        self._acted = True
+        return sample.clamp(-1.0, 1.0)
+
+    @torch.no_grad()
+    def _value_of(self, obs: ObsDict) -> torch.Tensor:
+        """``V [N]`` of raw observations, normalized with the current statistics (no update)."""
+        pi = self.policy
+        return pi.value(pi.normalize_critic(pi.critic_obs(obs)))
+
+    @torch.no_grad()
+    def observe(self, transition: Transition) -> None:
+        """Store reward and episode ends of the step started by the last ``act``."""
+        if not self._acted:
+            raise EmbodiedError("PPO.observe called without a preceding act()")
+        st = self.storage
+        cfg = self.cfg
+        reward = transition.reward.to(torch.float32) * cfg.reward_scale
+        terminated = transition.terminated.bool()
+        truncated = transition.truncated.bool() & ~terminated
+        if cfg.gamma > 0.0 and bool(truncated.any()):
+            # A time-out is not a terminal state: fold the discounted value of the true final
+            # observation into the reward, then treat the step as an episode end for GAE.
+            idx = truncated.nonzero().squeeze(1)
+            final = {k: v.index_select(0, idx) for k, v in transition.final_obs.items()}
+            reward = reward.index_add(0, idx, cfg.gamma * self._value_of(final))
+        c = st.cursor
+        st.rewards[c] = reward
+        st.dones[c] = (terminated | truncated).to(torch.float32)
+        st.cursor = c + 1
+        self._acted = False
+        if st.cursor == st.steps:
+            st.last_values.copy_(self._value_of(transition.next_obs))
+
+    def ready_to_update(self) -> bool:
+        return self.storage.cursor >= self.storage.steps
+
+    # --- update ---------------------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        """Train on the full rollout; return averaged minibatch metrics and schedule state."""
+        st = self.storage
+        cfg = self.cfg
+        if not self.ready_to_update():
+            raise EmbodiedError(f"PPO.update called with {st.cursor}/{st.steps} rollout steps stored")
+        pi = self.policy
+        advantages, returns = compute_gae(st.rewards, st.values, st.dones, st.last_values, cfg.gamma, cfg.lam)
+        explained_variance = _explained_variance(st.values, returns)
+        if cfg.normalize_advantage:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+        # One flat [B, F] table: each epoch reshuffles it with a single gather, and minibatches
+        # are contiguous row slices (views), which keeps per-minibatch Python work minimal.
+        columns = [st.actor_obs]
+        if st.separate_critic:
+            columns.append(st.critic_obs)
+        columns += [
+            st.actions,
+            st.means,
+            st.log_probs.unsqueeze(-1),
+            st.values.unsqueeze(-1),
+            advantages.unsqueeze(-1),
+            returns.unsqueeze(-1),
+        ]
+        widths = [col.shape[-1] for col in columns]
+        table = torch.cat(columns, dim=-1).reshape(-1, sum(widths))
+        batch = table.shape[0]
+        mb_size = batch // cfg.num_minibatches
+        log_std_old = pi.log_std.detach().clone()
+        params = list(pi.parameters())
+        num_mb = cfg.num_epochs * cfg.num_minibatches
+        stats = torch.zeros(num_mb, len(METRIC_NAMES), device=self.device)
+
+        i = 0
+        for _ in range(cfg.num_epochs):
+            perm = torch.randperm(batch, generator=self.generator, device=self.device)
+            shuffled = table.index_select(0, perm)
+            for m in range(cfg.num_minibatches):
+                mb = shuffled[m * mb_size : (m + 1) * mb_size]
+                parts = torch.split(mb, widths, dim=-1)
+                actor_in = parts[0]
+                critic_in, rest = (parts[1], parts[2:]) if st.separate_critic else (parts[0], parts[1:])
+                actions, mean_old, logp_old, value_old, adv, ret = rest
+                logp_old, value_old, adv, ret = (x.squeeze(-1) for x in (logp_old, value_old, adv, ret))
+
+                mean = pi.mean_net(actor_in)
+                logp = pi.log_prob(actions, mean)
+                value = pi.value(critic_in)
+                entropy = pi.entropy()
+
+                with torch.no_grad():
+                    kl = gaussian_kl(mean_old, log_std_old, mean, pi.log_std)
+                    if cfg.schedule == "adaptive":
+                        adapt_learning_rate(self.lr, kl, cfg)
+
+                surrogate, ratio = clipped_surrogate_loss(logp, logp_old, adv, cfg.clip_ratio)
+                value_clip = cfg.clip_ratio if cfg.clip_value_loss else None
+                value_loss = value_loss_fn(value, value_old, ret, value_clip)
+                loss = surrogate + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.max_grad_norm > 0.0:
+                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
+                self.optimizer.step()
+
+                with torch.no_grad():
+                    clip_fraction = ((ratio - 1.0).abs() > cfg.clip_ratio).float().mean()
+                    stats[i] = torch.stack([surrogate, value_loss, entropy, kl, clip_fraction])
+                i += 1
+
+        st.cursor = 0
+        # The only host transfer of the update: all metrics at once.
+        extra = torch.stack([self.lr, torch.exp(pi.log_std.detach()).mean(), explained_variance])
+        values = torch.cat([stats.mean(dim=0), extra.to(stats.dtype)]).tolist()
+        metrics = dict(zip((*METRIC_NAMES, "learning_rate", "action_std", "explained_variance"), values))
+        bad = [k for k, v in metrics.items() if k != "explained_variance" and not math.isfinite(v)]
+        if bad:
+            raise NonFiniteError(f"PPO update produced non-finite {', '.join(bad)}: {metrics}")
+        return metrics
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, normalizers, optimizer, learning rate, RNG, rollout cursor and contents."""
+        st = self.storage
+        # A mid-rollout checkpoint needs the partial rollout; a fresh one (cursor 0) does not.
+        partial = st.cursor > 0 or self._acted
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr": self.lr.detach().clone(),
+            "generator": self.generator.get_state(),
+            "cursor": st.cursor,
+            "acted": self._acted,
+            "storage": {k: v.detach().clone() for k, v in st.tensors().items()} if partial else {},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr.copy_(state["lr"])
+        # Optimizer.load_state_dict replaces the param group's lr with the saved tensor; point
+        # it back at our tensor so the adaptive schedule keeps steering the optimizer.
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+        self.generator.set_state(state["generator"].cpu())  # generator states are CPU byte tensors
+        st = self.storage
+        st.cursor = int(state["cursor"])
+        self._acted = bool(state["acted"])
+        for name, tensor in state["storage"].items():
+            getattr(st, name).copy_(tensor)
+
+
+def _flat_dim(shape: tuple[int, ...]) -> int:
+    return int(math.prod(shape))
+
+
+def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """``1 - Var(returns - values) / Var(returns)`` over the rollout, a 0-d tensor (nan if the
+    returns are constant; computed on device so the update needs no extra host sync)."""
+    var_returns = returns.var()
+    return 1.0 - (returns - values).var() / torch.where(var_returns > 0, var_returns, torch.nan)

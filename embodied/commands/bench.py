@@ -1,0 +1,142 @@
+"""``embodied bench sim NAME`` / ``embodied bench env TASK``: env-steps per second."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from typing import Any
+
+SIM_BENCHES: dict[str, str] = {
+    "quadrotor": "embodied.sim.quadrotor_bench:bench_quadrotor",
+    "mujoco-ant": "embodied.sim.mujoco_bench:bench_ant",
+    "mujoco-halfcheetah": "embodied.sim.mujoco_bench:bench_halfcheetah",
+    "mujoco-humanoid": "embodied.sim.mujoco_bench:bench_humanoid",
+}
+"""Bench name -> ``"module:function"``; the function takes ``(num_envs, device, steps)`` (plus
+optional ``compile``/``repeats`` keywords) and returns a dict with at least ``steps_per_s``."""
+
+COMPILE_MIN_ENVS = 64
+"""``--compile`` default: compile from this many envs up. The ~15-90 s one-off compile is
+excluded from the timed repeats, and below this size eager stepping is launch-bound either way."""
+
+DESCRIPTION = """\
+Time simulator throughput in env-steps per second (envs x steps / seconds), the median of
+--repeats timed blocks of --steps steps after a warm-up.
+
+  embodied bench sim quadrotor --num-envs 4096          bare physics step (RK4, motors)
+  embodied bench sim quadrotor --num-envs 1,64,1024,4096,16384 --json
+  embodied bench env quad-hover --num-envs 256 --no-compile
+                                                        full task step: physics, observation,
+                                                        reward, termination, auto-reset
+
+--compile/--no-compile: run the physics through torch.compile. Default: compile when it pays,
+i.e. from {min_envs} envs up (the one-off compile, reported as warmup_s, is not timed).
+With --json each size prints one JSON object (a list for several sizes), key steps_per_s.
+"""
+
+
+def _parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--num-envs expects integers separated by commas, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"--num-envs needs positive sizes, got {text!r}")
+    return sizes
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="measure simulator / task throughput (env-steps per second)",
+        description=DESCRIPTION.format(min_envs=COMPILE_MIN_ENVS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("kind", choices=("sim", "env"), help="sim: bare physics bench; env: full step of a task")
+    p.add_argument("name", help="sim bench name (e.g. quadrotor) or task name (e.g. quad-hover)")
+    p.add_argument(
+        "--num-envs",
+        type=_parse_sizes,
+        default=[4096],
+        metavar="N[,N...]",
+        help="batch size(s), e.g. 4096 or 1,64,1024,4096,16384 (default: 4096)",
+    )
+    p.add_argument("--steps", type=int, default=200, help="steps per timed repeat (default: 200)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported (default: 5)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"torch.compile the physics step (default: on from {COMPILE_MIN_ENVS} envs, where it pays)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice; 1 avoids thread-pool stalls on a busy machine)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def _bench_fn(kind: str, name: str) -> Any:
+    from embodied.config import ConfigError, unknown_choice_message
+    from embodied.registry import _load, task_entry
+
+    if kind == "sim":
+        if name not in SIM_BENCHES:
+            raise ConfigError(unknown_choice_message("sim bench", name, SIM_BENCHES))
+        return _load(SIM_BENCHES[name])
+    task_entry(name)  # validates the task name with closest-match suggestions
+    from embodied.sim.quadrotor_bench import bench_task_env
+
+    return lambda num_envs, device, steps, **kw: bench_task_env(name, num_envs, device, steps, **kw)
+
+
+def run(args: argparse.Namespace) -> int:
+    from embodied.config import ConfigError
+    from embodied.registry import resolve_device
+
+    if args.steps < 1 or args.repeats < 1:
+        raise ConfigError("--steps and --repeats must be >= 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    device = str(resolve_device(args.device))
+    fn = _bench_fn(args.kind, args.name)
+    try:
+        accepted = set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        accepted = set()
+    takes_kwargs = args.kind == "env" or "kwargs" in accepted
+    results: list[dict[str, Any]] = []
+    for n in args.num_envs:
+        options: dict[str, Any] = {}
+        compile_on = args.compile if args.compile is not None else n >= COMPILE_MIN_ENVS
+        if takes_kwargs or "compile" in accepted:
+            options["compile"] = compile_on
+        elif args.compile:
+            raise ConfigError(f"bench {args.kind} {args.name} has no compile option")
+        if takes_kwargs or "repeats" in accepted:
+            options["repeats"] = args.repeats
+        result = dict(fn(n, device, args.steps, **options))
+        result.setdefault("num_envs", n)
+        results.append(result)
+        if not args.json:
+            compiled = result.get("compile")
+            mode = "" if compiled is None else (" compiled" if compiled else " eager")
+            extra = f"  (warm-up {result['warmup_s']:.1f} s)" if "warmup_s" in result else ""
+            if "steps_per_cpu_s" in result:
+                extra += f"  {result['steps_per_cpu_s'] / 1e6:.3f} M per CPU-s"
+            print(
+                f"{args.kind} {args.name}{mode}  num_envs={n:<6d}  {result['steps_per_s'] / 1e6:8.3f} M steps/s{extra}",
+                flush=True,
+            )
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
+    return 0

@@ -1,0 +1,302 @@
+"""Compile the generated policy and the firmware sources: host library, QEMU target, Crazyflie app.
+
+The C sources live in ``firmware/`` at the repository root (``common/`` portable controller,
+``host/`` ctypes entry points, ``shim/`` stand-ins for the Crazyflie firmware interface,
+``qemu/`` bare-metal STM32F405 target, ``crazyflie_app/`` the out-of-tree app). Every build
+uses the strict flags below so what CI compiles is what flies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from embodied.errors import EmbodiedError
+
+log = logging.getLogger(__name__)
+
+STRICT_CFLAGS: tuple[str, ...] = (
+    "-std=c99",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wdouble-promotion",
+    # Pinned so host and target round the same way outside the explicit vfma kernel.
+    "-ffp-contract=off",
+)
+ARM_CFLAGS: tuple[str, ...] = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
+HOST_LIBRARY = "libembodied_policy.so"
+QEMU_ELF = "policy_bench.elf"
+QEMU_MACHINE = "netduinoplus2"
+QEMU_FORWARD_PASSES = 20
+INSTALL_HINT = (
+    "install the embedded toolchain: apt-get install -y --no-install-recommends "
+    "gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm"
+)
+
+
+def firmware_dir() -> Path:
+    """``firmware/`` of this checkout (the package is installed editable from it)."""
+    path = Path(__file__).resolve().parents[2] / "firmware"
+    if not (path / "common" / "quad_ctrl.c").is_file():
+        raise EmbodiedError(f"firmware sources not found at {path}; run from a source checkout of embodied")
+    return path
+
+
+def require_tool(name: str) -> str:
+    """Absolute path of executable ``name`` or an error saying how to install it."""
+    found = shutil.which(name)
+    if found is None:
+        hint = INSTALL_HINT if ("arm" in name or "qemu" in name) else "install a C compiler (gcc)"
+        raise EmbodiedError(f"{name} not found on PATH; {hint}")
+    return found
+
+
+def run_checked(
+    cmd: list[str], cwd: Path | None = None, timeout_s: float = 300.0, env: dict[str, str] | None = None
+) -> str:
+    """Run ``cmd``; return stdout; raise :class:`EmbodiedError` with its output when it fails."""
+    log.debug("running %s", " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
+    except subprocess.TimeoutExpired:
+        raise EmbodiedError(f"{cmd[0]} did not finish within {timeout_s:g} s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip()[-3000:]
+        raise EmbodiedError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}:\n{tail}")
+    return proc.stdout
+
+
+def is_quad_policy(c_dir: Path) -> bool:
+    """Whether the generated header carries the quad-hover observation layout."""
+    header = Path(c_dir) / "policy.h"
+    return header.is_file() and "POLICY_OBS_POS_ERR_W_START" in header.read_text()
+
+
+def _require_generated(c_dir: Path) -> None:
+    for name in ("policy.h", "policy.c"):
+        if not (Path(c_dir) / name).is_file():
+            raise EmbodiedError(f"{Path(c_dir) / name} not found; run `embodied export RUN_DIR --format c` first")
+
+
+def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc") -> Path:
+    """``out_dir/libembodied_policy.so``: policy + portable controller (+ the Crazyflie app on the shim).
+
+    Exposes ``sil_*`` (see ``firmware/host/sil_api.c``) and, for quad policies, ``cfh_tick``.
+    """
+    _require_generated(c_dir)
+    fw = firmware_dir()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sources = [Path(c_dir) / "policy.c", fw / "host" / "policy_api.c"]
+    includes = [Path(c_dir), fw / "common"]
+    if is_quad_policy(c_dir):
+        sources += [
+            fw / "common" / "quad_ctrl.c",
+            fw / "host" / "sil_api.c",
+            fw / "crazyflie_app" / "src" / "controller_policy.c",
+            fw / "shim" / "shim.c",
+            fw / "host" / "cf_harness.c",
+        ]
+        includes.append(fw / "shim")
+    out = out_dir / HOST_LIBRARY
+    cmd = [require_tool(cc), *STRICT_CFLAGS, "-O2", "-fPIC", "-shared", "-fvisibility=default"]
+    cmd += [f"-I{p}" for p in includes] + [str(s) for s in sources] + ["-o", str(out), "-lm"]
+    run_checked(cmd)
+    return out
+
+
+def build_qemu_elf(c_dir: Path, out_dir: Path, passes: int = QEMU_FORWARD_PASSES) -> Path:
+    """Bare-metal STM32F405 image running the self-test and ``passes`` timed forward passes."""
+    _require_generated(c_dir)
+    fw = firmware_dir()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / QEMU_ELF
+    sources = [fw / "qemu" / "startup.c", fw / "qemu" / "main.c", Path(c_dir) / "policy.c"]
+    defines = [f"-DBENCH_FORWARD_PASSES={int(passes)}"]
+    if is_quad_policy(c_dir):
+        sources.append(fw / "common" / "quad_ctrl.c")
+        defines.append("-DBENCH_QUAD_CTRL")
+    cmd = [require_tool("arm-none-eabi-gcc"), *ARM_CFLAGS, *STRICT_CFLAGS, "-O2", *defines]
+    cmd += [f"-I{c_dir}", f"-I{fw / 'common'}", "-nostartfiles", "--specs=rdimon.specs"]
+    cmd += [f"-T{fw / 'qemu' / 'stm32f405.ld'}", "-Wl,--gc-sections", "-ffunction-sections", "-fdata-sections"]
+    cmd += [str(s) for s in sources] + ["-o", str(out), "-lm"]
+    run_checked(cmd)
+    return out
+
+
+@dataclass(frozen=True)
+class QemuReport:
+    """What the QEMU run printed, converted to instruction counts."""
+
+    selftest_passed: bool
+    selftest_max_err: float
+    instructions_per_forward: float
+    instructions_per_mac: float
+    instructions_per_control_step: float | None
+    num_macs: int
+    exit_code: int
+
+
+def run_qemu(elf: Path, timeout_s: float = 120.0) -> QemuReport:
+    """Run ``elf`` on QEMU's netduinoplus2 with ``-icount shift=0`` and parse its report."""
+    qemu = require_tool("qemu-system-arm")
+    cmd = [qemu, "-M", QEMU_MACHINE, "-nographic", "-monitor", "none", "-serial", "none"]
+    cmd += ["-semihosting-config", "enable=on,target=native", "-icount", "shift=0,align=off,sleep=off"]
+    cmd += ["-kernel", str(elf)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise EmbodiedError(f"QEMU did not finish within {timeout_s:g} s (a fault loops forever)") from None
+    values = dict(re.findall(r"^(\w+)=(\S+)$", proc.stdout, flags=re.MULTILINE))
+    needed = ("selftest_passed", "calib_ticks", "calib_instructions", "forward_ticks", "forward_passes", "num_macs")
+    missing = [k for k in needed if k not in values]
+    if missing:
+        raise EmbodiedError(
+            f"QEMU output lacks {', '.join(missing)} (exit code {proc.returncode}):\n"
+            f"{(proc.stdout + proc.stderr).strip()[-2000:]}"
+        )
+    ticks_per_instruction = int(values["calib_ticks"]) / int(values["calib_instructions"])
+    if ticks_per_instruction <= 0:
+        raise EmbodiedError("SysTick did not advance under QEMU; was -icount honoured?")
+    passes = int(values["forward_passes"])
+    per_forward = int(values["forward_ticks"]) / ticks_per_instruction / passes
+    control_ticks = int(values.get("control_step_ticks", "0"))
+    per_control = control_ticks / ticks_per_instruction / passes if control_ticks else None
+    num_macs = int(values["num_macs"])
+    return QemuReport(
+        selftest_passed=values["selftest_passed"] == "1" and proc.returncode == 0,
+        selftest_max_err=float(values.get("selftest_max_err", "nan")),
+        instructions_per_forward=per_forward,
+        instructions_per_mac=per_forward / num_macs,
+        instructions_per_control_step=per_control,
+        num_macs=num_macs,
+        exit_code=proc.returncode,
+    )
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """``arm-none-eabi-size`` of the app's code: flash = text + data, RAM = data + bss (bytes)."""
+
+    text: int
+    data: int
+    bss: int
+
+    @property
+    def flash_bytes(self) -> int:
+        return self.text + self.data
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.data + self.bss
+
+
+def arm_size(obj: Path) -> Footprint:
+    out = run_checked([require_tool("arm-none-eabi-size"), "-B", str(obj)])
+    rows = [line.split() for line in out.strip().splitlines()[1:]]
+    if not rows:
+        raise EmbodiedError(f"arm-none-eabi-size printed nothing for {obj}")
+    text, data, bss = (int(v) for v in rows[0][:3])
+    return Footprint(text, data, bss)
+
+
+def stage_crazyflie_app(c_dir: Path, dest: Path) -> Path:
+    """Copy the app template, the portable controller and the generated policy into ``dest``."""
+    _require_generated(c_dir)
+    if not is_quad_policy(c_dir):
+        raise EmbodiedError(
+            f"{c_dir}/policy.h has no quad-hover observation layout (pos_err_w, rot_wb, lin_vel_w, "
+            "ang_vel_b); the Crazyflie app flies quad-hover policies only"
+        )
+    fw = firmware_dir()
+    dest = Path(dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(fw / "crazyflie_app", dest)
+    for src in (fw / "common" / "quad_ctrl.c", fw / "common" / "quad_ctrl.h"):
+        shutil.copy2(src, dest / "src" / src.name)
+    for name in ("policy.c", "policy.h"):
+        shutil.copy2(Path(c_dir) / name, dest / "src" / name)
+    return dest
+
+
+def build_crazyflie_shim(staged_app: Path, out_dir: Path) -> tuple[Path, Footprint]:
+    """Cross-compile the staged app against ``firmware/shim`` and link it into one relocatable object.
+
+    The object holds only the app's own code and data (the shim stays out), so its size is
+    the app's flash/RAM cost inside the real firmware.
+    """
+    fw = firmware_dir()
+    gcc = require_tool("arm-none-eabi-gcc")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src = Path(staged_app) / "src"
+    objects = []
+    for name in ("controller_policy.c", "quad_ctrl.c", "policy.c"):
+        obj = out_dir / name.replace(".c", ".o")
+        cmd = [gcc, *ARM_CFLAGS, *STRICT_CFLAGS, "-O2", "-ffunction-sections", "-fdata-sections"]
+        cmd += [f"-I{src}", f"-I{fw / 'shim'}", "-c", str(src / name), "-o", str(obj)]
+        run_checked(cmd)
+        objects.append(obj)
+    app = out_dir / "embodied_app.o"
+    run_checked([gcc, *ARM_CFLAGS, "-r", "-nostdlib", *map(str, objects), "-o", str(app)])
+    return app, arm_size(app)
+
+
+def check_crazyflie_tree(base: Path) -> str:
+    """Validate a crazyflie-firmware checkout; return a short description (version)."""
+    base = Path(base)
+    if not base.is_dir():
+        raise EmbodiedError(f"--crazyflie-base {base}: not a directory")
+    oot = base / "tools" / "make" / "oot.mk"
+    if not oot.is_file():
+        raise EmbodiedError(
+            f"--crazyflie-base {base}: no tools/make/oot.mk; this is not a crazyflie-firmware checkout "
+            "(or one older than 2022, before out-of-tree builds)"
+        )
+    iface = base / "src" / "modules" / "interface" / "controller" / "controller.h"
+    if not iface.is_file() or "controllerOutOfTree" not in iface.read_text(errors="replace"):
+        raise EmbodiedError(f"--crazyflie-base {base}: {iface} lacks controllerOutOfTree; use a newer firmware")
+    if "stabilizerStep_t" not in iface.read_text(errors="replace"):
+        raise EmbodiedError(
+            f"--crazyflie-base {base}: controllerOutOfTree takes a uint32_t tick there; this app needs the "
+            "stabilizerStep_t interface (crazyflie-firmware 2023.02 or newer)"
+        )
+    freertos = base / "vendor" / "FreeRTOS"
+    if not freertos.is_dir() or not any(freertos.iterdir()):
+        raise EmbodiedError(
+            f"--crazyflie-base {base}: vendor/FreeRTOS is empty; run `git submodule update --init --recursive` there"
+        )
+    try:
+        version = subprocess.run(
+            ["git", "-C", str(base), "describe", "--tags", "--always"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        version = ""
+    return version or "unknown version"
+
+
+def build_crazyflie_real(staged_app: Path, base: Path, jobs: int = 2) -> Path:
+    """``make`` the staged app against a firmware checkout; returns ``build/cf2.bin``."""
+    check_crazyflie_tree(base)
+    require_tool("arm-none-eabi-gcc")
+    make = require_tool("make")
+    staged = Path(staged_app).resolve()
+    # The app Makefile names its config via $(PWD), which make takes from the environment.
+    env = dict(os.environ, PWD=str(staged))
+    run_checked([make, f"CRAZYFLIE_BASE={Path(base).resolve()}", f"-j{jobs}"], cwd=staged, timeout_s=1800, env=env)
+    binary = Path(staged_app) / "build" / "cf2.bin"
+    if not binary.is_file():
+        raise EmbodiedError(f"make finished but {binary} is missing")
+    return binary

@@ -1,0 +1,128 @@
+"""Read an :class:`~embodied.policies.mlp.ExportedPolicy` into plain arrays for the exporters.
+
+ONNX and C99 both express exactly this: ``clamp(net(clamp((obs - mean) / std, ±clip)), ±1)``
+where ``net`` alternates ``Linear`` layers and element-wise activations. Anything else is
+rejected here, once, with the offending layer named.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.errors import EmbodiedError, NonFiniteError
+
+SUPPORTED_ACTIVATIONS: dict[type[nn.Module], str] = {nn.Tanh: "tanh", nn.ELU: "elu", nn.ReLU: "relu"}
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """``y = act(x @ weight.T + bias)``; ``weight`` [out, in] float32 row-major, ``bias`` [out]."""
+
+    weight: np.ndarray
+    bias: np.ndarray
+    activation: str
+    """``"tanh"``, ``"elu"``, ``"relu"`` or ``"none"``."""
+    elu_alpha: float = 1.0
+
+    @property
+    def in_dim(self) -> int:
+        return int(self.weight.shape[1])
+
+    @property
+    def out_dim(self) -> int:
+        return int(self.weight.shape[0])
+
+
+@dataclass(frozen=True)
+class MlpArrays:
+    """The whole exported policy as float32 arrays (``obs_mean``/``obs_std`` [obs_dim])."""
+
+    obs_mean: np.ndarray
+    obs_std: np.ndarray
+    obs_clip: float
+    layers: tuple[DenseLayer, ...]
+
+    @property
+    def obs_dim(self) -> int:
+        return int(self.obs_mean.shape[0])
+
+    @property
+    def action_dim(self) -> int:
+        return self.layers[-1].out_dim
+
+    @property
+    def num_macs(self) -> int:
+        """Multiply-accumulates per forward pass (the sum of ``in * out`` over layers)."""
+        return sum(layer.in_dim * layer.out_dim for layer in self.layers)
+
+
+def _finite(name: str, array: np.ndarray) -> np.ndarray:
+    if not np.all(np.isfinite(array)):
+        bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+        raise NonFiniteError(f"{name} holds {bad} NaN/inf value(s); the policy cannot be exported")
+    return array
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype=np.float32)
+
+
+def mlp_arrays(module: nn.Module) -> MlpArrays:
+    """Validate ``module`` (an ExportedPolicy) and return its arrays.
+
+    Raises :class:`EmbodiedError` naming the layer when the network holds anything but
+    ``Linear`` layers each followed by at most one supported activation, and
+    :class:`NonFiniteError` when a weight, bias or normalizer entry is NaN/inf.
+    """
+    for attr in ("net", "obs_mean", "obs_std", "obs_clip"):
+        if not hasattr(module, attr):
+            raise EmbodiedError(
+                f"{type(module).__name__} has no {attr!r}: exporters take Policy.export_module() "
+                "(an ExportedPolicy), not the training policy"
+            )
+    net = module.net
+    if not isinstance(net, nn.Sequential):
+        raise EmbodiedError(f"export needs net to be an nn.Sequential, got {type(net).__name__}")
+    layers: list[DenseLayer] = []
+    for index, layer in enumerate(net):
+        where = f"net[{index}] ({type(layer).__name__})"
+        if isinstance(layer, nn.Linear):
+            weight = _finite(f"{where} weight", _array(layer.weight))
+            if layer.bias is not None:
+                bias = _finite(f"{where} bias", _array(layer.bias))
+            else:
+                bias = np.zeros(weight.shape[0], dtype=np.float32)
+            if layers and layers[-1].out_dim != weight.shape[1]:
+                raise EmbodiedError(f"{where} expects {weight.shape[1]} inputs but receives {layers[-1].out_dim}")
+            layers.append(DenseLayer(weight, bias, "none"))
+        elif type(layer) in SUPPORTED_ACTIVATIONS:
+            if not layers or layers[-1].activation != "none":
+                raise EmbodiedError(f"{where}: an activation must directly follow a Linear layer")
+            alpha = float(getattr(layer, "alpha", 1.0))
+            previous = layers[-1]
+            layers[-1] = DenseLayer(previous.weight, previous.bias, SUPPORTED_ACTIVATIONS[type(layer)], alpha)
+        else:
+            supported = ", ".join(["Linear", *(t.__name__ for t in SUPPORTED_ACTIVATIONS)])
+            raise EmbodiedError(f"{where} cannot be exported to ONNX/C; supported layers: {supported}")
+    if not layers:
+        raise EmbodiedError("the exported network has no Linear layer")
+    mean_t, std_t = module.obs_mean, module.obs_std
+    if not (isinstance(mean_t, torch.Tensor) and isinstance(std_t, torch.Tensor)):
+        raise EmbodiedError("obs_mean and obs_std must be tensors")
+    mean = _finite("obs_mean", _array(mean_t))
+    std = _finite("obs_std", _array(std_t))
+    if np.any(std <= 0):
+        raise EmbodiedError(f"obs_std has {int(np.sum(std <= 0))} non-positive entries")
+    if mean.shape != (layers[0].in_dim,) or std.shape != mean.shape:
+        raise EmbodiedError(
+            f"obs_mean/obs_std have shape {mean.shape}/{std.shape} but the first Linear takes {layers[0].in_dim}"
+        )
+    clip = float(module.obs_clip)  # type: ignore[arg-type]  # a float attribute of ExportedPolicy
+    if math.isnan(clip) or clip <= 0:
+        raise EmbodiedError(f"obs_clip must be positive (or inf), got {clip}")
+    return MlpArrays(mean, std, clip, tuple(layers))

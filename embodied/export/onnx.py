@@ -1,0 +1,206 @@
+"""ONNX export of an ExportedPolicy, checked against onnxruntime, and an ONNX policy loader.
+
+The graph is built node by node from the validated arrays (:mod:`embodied.export.layers`)
+rather than traced, so it has exactly one input ``obs`` [batch, obs_dim] and one output
+``action`` [batch, action_dim] (batch dynamic), no training leftovers, and it does not depend
+on torch's exporter backends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.env import ObsDict
+from embodied.errors import EmbodiedError
+from embodied.export.layers import MlpArrays, mlp_arrays
+from embodied.export.policy_io import FORMAT_VERSIONS, read_policy_io, weights_sha256
+from embodied.io_spec import IOSpec
+
+log = logging.getLogger(__name__)
+
+ONNX_FILENAME = "policy.onnx"
+OPSET = FORMAT_VERSIONS["onnx_opset"]
+PARITY_TOL = 1e-5
+"""Largest allowed ``|onnxruntime - torch|`` over every checked action entry."""
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """What :func:`export_onnx` wrote and how closely onnxruntime matches torch."""
+
+    path: Path
+    model_sha256: str
+    max_abs_err: float
+    num_checked: int
+
+
+def _graph(arrays: MlpArrays) -> Any:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits: list[Any] = []
+    nodes: list[Any] = []
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value, dtype=np.float32), name))
+        return name
+
+    x = "obs"
+    nodes.append(helper.make_node("Sub", [x, const("obs_mean", arrays.obs_mean)], ["obs_centered"]))
+    nodes.append(helper.make_node("Div", ["obs_centered", const("obs_std", arrays.obs_std)], ["obs_norm"]))
+    x = "obs_norm"
+    if math.isfinite(arrays.obs_clip):
+        lo = const("obs_clip_low", np.array(-arrays.obs_clip))
+        hi = const("obs_clip_high", np.array(arrays.obs_clip))
+        nodes.append(helper.make_node("Clip", [x, lo, hi], ["obs_clipped"]))
+        x = "obs_clipped"
+    for i, layer in enumerate(arrays.layers):
+        w = const(f"layer{i}.weight", layer.weight)
+        b = const(f"layer{i}.bias", layer.bias)
+        # Gemm with transB=1 consumes the [out, in] row-major weight as stored by torch.
+        nodes.append(helper.make_node("Gemm", [x, w, b], [f"layer{i}.linear"], transB=1))
+        x = f"layer{i}.linear"
+        if layer.activation == "tanh":
+            nodes.append(helper.make_node("Tanh", [x], [f"layer{i}.act"]))
+        elif layer.activation == "relu":
+            nodes.append(helper.make_node("Relu", [x], [f"layer{i}.act"]))
+        elif layer.activation == "elu":
+            nodes.append(helper.make_node("Elu", [x], [f"layer{i}.act"], alpha=layer.elu_alpha))
+        if layer.activation != "none":
+            x = f"layer{i}.act"
+    lo = const("action_low", np.array(-1.0))
+    hi = const("action_high", np.array(1.0))
+    nodes.append(helper.make_node("Clip", [x, lo, hi], ["action"]))
+    graph = helper.make_graph(
+        nodes,
+        "embodied_policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", arrays.obs_dim])],
+        [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", arrays.action_dim])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="embodied")
+    model.ir_version = min(model.ir_version, 9)  # readable by onnxruntime releases from 2023 on
+    onnx.checker.check_model(model)
+    return model
+
+
+def _metadata(io_spec: IOSpec, model_sha256: str) -> dict[str, str]:
+    return {
+        "obs_fields": json.dumps([f.name for f in io_spec.obs_fields]),
+        "obs_sizes": json.dumps([f.size for f in io_spec.obs_fields]),
+        "obs_scales": json.dumps([f.scale for f in io_spec.obs_fields]),
+        "action_fields": json.dumps([f.name for f in io_spec.action_fields]),
+        "action_scales": json.dumps([f.scale for f in io_spec.action_fields]),
+        "action_offsets": json.dumps([f.offset for f in io_spec.action_fields]),
+        "control_period_s": repr(io_spec.control_period_s),
+        "model_sha256": model_sha256,
+        "policy_io_version": str(FORMAT_VERSIONS["policy_io"]),
+    }
+
+
+def probe_observations(arrays: MlpArrays, num: int = 256, seed: int = 0) -> np.ndarray:
+    """``[num, obs_dim]`` float32 observations spread over ±4 std around the mean.
+
+    Wide enough that tanh saturates and the observation clip engages, so parity checks
+    cover every branch of the exported graph.
+    """
+    rng = np.random.default_rng(seed)
+    z = rng.uniform(-4.0, 4.0, size=(num, arrays.obs_dim)).astype(np.float32)
+    return (arrays.obs_mean + z * arrays.obs_std).astype(np.float32)
+
+
+def check_parity(module: nn.Module, path: Path, observations: np.ndarray, tol: float = PARITY_TOL) -> float:
+    """Max ``|onnxruntime - torch|`` over ``observations`` [N, D]; raises above ``tol``."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    obs = np.ascontiguousarray(observations, dtype=np.float32)
+    (got,) = session.run(["action"], {"obs": obs})
+    with torch.no_grad():
+        want = module(torch.from_numpy(obs)).numpy()
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    if not err <= tol:
+        raise EmbodiedError(f"{path}: onnxruntime differs from torch by {err:.3g} (> {tol:g}); export is wrong")
+    return err
+
+
+def export_onnx(
+    module: nn.Module,
+    io_spec: IOSpec,
+    export_dir: Path,
+    recorded_obs: np.ndarray | None = None,
+) -> OnnxExport:
+    """Write ``export_dir/policy.onnx`` and verify it against onnxruntime.
+
+    ``recorded_obs`` [N, obs_dim] (e.g. from an evaluation rollout) is checked in addition to
+    random probes. Raises :class:`EmbodiedError` when dimensions disagree with ``io_spec`` or
+    parity exceeds :data:`PARITY_TOL`.
+    """
+    import onnx
+    from onnx import helper
+
+    arrays = mlp_arrays(module)
+    if arrays.obs_dim != io_spec.obs_dim or arrays.action_dim != io_spec.action_dim:
+        raise EmbodiedError(
+            f"policy maps {arrays.obs_dim} -> {arrays.action_dim} but its policy_io describes "
+            f"{io_spec.obs_dim} -> {io_spec.action_dim}"
+        )
+    sha = weights_sha256(module)
+    model = _graph(arrays)
+    helper.set_model_props(model, _metadata(io_spec, sha))
+    export_dir = Path(export_dir)
+    export_dir.mkdir(parents=True, exist_ok=True)
+    path = export_dir / ONNX_FILENAME
+    tmp = path.with_suffix(".onnx.tmp")
+    onnx.save(model, str(tmp))
+    tmp.replace(path)
+    probes = [probe_observations(arrays)]
+    if recorded_obs is not None:
+        probes.append(np.asarray(recorded_obs, dtype=np.float32).reshape(-1, arrays.obs_dim))
+    observations = np.concatenate(probes)
+    err = check_parity(module, path, observations)
+    log.info("wrote %s (max |onnx - torch| = %.2e over %d observations)", path, err, len(observations))
+    return OnnxExport(path, sha, err, len(observations))
+
+
+def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tensor]:
+    """A callable ``obs -> action [N, A]`` running ``RUN_DIR/export/policy.onnx`` on onnxruntime.
+
+    Checks the file's dimensions and hash against ``policy_io.json`` and the env's spec.
+    """
+    import onnx
+    import onnxruntime as ort
+
+    export_dir = Path(run_dir) / "export"
+    path = export_dir / ONNX_FILENAME
+    if not path.is_file():
+        raise EmbodiedError(f"{path} not found; run `embodied export {run_dir} --format onnx` first")
+    policy_io = read_policy_io(export_dir)
+    props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    if props.get("model_sha256") != policy_io.model_sha256:
+        raise EmbodiedError(f"{path}: model_sha256 differs from {policy_io.path}; re-export the run")
+    obs_dim = int(env.obs_spec["policy"][0])
+    if obs_dim != policy_io.io_spec.obs_dim or int(env.action_dim) != policy_io.io_spec.action_dim:
+        raise EmbodiedError(
+            f"{path} maps {policy_io.io_spec.obs_dim} -> {policy_io.io_spec.action_dim} but the env has "
+            f"{obs_dim} -> {env.action_dim}"
+        )
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    device = env.device
+
+    def act(obs: ObsDict) -> torch.Tensor:
+        x = obs["policy"].detach().to("cpu", torch.float32).numpy()
+        (action,) = session.run(["action"], {"obs": np.ascontiguousarray(x)})
+        return torch.from_numpy(action).to(device)
+
+    return act

@@ -1,0 +1,147 @@
+/* Portable quadrotor policy controller; see quad_ctrl.h. C99, no dynamic memory. */
+#include "quad_ctrl.h"
+
+#include <math.h>
+
+#if !defined(POLICY_OBS_POS_ERR_W_START) || !defined(POLICY_OBS_ROT_WB_START) || \
+    !defined(POLICY_OBS_LIN_VEL_W_START) || !defined(POLICY_OBS_ANG_VEL_B_START)
+#error "policy.h lacks the quad-hover observation fields pos_err_w, rot_wb, lin_vel_w, ang_vel_b"
+#endif
+#if POLICY_OBS_POS_ERR_W_SIZE != 3 || POLICY_OBS_ROT_WB_SIZE != 9 || POLICY_OBS_LIN_VEL_W_SIZE != 3 || \
+    POLICY_OBS_ANG_VEL_B_SIZE != 3
+#error "policy.h: quad-hover observation field sizes differ from docs/conventions.md"
+#endif
+#if POLICY_ACTION_HISTORY > 0
+#if !defined(POLICY_OBS_PREV_ACTIONS_START) || POLICY_OBS_PREV_ACTIONS_SIZE != QC_HISTORY_FLOATS
+#error "policy.h: prev_actions field missing or not action_history * 4 long"
+#endif
+#endif
+
+/* value clamped to [-limit, limit]; NaN/inf -> 0. Counts every change in *n_clamped. */
+static float qc_sanitize(float value, float limit, uint32_t *n_clamped)
+{
+    if (!(value == value) || !(fabsf(value) <= 3.0e38f)) {
+        ++*n_clamped;
+        return 0.0f;
+    }
+    if (value > limit) {
+        ++*n_clamped;
+        return limit;
+    }
+    if (value < -limit) {
+        ++*n_clamped;
+        return -limit;
+    }
+    return value;
+}
+
+void qc_reset(qc_ctx_t *ctx, float initial_action)
+{
+    int i;
+    for (i = 0; i < (int)(sizeof(ctx->prev_actions) / sizeof(ctx->prev_actions[0])); ++i) {
+        ctx->prev_actions[i] = initial_action;
+    }
+    ctx->clamped_inputs = 0;
+    ctx->clamped_outputs = 0;
+}
+
+uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3],
+                         float obs[POLICY_OBS_DIM])
+{
+    uint32_t n_clamped = 0;
+    float q[4];
+    float norm2;
+    int i;
+    for (i = 0; i < 3; ++i) {
+        const float err = state->pos_w[i] - setpoint_w[i];
+        obs[POLICY_OBS_POS_ERR_W_START + i] =
+            qc_sanitize(err, QC_POS_ERR_LIMIT_M, &n_clamped) * POLICY_OBS_POS_ERR_W_SCALE;
+        obs[POLICY_OBS_LIN_VEL_W_START + i] =
+            qc_sanitize(state->lin_vel_w[i], QC_LIN_VEL_LIMIT_MPS, &n_clamped) * POLICY_OBS_LIN_VEL_W_SCALE;
+        obs[POLICY_OBS_ANG_VEL_B_START + i] =
+            qc_sanitize(state->ang_vel_b[i], QC_ANG_VEL_LIMIT_RAD_S, &n_clamped) * POLICY_OBS_ANG_VEL_B_SCALE;
+    }
+    for (i = 0; i < 4; ++i) {
+        q[i] = qc_sanitize(state->quat_wb[i], 2.0f, &n_clamped);
+    }
+    norm2 = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
+    if (!(norm2 > 0.25f)) {
+        /* No usable attitude: fall back to level so the matrix stays a rotation. */
+        ++n_clamped;
+        q[0] = 1.0f;
+        q[1] = q[2] = q[3] = 0.0f;
+    } else if (fabsf(norm2 - 1.0f) > 1.0e-3f) {
+        /* Renormalize only off-unit input, so an estimator's unit quaternion passes untouched. */
+        const float inv = 1.0f / sqrtf(norm2);
+        for (i = 0; i < 4; ++i) {
+            q[i] *= inv;
+        }
+    }
+    {
+        /* Row-major R_wb; every entry homogeneous quadratic in q (as in the simulator). */
+        const float w = q[0], x = q[1], y = q[2], z = q[3];
+        float *r = obs + POLICY_OBS_ROT_WB_START;
+        const float s = POLICY_OBS_ROT_WB_SCALE;
+        r[0] = (w * w + x * x - y * y - z * z) * s;
+        r[1] = (2.0f * x * y - 2.0f * w * z) * s;
+        r[2] = (2.0f * x * z + 2.0f * w * y) * s;
+        r[3] = (2.0f * x * y + 2.0f * w * z) * s;
+        r[4] = (w * w - x * x + y * y - z * z) * s;
+        r[5] = (2.0f * y * z - 2.0f * w * x) * s;
+        r[6] = (2.0f * x * z - 2.0f * w * y) * s;
+        r[7] = (2.0f * y * z + 2.0f * w * x) * s;
+        r[8] = (w * w - x * x - y * y + z * z) * s;
+    }
+#if POLICY_ACTION_HISTORY > 0
+    for (i = 0; i < QC_HISTORY_FLOATS; ++i) {
+        obs[POLICY_OBS_PREV_ACTIONS_START + i] = ctx->prev_actions[i] * POLICY_OBS_PREV_ACTIONS_SCALE;
+    }
+#else
+    (void)ctx;
+#endif
+    return n_clamped;
+}
+
+void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float action[POLICY_ACTION_DIM])
+{
+    /* static: the Crazyflie stabilizer task has ~1.8 kB of stack; this is ~0.6 kB. */
+    static float obs[POLICY_OBS_DIM];
+    int i;
+    ctx->clamped_inputs += qc_assemble_obs(ctx, state, setpoint_w, obs);
+    policy_step(obs, action);
+    for (i = 0; i < POLICY_ACTION_DIM; ++i) {
+        float a = action[i];
+        if (!(a == a)) {
+            ++ctx->clamped_outputs;
+            a = 0.0f;
+        } else if (a > 1.0f) {
+            ++ctx->clamped_outputs;
+            a = 1.0f;
+        } else if (a < -1.0f) {
+            ++ctx->clamped_outputs;
+            a = -1.0f;
+        }
+        action[i] = a;
+    }
+#if POLICY_ACTION_HISTORY > 0
+    /* Shift by one action (newest first) and insert the new one at the front. */
+    for (i = QC_HISTORY_FLOATS - 1; i >= POLICY_ACTION_DIM; --i) {
+        ctx->prev_actions[i] = ctx->prev_actions[i - POLICY_ACTION_DIM];
+    }
+    for (i = 0; i < POLICY_ACTION_DIM; ++i) {
+        ctx->prev_actions[i] = action[i];
+    }
+#endif
+}
+
+float qc_action_to_ratio(float action)
+{
+    float ratio = 0.5f * (action + 1.0f);
+    if (!(ratio > 0.0f)) {
+        ratio = 0.0f;
+    }
+    if (ratio > 1.0f) {
+        ratio = 1.0f;
+    }
+    return ratio;
+}

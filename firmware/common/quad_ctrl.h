@@ -1,0 +1,73 @@
+/*
+ * Portable quadrotor policy controller: observation assembly, safety clamps, action history.
+ *
+ * No Crazyflie, RTOS or OS headers: the same file is compiled into the Crazyflie app, the
+ * QEMU target and the host (software-in-the-loop) library. Layouts and constants come from
+ * the generated policy.h (itself generated from policy_io.json); see docs/conventions.md.
+ *
+ * Frames and units of qc_state_t (identical to the simulator's raw state):
+ *   pos_w      [3] m, world (z up)
+ *   quat_wb    [4] (w, x, y, z), rotates body vectors into the world
+ *   lin_vel_w  [3] m/s, world
+ *   ang_vel_b  [3] rad/s, body FLU
+ */
+#ifndef EMBODIED_QUAD_CTRL_H
+#define EMBODIED_QUAD_CTRL_H
+
+#include <stdint.h>
+
+#include "policy.h"
+
+#ifndef POLICY_ACTION_HISTORY
+#define POLICY_ACTION_HISTORY 0
+#endif
+
+#if POLICY_ACTION_DIM != 4
+#error "quad_ctrl needs a policy with 4 actions (motors M1..M4)"
+#endif
+
+/* Limits on the raw inputs: far outside anything the policy was trained on, so in-range
+   states pass bit-exactly; beyond them the value is clamped (and counted), NaN/inf become 0. */
+#ifndef QC_POS_ERR_LIMIT_M
+#define QC_POS_ERR_LIMIT_M 2.0f
+#endif
+#ifndef QC_LIN_VEL_LIMIT_MPS
+#define QC_LIN_VEL_LIMIT_MPS 10.0f
+#endif
+#ifndef QC_ANG_VEL_LIMIT_RAD_S
+#define QC_ANG_VEL_LIMIT_RAD_S 35.0f /* the Crazyflie gyro saturates at 2000 deg/s */
+#endif
+
+#define QC_HISTORY_FLOATS (POLICY_ACTION_HISTORY * POLICY_ACTION_DIM)
+#define QC_STATE_FLOATS 13 /* pos_w, quat_wb, lin_vel_w, ang_vel_b packed in this order */
+
+typedef struct {
+    float pos_w[3];
+    float quat_wb[4];
+    float lin_vel_w[3];
+    float ang_vel_b[3];
+} qc_state_t;
+
+typedef struct {
+    /* The last POLICY_ACTION_HISTORY actions sent, newest first (one slot if none kept). */
+    float prev_actions[QC_HISTORY_FLOATS > 0 ? QC_HISTORY_FLOATS : 1];
+    uint32_t clamped_inputs;  /* raw inputs replaced or clamped since qc_reset */
+    uint32_t clamped_outputs; /* action entries replaced or clamped since qc_reset */
+} qc_ctx_t;
+
+/* Fill the action history with initial_action (normalized, e.g. the hover command). */
+void qc_reset(qc_ctx_t *ctx, float initial_action);
+
+/* obs[POLICY_OBS_DIM] from a raw state and a world-frame position setpoint [3] (m).
+   Returns how many raw inputs were clamped or replaced (0 for any sane state). */
+uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3],
+                         float obs[POLICY_OBS_DIM]);
+
+/* Assemble, run policy_step, clamp the action to [-1, 1] (NaN -> 0), push it into the
+   history. action[4] is normalized per docs/conventions.md. */
+void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float action[POLICY_ACTION_DIM]);
+
+/* Normalized action [-1, 1] -> motor command ratio rpm / max_rpm in [0, 1]. */
+float qc_action_to_ratio(float action);
+
+#endif /* EMBODIED_QUAD_CTRL_H */

@@ -1,0 +1,347 @@
+"""Assembles the policy observation from incoming messages, as a robot config declares it.
+
+Every observation field of ``policy_io.json`` is one *signal*: a message field flattened to a
+vector (``pose.pose.position`` -> ``[x, y, z]``) followed by declared conversions (ops). No
+robot is hand-coded here: frames and units are converted by the ops a config lists.
+
+Ops (YAML ``ops: [name, {name: argument}]``):
+
+=========================  ====================================================================
+``subtract: P``            minus a parameter name or a literal list (position error vs setpoint)
+``add: P``                 plus a parameter name or a literal list
+``scale: k``               times a number or a per-entry list
+``deg_to_rad``             times pi/180 (deg -> rad, deg/s -> rad/s)
+``ned_to_enu``             3-vector ``[n, e, d] -> [e, n, -d]`` (its own inverse)
+``enu_to_ned``             same permutation, for readability in configs
+``frd_to_flu``             body 3-vector ``[x, y, z] -> [x, -y, -z]`` (its own inverse)
+``flu_to_frd``             same, for readability
+``quat_to_rotmat: ORDER``  quaternion (``xyzw`` = ROS field order, or ``wxyz``) -> R body->world,
+                           9 entries row-major, normalized first
+``rotmat_ned_frd_to_enu_flu``  9 -> 9: attitude of an NED/FRD estimator in ENU/FLU
+``rotate_body_to_world``   3-vector by the quaternion ``{input, path, order}`` (e.g. ROS
+                           Odometry twist, which is in the child/body frame)
+``rotate_world_to_body``   the inverse rotation
+``select_by_name``         ``{names_path, names}``: reorder by the message's own name list
+                           (``sensor_msgs/JointState``)
+``select: [i, ...]``       pick entries by index
+=========================  ====================================================================
+
+Runtime problems (missing input, wrong sizes, NaN, unknown joint names, zero quaternion) raise
+:class:`ObservationError`; the node then commands the safe command and stays up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from embodied.config import ConfigError, unknown_choice_message
+from embodied.errors import EmbodiedError
+from embodied.io_spec import IOSpec
+from embodied.real import messages
+from embodied.real.robot_config import OpCfg, RobotConfig, SignalCfg
+
+Latest = Mapping[str, Any]
+"""Input name -> newest message."""
+
+Apply = Callable[[np.ndarray, Latest], np.ndarray]
+SizeFn = Callable[[int | None], int | None]
+
+
+class ObservationError(EmbodiedError):
+    """Incoming data cannot form a valid observation (the node goes to its safe command)."""
+
+
+def quat_to_rotmat(q_wxyz: np.ndarray) -> np.ndarray:
+    """Unit quaternion ``(w, x, y, z)`` [4] -> rotation matrix body->world [3, 3]."""
+    norm = float(np.linalg.norm(q_wxyz))
+    if not norm > 1e-6:
+        raise ObservationError(f"quaternion {q_wxyz.tolist()} has (near) zero norm")
+    w, x, y, z = q_wxyz / norm
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def _wxyz(q: np.ndarray, order: str) -> np.ndarray:
+    return q if order == "wxyz" else np.array([q[3], q[0], q[1], q[2]])
+
+
+# Axis permutations between conventions; each is its own inverse.
+_NED_ENU = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+_FRD_FLU = np.diag([1.0, -1.0, -1.0])
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A compiled signal: ``read(latest, history) -> float64 [size]``."""
+
+    key: str
+    input: str
+    read: Callable[[Latest, np.ndarray], np.ndarray]
+    size: int | None
+    """Static size, or ``None`` when it depends on the message (unbounded sequences)."""
+
+
+class _Compiler:
+    """Turns :class:`SignalCfg` into :class:`Signal`, checking paths, params and sizes."""
+
+    def __init__(self, robot: RobotConfig) -> None:
+        self.robot = robot
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.robot.path}: {key}: {message}")
+
+    def vector_arg(self, arg: Any, key: str) -> np.ndarray:
+        if isinstance(arg, str):
+            if arg not in self.robot.params:
+                raise self.fail(key, unknown_choice_message("parameter", arg, self.robot.params or ["<none>"]))
+            return np.asarray(self.robot.params[arg], dtype=np.float64)
+        if isinstance(arg, int | float) and not isinstance(arg, bool):
+            return np.asarray([float(arg)])
+        if isinstance(arg, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in arg):
+            return np.asarray(arg, dtype=np.float64)
+        raise self.fail(key, f"expected a parameter name, a number or a list of numbers, got {arg!r}")
+
+    def field_reader(self, input_name: str, path: str, key: str) -> tuple[Callable[[Latest], Any], int | None]:
+        type_name = self.robot.inputs[input_name].type
+        try:
+            kind, spec = messages.resolve_path(type_name, path)
+        except EmbodiedError as err:
+            raise self.fail(key, str(err)) from None
+
+        def get(latest: Latest) -> Any:
+            if input_name not in latest:
+                raise ObservationError(f"no message received yet on input {input_name!r}")
+            return messages.get_path(latest[input_name], path)
+
+        return get, messages.numeric_size(kind, spec)
+
+    def op(self, op: OpCfg, key: str, input_name: str) -> tuple[Apply, SizeFn]:
+        same: SizeFn = lambda n: n  # noqa: E731
+        name, arg = op.name, op.arg
+        if name in ("subtract", "add", "scale"):
+            value = self.vector_arg(arg, key)
+            sign = -1.0 if name == "subtract" else 1.0
+
+            def size(n: int | None) -> int | None:
+                if value.size != 1 and n is not None and n != value.size:
+                    raise self.fail(key, f"{name} has {value.size} values but the signal has {n}")
+                return n
+
+            if name == "scale":
+                return (lambda v, _l: v * value), size
+            return (lambda v, _l: v + sign * value), size
+        if name == "deg_to_rad":
+            return (lambda v, _l: v * (math.pi / 180.0)), same
+        if name in ("ned_to_enu", "enu_to_ned", "frd_to_flu", "flu_to_frd"):
+            matrix = _NED_ENU if name in ("ned_to_enu", "enu_to_ned") else _FRD_FLU
+            return (lambda v, _l: matrix @ v), self._fixed(key, name, 3, 3)
+        if name == "quat_to_rotmat":
+            order = self._order(arg, key)
+            return (lambda v, _l: quat_to_rotmat(_wxyz(v, order)).ravel()), self._fixed(key, name, 4, 9)
+        if name == "rotmat_ned_frd_to_enu_flu":
+            return (lambda v, _l: (_NED_ENU @ v.reshape(3, 3) @ _FRD_FLU).ravel()), self._fixed(key, name, 9, 9)
+        if name in ("rotate_body_to_world", "rotate_world_to_body"):
+            spec = arg if isinstance(arg, Mapping) else {}
+            q_input = str(spec.get("input", input_name))
+            if q_input not in self.robot.inputs:
+                raise self.fail(f"{key}.input", unknown_choice_message("input", q_input, self.robot.inputs))
+            get_q, q_size = self.field_reader(q_input, str(spec.get("path", "")), f"{key}.path")
+            if q_size != 4:
+                raise self.fail(key, f"{name}: path must name a quaternion (4 numbers), found {q_size}")
+            order = self._order(spec.get("order", "xyzw"), f"{key}.order")
+            inverse = name == "rotate_world_to_body"
+
+            def rotate(v: np.ndarray, latest: Latest) -> np.ndarray:
+                rot = quat_to_rotmat(_wxyz(messages.to_vector(get_q(latest)), order))
+                return (rot.T if inverse else rot) @ v
+
+            return rotate, self._fixed(key, name, 3, 3)
+        if name == "select_by_name":
+            spec = arg if isinstance(arg, Mapping) else {}
+            names = [str(n) for n in spec.get("names", [])]
+            if not names:
+                raise self.fail(key, "select_by_name needs {names_path: <field>, names: [..]}")
+            get_names, _ = self.field_reader(input_name, str(spec.get("names_path", "name")), f"{key}.names_path")
+
+            def by_name(v: np.ndarray, latest: Latest) -> np.ndarray:
+                present = [str(n) for n in get_names(latest)]
+                if len(present) != len(v):
+                    raise ObservationError(f"{key}: message has {len(present)} names but {len(v)} values")
+                index = {n: i for i, n in enumerate(present)}
+                missing = [n for n in names if n not in index]
+                if missing:
+                    raise ObservationError(f"{key}: message lacks name(s) {missing}; it has {present}")
+                return v[[index[n] for n in names]]
+
+            return by_name, lambda _n: len(names)
+        if name == "select":
+            if not (isinstance(arg, list) and arg and all(isinstance(i, int) for i in arg)):
+                raise self.fail(key, f"select needs a list of indices, got {arg!r}")
+            indices = list(arg)
+
+            def pick(v: np.ndarray, _l: Latest) -> np.ndarray:
+                if max(indices) >= len(v):
+                    raise ObservationError(f"{key}: index {max(indices)} out of range for {len(v)} values")
+                return v[indices]
+
+            return pick, lambda _n: len(indices)
+        raise self.fail(key, unknown_choice_message("op", name, OP_NAMES))
+
+    def _order(self, arg: Any, key: str) -> str:
+        if arg not in ("xyzw", "wxyz"):
+            raise self.fail(key, f"quaternion order must be 'xyzw' (ROS field order) or 'wxyz', got {arg!r}")
+        return str(arg)
+
+    def _fixed(self, key: str, name: str, n_in: int, n_out: int) -> SizeFn:
+        def size(n: int | None) -> int:
+            if n is not None and n != n_in:
+                raise self.fail(key, f"{name} takes {n_in} values, the signal has {n}")
+            return n_out
+
+        return size
+
+    def signal(self, cfg: SignalCfg, key: str, history_size: int | None = None) -> Signal:
+        if cfg.action_history:
+            if not history_size:
+                raise self.fail(key, "action_history requested but policy_io.json has extra.action_history = 0")
+            return Signal(key, "", lambda _l, h: h, history_size)
+        if cfg.param:
+            value = self.vector_arg(cfg.param, f"{key}.param")
+            return Signal(key, "", lambda _l, _h: value, value.size)
+        get, size = self.field_reader(cfg.input, cfg.path, f"{key}.path")
+        steps: list[Apply] = []
+        for i, op in enumerate(cfg.ops):
+            apply, size_fn = self.op(op, f"{key}.ops[{i}] ({op.name})", cfg.input)
+            size = size_fn(size)
+            steps.append(apply)
+
+        def read(latest: Latest, _h: np.ndarray) -> np.ndarray:
+            try:
+                v = messages.to_vector(get(latest))
+                for apply in steps:
+                    v = apply(v, latest)
+            except (ValueError, TypeError, IndexError, AttributeError) as err:
+                raise ObservationError(f"{key}: cannot convert the message ({err})") from None
+            return v
+
+        return Signal(key, cfg.input, read, size)
+
+
+OP_NAMES = (
+    "subtract", "add", "scale", "deg_to_rad", "ned_to_enu", "enu_to_ned", "frd_to_flu", "flu_to_frd",
+    "quat_to_rotmat", "rotmat_ned_frd_to_enu_flu", "rotate_body_to_world", "rotate_world_to_body",
+    "select_by_name", "select",
+)  # fmt: skip
+
+
+def compile_signal(robot: RobotConfig, cfg: SignalCfg, key: str) -> Signal:
+    """Compile a stand-alone signal (e.g. ``safety.hold``)."""
+    return _Compiler(robot).signal(cfg, key)
+
+
+class ActionHistory:
+    """The last ``length`` normalized actions sent, newest first: ``vector() -> [length * A]``.
+
+    After :meth:`reset` every entry is ``initial`` (how the task fills it at an episode start).
+    """
+
+    def __init__(self, length: int, action_dim: int, initial: float = 0.0) -> None:
+        self.initial = initial
+        self._buf = np.full((length, action_dim), initial, dtype=np.float64)
+
+    def reset(self) -> None:
+        self._buf[:] = self.initial
+
+    def push(self, action: np.ndarray) -> None:
+        if len(self._buf):
+            self._buf[1:] = self._buf[:-1].copy()
+            self._buf[0] = action
+
+    def vector(self) -> np.ndarray:
+        return self._buf.ravel()
+
+
+class ObservationBuilder:
+    """Checks a robot config against ``policy_io.json`` once, then builds observations.
+
+    ``build(latest) -> float32 [obs_dim]``: fields in ``policy_io`` order, each multiplied by
+    its ``scale`` (the policy sees ``value * scale``).
+    """
+
+    def __init__(self, robot: RobotConfig, io_spec: IOSpec) -> None:
+        self.io_spec = io_spec
+        history_len = int(io_spec.extra.get("action_history", 0))
+        self.history = ActionHistory(history_len, io_spec.action_dim, self._history_initial(robot, io_spec))
+        wanted = [f.name for f in io_spec.obs_fields]
+        missing = [n for n in wanted if n not in robot.observation]
+        extra = [n for n in robot.observation if n not in wanted]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"policy fields without a source: {', '.join(missing)}")
+            if extra:
+                parts.append(f"config fields the policy does not take: {', '.join(extra)}")
+            raise ConfigError(
+                f"{robot.path}: observation does not match policy_io.json ({'; '.join(parts)}); "
+                f"the policy expects, in order: {', '.join(f'{f.name}[{f.size}]' for f in io_spec.obs_fields)}"
+            )
+        compiler = _Compiler(robot)
+        self.signals: list[tuple[Signal, int, float]] = []
+        for f in io_spec.obs_fields:
+            sig = compiler.signal(robot.observation[f.name], f"observation.{f.name}", history_len * io_spec.action_dim)
+            if sig.size is not None and sig.size != f.size:
+                raise ConfigError(
+                    f"{robot.path}: observation.{f.name} yields {sig.size} values but policy_io.json "
+                    f"declares size {f.size}"
+                )
+            self.signals.append((sig, f.size, f.scale))
+        self._out = np.zeros(io_spec.obs_dim, dtype=np.float32)
+
+    @staticmethod
+    def _history_initial(robot: RobotConfig, io_spec: IOSpec) -> float:
+        initial: float | str = 0.0
+        for sig in robot.observation.values():
+            if sig.action_history:
+                initial = sig.history_initial
+        if isinstance(initial, str):
+            value = io_spec.extra.get(initial)
+            if not isinstance(value, int | float):
+                raise ConfigError(
+                    f"{robot.path}: action history initial value names {initial!r}, which policy_io.json's "
+                    f"extra does not hold as a number (extra keys: {', '.join(sorted(io_spec.extra))})"
+                )
+            return float(value)
+        return float(initial)
+
+    def build(self, latest: Latest) -> np.ndarray:
+        """The observation ``[obs_dim]`` float32; raises :class:`ObservationError` on bad data."""
+        start = 0
+        hist = self.history.vector()
+        for sig, size, scale in self.signals:
+            v = sig.read(latest, hist)
+            if v.shape != (size,):
+                raise ObservationError(f"{sig.key}: got {v.size} values, the policy expects {size}")
+            self._out[start : start + size] = v * scale
+            start += size
+        if not np.isfinite(self._out).all():
+            self._raise_non_finite()
+        return self._out.copy()
+
+    def _raise_non_finite(self) -> None:
+        start = 0
+        for sig, size, _scale in self.signals:
+            chunk = self._out[start : start + size]
+            if not np.isfinite(chunk).all():
+                raise ObservationError(f"{sig.key}: non-finite value(s) {chunk.tolist()}")
+            start += size
+        raise ObservationError("observation: non-finite value(s)")

@@ -1,0 +1,263 @@
+"""Robot configuration YAML: which topics feed the policy, how, and what the robot is sent.
+
+A robot config names its input topics, builds every policy observation field from message
+fields through declared conversions (see :mod:`embodied.real.observation`), maps the action
+onto an output message, and defines the robot's safe command. Built-in configs live in
+``real/robots/``; pass a name (``crazyflie_sim``) or a path. Errors name the file and key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embodied.config import ConfigError, closest, load_yaml, unknown_choice_message
+from embodied.real import messages
+from embodied.real.transports import QOS_PROFILES
+
+ROBOTS_DIR = Path(__file__).with_name("robots")
+TRIGGERS = ("timer", "input")
+
+
+@dataclass(frozen=True)
+class InputCfg:
+    """A subscribed topic; its newest message is cached for the control step."""
+
+    name: str
+    topic: str
+    type: str
+    qos: str = "sensor"
+    stale_timeout_s: float = 0.05
+    """Older than this (since arrival) counts as stale: the watchdog commands the safe command."""
+    trigger: bool = False
+    """In ``trigger: input`` mode each new message on this topic starts a control step."""
+
+
+@dataclass(frozen=True)
+class OpCfg:
+    """One conversion step of a signal pipeline: ``name`` with its YAML argument (or None)."""
+
+    name: str
+    arg: Any = None
+
+
+@dataclass(frozen=True)
+class SignalCfg:
+    """A vector read from a message field (``input`` + ``path``) and converted by ``ops``.
+
+    ``action_history: true`` instead reads the last H actions the node sent, newest first;
+    ``param: NAME`` is the constant vector ``params.NAME`` (e.g. a goal).
+    """
+
+    input: str = ""
+    path: str = ""
+    ops: tuple[OpCfg, ...] = ()
+    action_history: bool = False
+    history_initial: float | str = 0.0
+    """Value of every history entry after a (re-)arm: a number, or the name of a number in
+    ``policy_io.json``'s ``extra`` (e.g. ``hover_action``), matching how the task starts episodes."""
+    param: str = ""
+
+
+@dataclass(frozen=True)
+class CommandCfg:
+    """The output message: the physical action vector is written into field ``path``."""
+
+    topic: str
+    type: str
+    qos: str = "reliable"
+    path: str = "data"
+    layout_label: str = ""
+    """For ``*MultiArray`` outputs: the label of the single layout dimension (e.g. ``motors``)."""
+
+
+@dataclass(frozen=True)
+class SafetyCfg:
+    """Safe command, re-arm rule, rate limit and e-stop topic."""
+
+    safe_command: tuple[float, ...] | None = None
+    """Physical command sent while not armed (e.g. motors off)."""
+    hold: SignalCfg | None = None
+    """Alternative safe command: the latest value of this signal (e.g. measured joint positions)."""
+    rearm_periods: int = 10
+    """Consecutive fresh, valid control periods required before the policy drives again."""
+    max_action_rate_per_s: float | None = None
+    """Largest change of any normalized action per second (``None``: no limit)."""
+    estop_topic: str = ""
+    """``std_msgs/msg/Bool`` topic: ``true`` latches the e-stop; ``false`` releases it (then re-arm)."""
+
+
+@dataclass(frozen=True)
+class RobotConfig:
+    name: str
+    path: Path
+    inputs: dict[str, InputCfg]
+    observation: dict[str, SignalCfg]
+    command: CommandCfg
+    safety: SafetyCfg
+    params: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    trigger: str = "timer"
+    description: str = ""
+
+
+def builtin_robots() -> list[str]:
+    return sorted(p.stem for p in ROBOTS_DIR.glob("*.yaml"))
+
+
+def resolve_robot_path(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"robot config {str(path)!r} does not exist; built-in: {', '.join(builtin_robots())}")
+        return path
+    builtin = ROBOTS_DIR / f"{name_or_path}.yaml"
+    if not builtin.is_file():
+        raise ConfigError(unknown_choice_message("robot config", str(name_or_path), builtin_robots()))
+    return builtin
+
+
+class _Reader:
+    """Typed access to a YAML mapping with errors naming file and dotted key."""
+
+    def __init__(self, source: Path) -> None:
+        self.source = source
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {key}: {message}")
+
+    def mapping(self, value: Any, key: str, allowed: tuple[str, ...] | None = None) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(key, f"expected a mapping, got {value!r}")
+        if allowed is not None:
+            for k in value:
+                if k not in allowed:
+                    raise self.fail(key, f"unknown key {k!r}; valid keys (closest first): {', '.join(closest(str(k), allowed))}")
+        return value
+
+    def string(self, data: Mapping[str, Any], key: str, prefix: str, default: str | None = None) -> str:
+        value = data.get(key, default)
+        if not isinstance(value, str):
+            raise self.fail(f"{prefix}{key}", f"expected a string, got {value!r}")
+        return value
+
+    def number(self, value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(key, f"expected a number, got {value!r}")
+        return float(value)
+
+    def numbers(self, value: Any, key: str) -> tuple[float, ...]:
+        if not isinstance(value, list | tuple):
+            raise self.fail(key, f"expected a list of numbers, got {value!r}")
+        return tuple(self.number(v, f"{key}[{i}]") for i, v in enumerate(value))
+
+    def choice(self, value: Any, key: str, choices: Any) -> str:
+        if value not in choices:
+            raise self.fail(key, unknown_choice_message("value", str(value), choices))
+        return str(value)
+
+    def message_type(self, value: Any, key: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(key, f"expected a message type such as nav_msgs/msg/Odometry, got {value!r}")
+        try:
+            return messages.check_type(value)
+        except Exception as err:
+            raise self.fail(key, str(err)) from None
+
+
+def _signal(r: _Reader, value: Any, key: str) -> SignalCfg:
+    data = r.mapping(value, key, ("input", "path", "ops", "action_history", "initial", "param"))
+    if data.get("action_history"):
+        initial = data.get("initial", 0.0)
+        if not isinstance(initial, str):
+            initial = r.number(initial, f"{key}.initial")
+        return SignalCfg(action_history=True, history_initial=initial)
+    if "param" in data:
+        return SignalCfg(param=r.string(data, "param", f"{key}."))
+    raw_ops = data.get("ops", []) or []
+    if not isinstance(raw_ops, list):
+        raise r.fail(f"{key}.ops", f"expected a list of operations, got {raw_ops!r}")
+    ops: list[OpCfg] = []
+    for i, op in enumerate(raw_ops):
+        if isinstance(op, str):
+            ops.append(OpCfg(op))
+        elif isinstance(op, Mapping) and len(op) == 1:
+            (name, arg), = op.items()
+            ops.append(OpCfg(str(name), arg))
+        else:
+            raise r.fail(f"{key}.ops[{i}]", f"expected `name` or `{{name: argument}}`, got {op!r}")
+    return SignalCfg(
+        input=r.string(data, "input", f"{key}."), path=r.string(data, "path", f"{key}.", ""), ops=tuple(ops)
+    )
+
+
+def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None) -> RobotConfig:
+    """Read and check a robot config; ``params`` override its ``params`` block (e.g. setpoints)."""
+    path = resolve_robot_path(name_or_path)
+    r = _Reader(path)
+    data = r.mapping(
+        load_yaml(path),
+        "top level",
+        ("name", "description", "trigger", "params", "inputs", "observation", "command", "safety"),
+    )
+    inputs: dict[str, InputCfg] = {}
+    for name, raw in r.mapping(data.get("inputs"), "inputs").items():
+        key = f"inputs.{name}"
+        item = r.mapping(raw, key, ("topic", "type", "qos", "stale_timeout_s", "trigger"))
+        inputs[name] = InputCfg(
+            name=name,
+            topic=r.string(item, "topic", f"{key}."),
+            type=r.message_type(item.get("type"), f"{key}.type"),
+            qos=r.choice(item.get("qos", "sensor"), f"{key}.qos", QOS_PROFILES),
+            stale_timeout_s=r.number(item.get("stale_timeout_s", 0.05), f"{key}.stale_timeout_s"),
+            trigger=bool(item.get("trigger", False)),
+        )
+    if not inputs:
+        raise r.fail("inputs", "at least one input topic is required")
+    merged_params = dict(r.mapping(data.get("params", {}) or {}, "params")) | dict(params or {})
+    param_values = {k: r.numbers(v, f"params.{k}") for k, v in merged_params.items()}
+    observation = {
+        name: _signal(r, raw, f"observation.{name}") for name, raw in r.mapping(data.get("observation"), "observation").items()
+    }
+    for name, sig in observation.items():
+        if not (sig.action_history or sig.param) and sig.input not in inputs:
+            raise r.fail(f"observation.{name}.input", unknown_choice_message("input", sig.input, inputs))
+    cmd = r.mapping(data.get("command"), "command", ("topic", "type", "qos", "path", "layout_label"))
+    command = CommandCfg(
+        topic=r.string(cmd, "topic", "command."),
+        type=r.message_type(cmd.get("type"), "command.type"),
+        qos=r.choice(cmd.get("qos", "reliable"), "command.qos", QOS_PROFILES),
+        path=r.string(cmd, "path", "command.", "data"),
+        layout_label=str(cmd.get("layout_label", "") or ""),
+    )
+    raw_safety = r.mapping(
+        data.get("safety", {}) or {},
+        "safety",
+        ("safe_command", "hold", "rearm_periods", "max_action_rate_per_s", "estop_topic"),
+    )
+    rate = raw_safety.get("max_action_rate_per_s")
+    safety = SafetyCfg(
+        safe_command=r.numbers(raw_safety["safe_command"], "safety.safe_command") if "safe_command" in raw_safety else None,
+        hold=_signal(r, raw_safety["hold"], "safety.hold") if "hold" in raw_safety else None,
+        rearm_periods=int(r.number(raw_safety.get("rearm_periods", 10), "safety.rearm_periods")),
+        max_action_rate_per_s=None if rate is None else r.number(rate, "safety.max_action_rate_per_s"),
+        estop_topic=str(raw_safety.get("estop_topic", "") or ""),
+    )
+    if (safety.safe_command is None) == (safety.hold is None):
+        raise r.fail("safety", "define exactly one of safe_command (a constant) or hold (a signal)")
+    if safety.hold is not None and (safety.hold.param or safety.hold.action_history):
+        raise r.fail("safety.hold", "hold must read an input (input + path), not a param or the action history")
+    if safety.hold is not None and safety.hold.input not in inputs:
+        raise r.fail("safety.hold.input", unknown_choice_message("input", safety.hold.input, inputs))
+    return RobotConfig(
+        name=r.string(data, "name", "", path.stem),
+        path=path,
+        inputs=inputs,
+        observation=observation,
+        command=command,
+        safety=safety,
+        params=param_values,
+        trigger=r.choice(data.get("trigger", "timer"), "trigger", TRIGGERS),
+        description=str(data.get("description", "")),
+    )

@@ -1,0 +1,53 @@
+"""Launch the embodied policy node.
+
+ros2 launch embodied_ros2 policy.launch.py export_dir:=/abs/run/export robot_config:=crazyflie_sim
+Topics of the built-in robot configs can be remapped with the *_topic arguments.
+"""
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch_ros.actions import Node
+from launch_ros.substitutions import FindPackageShare
+
+# (name in the robot configs, launch argument that remaps it)
+REMAPPABLE_TOPICS = (
+    ("/cf/odom", "odom_topic"),
+    ("/cf/motor_rpm", "motor_command_topic"),
+    ("/cf/estop", "estop_topic"),
+    ("/joint_states", "joint_states_topic"),
+    ("/forward_position_controller/commands", "joint_command_topic"),
+    ("/estop", "arm_estop_topic"),
+)
+
+
+def generate_launch_description() -> LaunchDescription:
+    default_params = PathJoinSubstitution([FindPackageShare("embodied_ros2"), "config", "policy_node.yaml"])
+    arguments = [
+        DeclareLaunchArgument("export_dir", description="folder with policy.onnx and policy_io.json"),
+        DeclareLaunchArgument(
+            "robot_config", default_value="crazyflie_sim", description="built-in robot config or YAML path"
+        ),
+        DeclareLaunchArgument("params_json", default_value="", description="robot param overrides as JSON"),
+        DeclareLaunchArgument("params_file", default_value=default_params, description="node parameter YAML"),
+    ]
+    arguments += [
+        DeclareLaunchArgument(arg, default_value=topic, description=f"topic used for {topic}")
+        for topic, arg in REMAPPABLE_TOPICS
+    ]
+    node = Node(
+        package="embodied_ros2",
+        executable="policy_node",
+        name="embodied_policy",
+        output="screen",
+        parameters=[
+            LaunchConfiguration("params_file"),
+            {
+                "export_dir": LaunchConfiguration("export_dir"),
+                "robot_config": LaunchConfiguration("robot_config"),
+                "params_json": LaunchConfiguration("params_json"),
+            },
+        ],
+        remappings=[(topic, LaunchConfiguration(arg)) for topic, arg in REMAPPABLE_TOPICS],
+    )
+    return LaunchDescription([*arguments, node])

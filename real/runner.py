@@ -1,0 +1,78 @@
+"""Runs an exported ``policy.onnx`` on onnxruntime, batch 1, float32.
+
+The runner trusts nothing it did not check: ``policy_io.json`` is validated by
+:func:`embodied.export.policy_io.read_policy_io`, the ONNX file must carry the same
+``model_sha256`` in its metadata (written by :mod:`embodied.export.onnx`), and the graph's
+input/output widths must equal the interface's observation and action sizes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embodied.errors import EmbodiedError
+from embodied.export.policy_io import PolicyIO, read_policy_io
+from embodied.io_spec import IOSpec
+
+log = logging.getLogger(__name__)
+
+ONNX_FILE = "policy.onnx"
+
+
+def resolve_export_dir(path: Path) -> Path:
+    """Accept a run directory (``RUN/export``), an export directory, or ``policy.onnx`` itself."""
+    path = Path(path)
+    if path.is_file():
+        path = path.parent
+    if (path / "export" / ONNX_FILE).is_file():
+        return path / "export"
+    if (path / ONNX_FILE).is_file():
+        return path
+    raise EmbodiedError(f"{path}: no {ONNX_FILE} here or in {path / 'export'}; run `embodied export {path}` first")
+
+
+class PolicyRunner:
+    """``runner(obs [obs_dim]) -> action [action_dim]`` (float32, each in [-1, 1])."""
+
+    def __init__(self, export_dir: Path, threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        self.export_dir = resolve_export_dir(export_dir)
+        self.policy_io: PolicyIO = read_policy_io(self.export_dir)
+        onnx_path = self.export_dir / ONNX_FILE
+        options = ort.SessionOptions()
+        # One thread: a batch-1 MLP finishes in microseconds, and thread hand-offs would cost more.
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        meta = self._session.get_modelmeta().custom_metadata_map
+        if meta.get("model_sha256") != self.policy_io.model_sha256:
+            raise EmbodiedError(
+                f"{onnx_path}: model_sha256 {meta.get('model_sha256', '<missing>')[:12]} does not match "
+                f"{self.policy_io.path} ({self.policy_io.model_sha256[:12]}); the two files come from "
+                "different exports: re-export the run"
+            )
+        (inp,) = self._session.get_inputs()
+        (out,) = self._session.get_outputs()
+        self._input_name, self._output_name = inp.name, out.name
+        spec = self.io_spec
+        if inp.shape[-1] != spec.obs_dim or out.shape[-1] != spec.action_dim:
+            raise EmbodiedError(
+                f"{onnx_path} maps {inp.shape[-1]} -> {out.shape[-1]} but {self.policy_io.path} "
+                f"describes {spec.obs_dim} -> {spec.action_dim}"
+            )
+        self._batch = np.zeros((1, spec.obs_dim), dtype=np.float32)
+
+    @property
+    def io_spec(self) -> IOSpec:
+        return self.policy_io.io_spec
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """``obs [obs_dim]`` -> ``action [action_dim]`` float32 (a fresh array)."""
+        self._batch[0] = obs
+        result: Any = self._session.run([self._output_name], {self._input_name: self._batch})
+        return np.asarray(result[0][0], dtype=np.float32)

@@ -1,0 +1,244 @@
+"""A simulated robot behind ROS 2 topics: publishes its state, applies the commands it receives.
+
+``embodied sim-robot quad-hover`` runs one env of the task as if it were the real vehicle: it
+publishes ``nav_msgs/Odometry`` on every odometry input of the robot config (pose in the world,
+twist in the body frame, as ROS defines it) and maps the command message back to the policy's
+normalized action with ``policy_io``'s scale/offset. The deployment node runs in another
+process, so the whole loop crosses the middleware twice per step.
+
+Modes:
+
+- lockstep (default): after publishing a state, wait for the node's command, then step. The
+  loop runs faster than real time and every command answers the state it was computed from.
+- realtime: step every control period of wall-clock time and apply whichever command arrived
+  last (zero-order hold), as a physical robot would.
+
+Until the node arms (its commands differ from the robot's safe command), the vehicle is held
+at its initial state, like a drone waiting on the ground for its controller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from embodied.errors import EmbodiedError
+from embodied.real import messages
+from embodied.real.observation import quat_to_rotmat
+from embodied.real.robot_config import RobotConfig
+from embodied.real.safety import ActionMap
+from embodied.real.transports import Transport
+
+log = logging.getLogger(__name__)
+
+ODOMETRY = "nav_msgs/msg/Odometry"
+MAX_MISSED_IN_ROW = 10
+"""Lockstep: this many unanswered states in a row mean the node is gone; stop instead of stalling."""
+
+
+@dataclass(frozen=True)
+class SimSummary:
+    """Outcome of a sim-robot session."""
+
+    episodes: int
+    successes: int
+    success_rate: float
+    mean_episode_steps: float
+    steps: int
+    commands: int
+    missed_commands: int
+    """Steps where no command arrived in time (the previous command was held)."""
+    rtt_ms: tuple[float, float, float]
+    """State publish -> command arrival, p50/p90/p99 (lockstep mode)."""
+    wall_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def odometry_values(pos_w: np.ndarray, quat_wxyz: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray) -> dict[str, Any]:
+    """Nested field values of a ``nav_msgs/Odometry`` for one rigid body (twist in the body frame)."""
+    w, x, y, z = (float(v) for v in quat_wxyz)
+    lin_vel_b = quat_to_rotmat(np.asarray(quat_wxyz, dtype=np.float64)).T @ lin_vel_w
+    now_ns = time.time_ns()
+
+    def xyz(v: np.ndarray) -> dict[str, float]:
+        return {"x": float(v[0]), "y": float(v[1]), "z": float(v[2])}
+
+    return {
+        "header": {"stamp": {"sec": now_ns // 1_000_000_000, "nanosec": now_ns % 1_000_000_000}, "frame_id": "world"},
+        "child_frame_id": "base_link",
+        "pose": {"pose": {"position": xyz(pos_w), "orientation": {"x": x, "y": y, "z": z, "w": w}}},
+        "twist": {"twist": {"linear": xyz(lin_vel_b), "angular": xyz(ang_vel_b)}},
+    }
+
+
+class SimRobot:
+    """One env of a task published over ``transport`` with the topics of ``robot``."""
+
+    def __init__(self, env: Any, robot: RobotConfig, transport: Transport) -> None:
+        if env.num_envs != 1:
+            raise EmbodiedError(f"sim-robot drives exactly one env, got num_envs={env.num_envs}")
+        if not callable(getattr(env, "physical_state", None)):
+            raise EmbodiedError(
+                f"{type(env).__name__} has no physical_state(); sim-robot needs the raw rigid-body state "
+                "(position_w, quat_wb, lin_vel_w, ang_vel_b) that tasks on the quadrotor backend provide"
+            )
+        self.env = env
+        self.robot = robot
+        self._check_setpoint()
+        self.actions = ActionMap.from_io_spec(env.io_spec())
+        odom_inputs = [i for i in robot.inputs.values() if i.type == ODOMETRY]
+        others = [i.name for i in robot.inputs.values() if i.type != ODOMETRY]
+        if not odom_inputs or others:
+            raise EmbodiedError(
+                f"{robot.path}: sim-robot publishes {ODOMETRY} only; the config's inputs {others or '(none)'} "
+                "cannot be simulated"
+            )
+        self._publishers = [transport.publisher(i.topic, i.type, i.qos) for i in odom_inputs]
+        self._cond = threading.Condition()
+        self._command: np.ndarray | None = None
+        self._command_count = 0
+        self._bad_commands = 0
+        cmd = robot.command
+        transport.subscribe(cmd.topic, cmd.type, cmd.qos, self._on_command)
+        self._safe = None if robot.safety.safe_command is None else np.asarray(robot.safety.safe_command)
+
+    def _on_command(self, message: Any) -> None:
+        values = messages.to_vector(messages.get_path(message, self.robot.command.path))
+        if values.shape != (len(self.actions.scale),) or not np.isfinite(values).all():
+            self._bad_commands += 1
+            log.error("ignoring command with %d values (want %d) or non-finite entries", values.size, len(self.actions.scale))
+            return
+        with self._cond:
+            self._command = values
+            self._command_count += 1
+            self._cond.notify_all()
+
+    def _check_setpoint(self) -> None:
+        # Odometry carries true world positions; the node subtracts its own setpoint parameter,
+        # which must therefore be the task's setpoint for the comparison with simulation to hold.
+        setpoint = self.env.physical_state().get("setpoint_w")
+        wanted = self.robot.params.get("setpoint_w")
+        if setpoint is not None and wanted is not None:
+            task_sp = torch.as_tensor(setpoint).reshape(-1, 3)[0].double().cpu().numpy()
+            if not np.allclose(task_sp, wanted, atol=1e-6):
+                raise EmbodiedError(
+                    f"the task's setpoint is {task_sp.tolist()} but {self.robot.path} has setpoint_w "
+                    f"{list(wanted)}: pass --param setpoint_w={task_sp.tolist()} to both sim-robot and deploy"
+                )
+
+    def publish_state(self) -> None:
+        state = self.env.physical_state()
+
+        def row(key: str) -> np.ndarray:
+            return state[key][0].detach().cpu().double().numpy()
+
+        message = messages.make(
+            ODOMETRY, odometry_values(row("position_w"), row("quat_wb"), row("lin_vel_w"), row("ang_vel_b"))
+        )
+        for publish in self._publishers:
+            publish(message)
+
+    def _wait_command(self, after: int, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._command_count > after, timeout=timeout_s)
+
+    def _armed_command(self) -> bool:
+        with self._cond:
+            cmd = self._command
+        return cmd is not None and (self._safe is None or not np.allclose(cmd, self._safe))
+
+    def wait_until_armed(self, timeout_s: float) -> None:
+        """Republish the (frozen) initial state until the node sends a non-safe command."""
+        deadline = time.monotonic() + timeout_s
+        period = self.env.dt
+        while time.monotonic() < deadline:
+            with self._cond:
+                count = self._command_count
+            self.publish_state()
+            self._wait_command(count, period)
+            if self._armed_command():
+                return
+            time.sleep(max(0.0, period - 0.001))
+        raise EmbodiedError(
+            f"no armed command on {self.robot.command.topic} within {timeout_s:.0f} s: is `embodied deploy` "
+            "running with the same robot config, transport and domain?"
+        )
+
+    def run(
+        self,
+        episodes: int | None = None,
+        seconds: float | None = None,
+        seed: int = 0,
+        realtime: bool = False,
+        command_timeout_s: float = 0.5,
+        arm_timeout_s: float = 30.0,
+    ) -> SimSummary:
+        """Fly until ``episodes`` episodes ended or ``seconds`` of wall time passed."""
+        if episodes is None and seconds is None:
+            raise EmbodiedError("give a stop condition: --episodes N and/or --seconds S")
+        env = self.env
+        env.reset(seed=seed)
+        t_arm = time.monotonic()
+        self.wait_until_armed(arm_timeout_s)
+        log.info("node armed after %.2f s; flying", time.monotonic() - t_arm)
+        t0 = time.monotonic()
+        done_episodes = successes = steps = missed = missed_in_row = 0
+        lengths: list[int] = []
+        rtts: list[float] = []
+        ep_len = 0
+        period = float(env.dt)
+        next_tick = time.monotonic()
+        while (episodes is None or done_episodes < episodes) and (seconds is None or time.monotonic() - t0 < seconds):
+            with self._cond:
+                count = self._command_count
+            sent = time.perf_counter()
+            self.publish_state()
+            if realtime:
+                next_tick += period
+                time.sleep(max(0.0, next_tick - time.monotonic()))
+                if self._command_count == count:
+                    missed += 1
+            elif self._wait_command(count, command_timeout_s):
+                rtts.append(time.perf_counter() - sent)
+                missed_in_row = 0
+            else:
+                missed += 1
+                missed_in_row += 1
+                if missed_in_row >= MAX_MISSED_IN_ROW:
+                    raise EmbodiedError(
+                        f"{missed_in_row} states in a row got no command on {self.robot.command.topic} "
+                        f"within {command_timeout_s} s: the node stopped"
+                    )
+            with self._cond:
+                command = self._command
+            assert command is not None  # set before wait_until_armed returned
+            action = torch.as_tensor(self.actions.to_normalized(command), dtype=torch.float32, device=env.device)
+            _obs, _reward, terminated, truncated, info = env.step(action.reshape(1, -1))
+            steps += 1
+            ep_len += 1
+            if bool(terminated[0] | truncated[0]):
+                done_episodes += 1
+                successes += int(bool(info["success"][0]))
+                lengths.append(ep_len)
+                ep_len = 0
+        wall = time.monotonic() - t0
+        p50, p90, p99 = (np.percentile(rtts, [50, 90, 99]) * 1e3).tolist() if rtts else [float("nan")] * 3
+        return SimSummary(
+            episodes=done_episodes,
+            successes=successes,
+            success_rate=successes / done_episodes if done_episodes else float("nan"),
+            mean_episode_steps=float(np.mean(lengths)) if lengths else float("nan"),
+            steps=steps,
+            commands=self._command_count,
+            missed_commands=missed,
+            rtt_ms=(p50, p90, p99),
+            wall_s=wall,
+        )

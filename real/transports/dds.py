@@ -1,0 +1,202 @@
+"""Cyclone DDS transport that speaks ROS 2's wire conventions without a ROS 2 install.
+
+ROS 2 nodes using ``rmw_cyclonedds_cpp`` see the topics and types published here as their own:
+the DDS topic is ``rt/<ros topic>``, the DDS type ``<pkg>::msg::dds_::<Type>_``, the payload
+plain CDR (XCDR1, little endian). The Cyclone DDS structs are generated at run time from
+``rosbags``' ROS 2 message definitions, and tests check their serialization byte for byte
+against ``rosbags``' CDR serializer.
+
+Process-wide: Cyclone DDS reads its configuration once per domain; :func:`loopback_config`
+pins traffic to ``lo`` (no multicast, peer 127.0.0.1) for tests and single-machine loops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from embodied.real import messages
+from embodied.real.messages import ARRAY, BASE, NAME
+from embodied.real.transports import MessageCallback, Publish, qos_profile
+
+log = logging.getLogger(__name__)
+
+LOOPBACK_CONFIG_FILE = Path(__file__).with_name("cyclonedds_loopback.xml")
+"""The same loopback pinning as a file, for ``CYCLONEDDS_URI=file://...`` in ROS 2 shells."""
+
+
+def loopback_config() -> str:
+    """Cyclone DDS XML that keeps all traffic on the loopback interface."""
+    return LOOPBACK_CONFIG_FILE.read_text()
+
+
+_LOOPBACK_DOMAINS: dict[int, Any] = {}
+_DOMAINS_LOCK = threading.Lock()
+
+
+def _idl_types() -> Any:
+    # Typed as Any: Cyclone's generic markers (array[T, N], sequence[T]) are subscripted at
+    # run time in a way its stubs do not declare.
+    from cyclonedds.idl import types
+
+    return types
+
+
+def _idl_base(base: str, bound: int) -> Any:
+    t = _idl_types()
+
+    if base == "string":
+        return t.bounded_str[bound] if bound else str
+    table: dict[str, Any] = {
+        "bool": bool,
+        "byte": t.byte,
+        "octet": t.byte,
+        "char": t.uint8,  # ROS 2 maps char to uint8 on the wire
+        "int8": t.int8,
+        "uint8": t.uint8,
+        "int16": t.int16,
+        "uint16": t.uint16,
+        "int32": t.int32,
+        "uint32": t.uint32,
+        "int64": t.int64,
+        "uint64": t.uint64,
+        "float32": t.float32,
+        "float64": t.float64,
+    }
+    return table[base]
+
+
+def _idl_field(kind: int, spec: Any) -> Any:
+    t = _idl_types()
+
+    if kind == BASE:
+        return _idl_base(*spec)
+    if kind == NAME:
+        return idl_struct(spec)
+    (item_kind, item_spec), length = spec
+    item = _idl_field(item_kind, item_spec)
+    if kind == ARRAY:
+        return t.array[item, length]
+    return t.sequence[item, length] if length else t.sequence[item]
+
+
+@cache
+def idl_struct(type_name: str) -> Any:
+    """The Cyclone DDS struct class of ROS 2 message ``pkg/msg/Type``, from its definition."""
+    from cyclonedds.idl import make_idl_struct
+
+    annotations = {name: _idl_field(kind, spec) for name, (kind, spec) in messages.fields(type_name)}
+    return make_idl_struct(type_name.rsplit("/", 1)[1] + "_", messages.dds_type_name(type_name), annotations)
+
+
+def to_idl(message: Any, type_name: str) -> Any:
+    """Convert a ``rosbags`` message into an instance of :func:`idl_struct` ``(type_name)``."""
+    return messages.convert(message, type_name, lambda name, values: idl_struct(name)(**values))
+
+
+def _qos(name: str) -> Any:
+    from cyclonedds.core import Policy, Qos
+    from cyclonedds.util import duration
+
+    profile = qos_profile(name)
+    reliability = (
+        Policy.Reliability.Reliable(max_blocking_time=duration(milliseconds=100))
+        if profile.reliable
+        else Policy.Reliability.BestEffort
+    )
+    return Qos(reliability, Policy.History.KeepLast(profile.depth), Policy.Durability.Volatile)
+
+
+class DdsTransport:
+    """A Cyclone DDS participant with ROS 2 naming. Callbacks run on Cyclone's listener thread.
+
+    ``domain_id`` defaults to ``$ROS_DOMAIN_ID`` (else 0), like ROS 2. ``loopback=True`` pins
+    the domain to ``lo``; otherwise Cyclone uses ``$CYCLONEDDS_URI`` or its defaults.
+    """
+
+    def __init__(self, domain_id: int | None = None, loopback: bool = False) -> None:
+        from cyclonedds.domain import Domain, DomainParticipant
+
+        if domain_id is None:
+            domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0"))
+        self.domain_id = domain_id
+        if loopback:
+            with _DOMAINS_LOCK:
+                # Cyclone accepts one configuration per domain and process; the Domain object
+                # must outlive every participant in it, so it is kept for the process lifetime.
+                if domain_id not in _LOOPBACK_DOMAINS:
+                    _LOOPBACK_DOMAINS[domain_id] = Domain(domain_id, loopback_config())
+        self._participant: Any = DomainParticipant(domain_id)
+        self._topics: dict[str, Any] = {}
+        self._entities: list[Any] = []
+        self._writers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self.decode_errors = 0
+        """Samples dropped because they could not be deserialized (malformed payloads)."""
+
+    def _topic(self, topic: str, type_name: str) -> Any:
+        from cyclonedds.topic import Topic
+
+        key = messages.dds_topic_name(topic)
+        with self._lock:
+            if key not in self._topics:
+                self._topics[key] = Topic(self._participant, key, idl_struct(type_name))
+            return self._topics[key]
+
+    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+        from cyclonedds.core import Listener
+        from cyclonedds.sub import DataReader
+
+        def on_data_available(reader: Any) -> None:
+            try:
+                samples = reader.take(N=64)
+            except Exception as err:  # a malformed payload must not kill the listener thread
+                self.decode_errors += 1
+                log.error("dropped undecodable sample(s) on %s (%s): %s", topic, type_name, err)
+                return
+            for sample in samples:
+                if getattr(sample.sample_info, "valid_data", True):
+                    callback(sample)
+
+        reader = DataReader(
+            self._participant,
+            self._topic(topic, type_name),
+            qos=_qos(qos),
+            listener=Listener(on_data_available=on_data_available),
+        )
+        self._entities.append(reader)
+
+    def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
+        from cyclonedds.pub import DataWriter
+
+        writer = DataWriter(self._participant, self._topic(topic, type_name), qos=_qos(qos))
+        self._entities.append(writer)
+        convert: Callable[[Any, str], Any] = to_idl
+
+        def publish(message: Any) -> None:
+            writer.write(convert(message, type_name))
+
+        self._writers[id(publish)] = writer
+        return publish
+
+    def wait_for_subscribers(self, publish: Publish, count: int = 1, timeout_s: float = 5.0) -> bool:
+        """Block until the writer behind ``publish`` has matched ``count`` readers (discovery)."""
+        writer = self._writers[id(publish)]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if writer.get_publication_matched_status().current_count >= count:
+                return True
+            time.sleep(0.005)
+        return False
+
+    def close(self) -> None:
+        self._entities.clear()
+        self._writers.clear()
+        self._topics.clear()
+        self._participant = None

@@ -1,0 +1,47 @@
+"""In-process transport: messages go straight from publisher to subscribers, synchronously.
+
+For tests and single-process simulation: the node logic runs exactly as over DDS, but
+delivery is immediate and deterministic (no discovery, no threads).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from embodied.real import messages
+from embodied.real.transports import MessageCallback, Publish, qos_profile
+
+
+class MemoryTransport:
+    """Topic -> callbacks, shared by everyone holding the same instance."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[str, list[MessageCallback]] = defaultdict(list)
+        self._types: dict[str, str] = {}
+        self.published: dict[str, list[Any]] = defaultdict(list)
+        """Every message published, per topic (for inspection)."""
+
+    def _check(self, topic: str, type_name: str, qos: str) -> None:
+        qos_profile(qos)
+        messages.check_type(type_name)
+        known = self._types.setdefault(topic, type_name)
+        if known != type_name:
+            raise ValueError(f"topic {topic} carries {known}, not {type_name}")
+
+    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+        self._check(topic, type_name, qos)
+        self._subscribers[topic].append(callback)
+
+    def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
+        self._check(topic, type_name, qos)
+
+        def publish(message: Any) -> None:
+            self.published[topic].append(message)
+            for callback in list(self._subscribers[topic]):
+                callback(message)
+
+        return publish
+
+    def close(self) -> None:
+        self._subscribers.clear()

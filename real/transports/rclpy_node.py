@@ -1,0 +1,101 @@
+"""rclpy transport: the same node logic as the DDS path, inside a real ROS 2 node.
+
+Deliberately thin: it only maps :class:`~embodied.real.transports.Transport` onto rclpy
+(subscriptions, publishers, QoS) and converts outgoing ``rosbags`` messages into rclpy
+messages field by field. Observation assembly, policy, safety and the control loop are the
+shared :class:`~embodied.real.node.PolicyNode`. rclpy is imported lazily; it comes with a
+sourced ROS 2 Humble/Jazzy install (``source /opt/ros/<distro>/setup.bash``), not from PyPI.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+from embodied.errors import EmbodiedError
+from embodied.real import messages
+from embodied.real.transports import MessageCallback, Publish, qos_profile
+
+INSTALL_HINT = (
+    "rclpy is not importable: install ROS 2 Humble or Jazzy (https://docs.ros.org/en/jazzy/Installation.html), "
+    "then `source /opt/ros/jazzy/setup.bash` in this shell, or use `--transport dds` (Cyclone DDS from PyPI)"
+)
+
+
+def rclpy_available() -> bool:
+    try:
+        importlib.import_module("rclpy")
+    except ImportError:
+        return False
+    return True
+
+
+def _message_class(type_name: str) -> Any:
+    pkg, kind, name = messages.check_type(type_name).split("/")
+    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+
+
+def to_rclpy(message: Any, type_name: str) -> Any:
+    """Copy a ``rosbags`` message into a new rclpy message of the same type."""
+
+    def build(name: str, values: dict[str, Any]) -> Any:
+        out = _message_class(name)()
+        for field_name, value in values.items():
+            setattr(out, field_name, value)
+        return out
+
+    return messages.convert(message, type_name, build)
+
+
+def _qos(name: str) -> Any:
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    profile = qos_profile(name)
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=profile.depth,
+        reliability=ReliabilityPolicy.RELIABLE if profile.reliable else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+
+
+class RclpyTransport:
+    """An rclpy node spun on a background thread; callbacks run on that thread."""
+
+    def __init__(self, node_name: str = "embodied_policy", node: Any = None) -> None:
+        try:
+            import rclpy
+            from rclpy.executors import SingleThreadedExecutor
+        except ImportError as err:
+            raise EmbodiedError(INSTALL_HINT) from err
+        self._owns_context = node is None
+        if node is None:
+            if not rclpy.ok():
+                rclpy.init()
+            node = rclpy.create_node(node_name)
+        self.node = node
+        self._executor = SingleThreadedExecutor()
+        self._executor.add_node(node)
+        self._thread = threading.Thread(target=self._executor.spin, name="rclpy-spin", daemon=True)
+        self._thread.start()
+
+    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+        self.node.create_subscription(_message_class(type_name), topic, callback, _qos(qos))
+
+    def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
+        pub = self.node.create_publisher(_message_class(type_name), topic, _qos(qos))
+
+        def publish(message: Any) -> None:
+            pub.publish(to_rclpy(message, type_name))
+
+        return publish
+
+    def close(self) -> None:
+        import rclpy
+
+        self._executor.shutdown()
+        if self._owns_context:
+            self.node.destroy_node()
+            if rclpy.ok():
+                rclpy.shutdown()

@@ -1,0 +1,493 @@
+"""Batched rigid-body quadrotor (Crazyflie 2.x class) in torch, CPU or CUDA.
+
+Frames follow ``docs/conventions.md``: world z up, body FLU, quaternion ``(w, x, y, z)``
+rotating body vectors into the world, motors M1..M4 = front-right, back-right, back-left,
+front-left with M1/M3 spinning clockwise (reaction torque +z on the body).
+
+The state of ``N`` vehicles is one packed float32 tensor ``[N, 17]``::
+
+    position_w (3, m) | quat_wb (4) | lin_vel_w (3, m/s) | ang_vel_b (3, rad/s) | motor_rpm (4)
+
+:func:`rk4_step` advances it by one control period. It is a pure tensor function (no Python
+branching on data, no in-place writes) so ``torch.compile`` can fuse it; :class:`Quadrotor`
+holds the state, the per-env parameters and the disturbances, and calls it eagerly or
+compiled (opt-in, compiled once per process).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from embodied.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+STATE_DIM = 17
+POS = slice(0, 3)
+QUAT = slice(3, 7)
+LIN_VEL = slice(7, 10)
+ANG_VEL = slice(10, 13)
+RPM = slice(13, 17)
+
+RPM_TO_RAD_S = 2.0 * math.pi / 60.0
+
+
+@dataclass(frozen=True)
+class QuadrotorParams:
+    """Nominal physical parameters (Crazyflie 2.x, published system-identification data)."""
+
+    mass_kg: float = 0.027
+    """Take-off mass including battery."""
+    inertia_kgm2: tuple[float, float, float] = (1.66e-5, 1.66e-5, 2.93e-5)
+    """Principal moments of inertia about body x, y, z."""
+    arm_length_m: float = 0.046
+    """Centre of mass to rotor axis; each rotor sits at arm/sqrt(2) along body x and y."""
+    thrust_coef_n_per_rpm2: float = 3.16e-10
+    """Rotor thrust = coef * rpm^2 (N)."""
+    torque_to_thrust_m: float = 0.005964
+    """Rotor drag (yaw) torque = ratio * thrust (N m per N)."""
+    max_rpm: float = 21702.0
+    """Motor speed at full command; commands map linearly from [-1, 1] to [0, max_rpm]."""
+    motor_tau_s: float = 0.05
+    """First-order motor time constant. L2F's code uses 0.15 s, which is deliberately slow;
+    the Crazyflie's brushed 7 mm coreless motors with 45 mm propellers spin up in a few tens of
+    milliseconds, so 0.05 s sits between the two and domain randomization can widen it."""
+    gravity_mps2: float = 9.81
+    """Magnitude of gravity, acting along world -z."""
+
+    def __post_init__(self) -> None:
+        positive = {
+            "mass_kg": self.mass_kg,
+            "arm_length_m": self.arm_length_m,
+            "thrust_coef_n_per_rpm2": self.thrust_coef_n_per_rpm2,
+            "max_rpm": self.max_rpm,
+            "motor_tau_s": self.motor_tau_s,
+        }
+        for name, value in positive.items():
+            if not value > 0.0:
+                raise ConfigError(f"quadrotor params: {name} must be > 0, got {value!r}")
+        if len(self.inertia_kgm2) != 3 or min(self.inertia_kgm2) <= 0.0:
+            raise ConfigError(f"quadrotor params: inertia_kgm2 needs 3 positive values, got {self.inertia_kgm2}")
+        if self.gravity_mps2 < 0.0:
+            raise ConfigError(f"quadrotor params: gravity_mps2 must be >= 0, got {self.gravity_mps2}")
+
+    @property
+    def hover_rpm(self) -> float:
+        """Motor speed at which four rotors carry the nominal weight."""
+        return math.sqrt(self.mass_kg * self.gravity_mps2 / (4.0 * self.thrust_coef_n_per_rpm2))
+
+    @property
+    def hover_action(self) -> float:
+        """Normalized command in [-1, 1] that produces :attr:`hover_rpm` (0.334 for the defaults)."""
+        return 2.0 * self.hover_rpm / self.max_rpm - 1.0
+
+
+@dataclass(frozen=True)
+class RandomizationCfg:
+    """Per-env multiplicative ranges ``(low, high)`` on the nominal parameters, drawn uniformly
+    at every reset of that env. ``(1.0, 1.0)`` disables a parameter (the default: all off)."""
+
+    mass_scale: tuple[float, float] = (1.0, 1.0)
+    """Scales mass_kg."""
+    inertia_scale: tuple[float, float] = (1.0, 1.0)
+    """Scales each principal inertia independently."""
+    thrust_coef_scale: tuple[float, float] = (1.0, 1.0)
+    """Scales thrust_coef_n_per_rpm2 (all four rotors alike)."""
+    motor_tau_scale: tuple[float, float] = (1.0, 1.0)
+    """Scales motor_tau_s."""
+
+    def __post_init__(self) -> None:
+        for name in ("mass_scale", "inertia_scale", "thrust_coef_scale", "motor_tau_scale"):
+            low, high = getattr(self, name)
+            if not 0.0 < low <= high:
+                raise ConfigError(f"quadrotor randomization: {name} needs 0 < low <= high, got {(low, high)}")
+
+    @property
+    def enabled(self) -> bool:
+        return any(
+            r != (1.0, 1.0) for r in (self.mass_scale, self.inertia_scale, self.thrust_coef_scale, self.motor_tau_scale)
+        )
+
+    def ranges(self) -> tuple[tuple[float, float], ...]:
+        """Ranges in the column order of :attr:`Quadrotor.param_scales`: mass, Ixx, Iyy, Izz, kf, tau."""
+        return (self.mass_scale, *(self.inertia_scale,) * 3, self.thrust_coef_scale, self.motor_tau_scale)
+
+
+@dataclass(frozen=True)
+class QuadrotorCfg:
+    """Simulator settings: physics, integration, randomization, ground and bounds."""
+
+    params: QuadrotorParams = field(default_factory=QuadrotorParams)
+    """Nominal physical parameters."""
+    randomization: RandomizationCfg = field(default_factory=RandomizationCfg)
+    """Per-env domain randomization (off by default)."""
+    dt_s: float = 0.01
+    """Integration period of one :meth:`Quadrotor.step` (the task's control period)."""
+    substeps: int = 1
+    """RK4 substeps per step; raise it for very fast motors (dt/substeps must stay < 2 tau)."""
+    ground_z_m: float | None = 0.0
+    """World height of the ground plane; ``None`` disables it. Touching it is only flagged
+    (:meth:`Quadrotor.below_ground`), the task decides what that means."""
+    compile: bool = False
+    """Run the physics step through ``torch.compile`` (opt-in: ~15 s or more of cold warm-up,
+    then several times faster; compiled once per process and shape). The quad-hover task then
+    compiles its whole step (physics, observation, reward, termination)."""
+
+    def __post_init__(self) -> None:
+        if not self.dt_s > 0.0:
+            raise ConfigError(f"quadrotor: dt_s must be > 0, got {self.dt_s}")
+        if self.substeps < 1:
+            raise ConfigError(f"quadrotor: substeps must be >= 1, got {self.substeps}")
+        fastest_tau_s = self.params.motor_tau_s * self.randomization.motor_tau_scale[0]
+        # RK4 on the linear motor lag is stable for h / tau < 2.78; keep a margin.
+        if self.dt_s / self.substeps > 2.0 * fastest_tau_s:
+            raise ConfigError(
+                f"quadrotor: dt_s/substeps = {self.dt_s / self.substeps:g} s is too long for the fastest motor "
+                f"time constant {fastest_tau_s:g} s (needs <= 2 tau); raise substeps"
+            )
+
+
+TERMS_PER_OUTPUT = 4
+"""Every output of the bilinear forms below is a sum of at most this many products."""
+
+
+Tables = tuple[tuple[int, ...], tuple[int, ...], torch.Tensor]
+"""``(left_idx, right_idx, coef)`` of a bilinear form: index tuples (layout constants) and a
+coefficient tensor (which may depend on the physical parameters)."""
+
+
+def _bilinear_tables(terms: list[tuple[int, int, int, float]], out_dim: int) -> Tables:
+    """Gather tables for ``out_k = sum coef * a[i] * b[j]`` over ``terms (k, i, j, coef)``.
+
+    Returns ``(left_idx, right_idx, coef)``, each of length ``out_dim * TERMS_PER_OUTPUT``,
+    padded with zero-coefficient terms, for :func:`apply_bilinear`. Gathering only the needed
+    products keeps the work per env at ~4 products per output instead of a full outer product.
+    """
+    slots: list[list[tuple[int, int, float]]] = [[] for _ in range(out_dim)]
+    for out, i, j, coef in terms:
+        slots[out].append((i, j, coef))
+    padded = [slot + [(0, 0, 0.0)] * (TERMS_PER_OUTPUT - len(slot)) for slot in slots]
+    # Term-major order (term t of every output, then term t + 1): the final sum becomes three
+    # adds of contiguous column blocks, much cheaper on CPU than a reduction over a size-4 axis.
+    order = [padded[out][t] for t in range(TERMS_PER_OUTPUT) for out in range(out_dim)]
+    left = tuple(i for i, _, _ in order)
+    right = tuple(j for _, j, _ in order)
+    return left, right, torch.tensor([c for _, _, c in order], dtype=torch.float64)
+
+
+@functools.cache
+def _index_tensor(index: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(index, dtype=torch.long, device=device)
+
+
+def apply_bilinear(
+    a: torch.Tensor, b: torch.Tensor, left_idx: tuple[int, ...], right_idx: tuple[int, ...], coef: torch.Tensor
+) -> torch.Tensor:
+    """``[N, Ka]``, ``[N, Kb]`` -> ``[N, out_dim]`` using tables from :func:`_bilinear_tables`."""
+    if torch.compiler.is_compiling():
+        # Constant column picks fuse into one vectorized loop under inductor; a gather through
+        # an index tensor compiles to bounds-checked scalar loads (several times slower).
+        out_dim = len(left_idx) // TERMS_PER_OUTPUT
+        outputs: list[torch.Tensor] = []
+        for k in range(out_dim):
+            terms = [a[:, left_idx[n]] * b[:, right_idx[n]] * coef[n] for n in range(k, len(left_idx), out_dim)]
+            outputs.append(functools.reduce(torch.add, terms))
+        return torch.stack(outputs, dim=1)
+    # Eager: two gathers instead of dozens of column ops (launch overhead dominates).
+    a_cols = a.index_select(1, _index_tensor(left_idx, a.device))
+    b_cols = b.index_select(1, _index_tensor(right_idx, b.device))
+    prod = a_cols * b_cols * coef
+    t0, t1, t2, t3 = prod.view(a.shape[0], TERMS_PER_OUTPUT, -1).unbind(1)
+    return (t0 + t1) + (t2 + t3)
+
+
+W, X, Y, Z = 0, 1, 2, 3
+
+# R_wb entries as quadratic forms of a unit quaternion; the diagonal uses w^2+x^2+y^2+z^2 = 1
+# so every entry is a sum of products of two quaternion components.
+_ROT_TERMS: list[tuple[int, int, int, float]] = [
+    (0, W, W, 1), (0, X, X, 1), (0, Y, Y, -1), (0, Z, Z, -1),
+    (1, X, Y, 2), (1, W, Z, -2),
+    (2, X, Z, 2), (2, W, Y, 2),
+    (3, X, Y, 2), (3, W, Z, 2),
+    (4, W, W, 1), (4, X, X, -1), (4, Y, Y, 1), (4, Z, Z, -1),
+    (5, Y, Z, 2), (5, W, X, -2),
+    (6, X, Z, 2), (6, W, Y, -2),
+    (7, Y, Z, 2), (7, W, X, 2),
+    (8, W, W, 1), (8, X, X, -1), (8, Y, Y, -1), (8, Z, Z, 1),
+]  # fmt: skip
+
+ROT_TABLES = _bilinear_tables(_ROT_TERMS, 9)
+"""``rot_wb_flat [N, 9] = apply_bilinear(q, q, *ROT_TABLES)`` (row-major R_wb)."""
+
+# q_dot = 0.5 q ⊗ (0, ω) is bilinear in q and ω; (component, q index, ω index, coefficient).
+_QDOT_TERMS: list[tuple[int, int, int, float]] = [
+    (0, X, 0, -0.5), (0, Y, 1, -0.5), (0, Z, 2, -0.5),
+    (1, W, 0, 0.5), (1, Y, 2, 0.5), (1, Z, 1, -0.5),
+    (2, W, 1, 0.5), (2, Z, 0, 0.5), (2, X, 2, -0.5),
+    (3, W, 2, 0.5), (3, X, 1, 0.5), (3, Y, 0, -0.5),
+]  # fmt: skip
+
+
+def mixer_matrix(params: QuadrotorParams) -> torch.Tensor:
+    """``[4, 4]`` map from rotor thrusts (M1..M4, N) to ``(thrust_z, tau_x, tau_y, tau_z)`` in body.
+
+    Row i is rotor i. Rotor i at body ``(r_x, r_y, 0)`` pushing ``(0, 0, f)`` gives torque
+    ``(r_y f, -r_x f, 0)``; clockwise rotors (M1, M3) react with ``+ratio * f`` about z.
+    """
+    d = params.arm_length_m / math.sqrt(2.0)
+    k = params.torque_to_thrust_m
+    pos_xy = [(d, -d), (-d, -d), (-d, d), (d, d)]
+    yaw_sign = [1.0, -1.0, 1.0, -1.0]
+    rows = [[1.0, ry, -rx, k * s] for (rx, ry), s in zip(pos_xy, yaw_sign)]
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def dynamics_tables(params: QuadrotorParams) -> Tables:
+    """Bilinear tables over the packed state giving ``[N, 11]`` = (zaxis_w 3, quat_dot 4, wrench / kf 4).
+
+    Every nonlinear product the derivative needs is a product of two state entries: the body z
+    axis (third column of R_wb) is quadratic in q, the quaternion rate bilinear in q and ω, and
+    the rotor wrench divided by the thrust coefficient is the mixer applied to rpm². Gathering
+    them in one pass keeps the eager step at few kernel launches.
+    """
+    q0, w0, r0 = QUAT.start, ANG_VEL.start, RPM.start
+    terms = [(k, q0 + i, q0 + j, c) for (r, i, j, c) in _ROT_TERMS if r in (2, 5, 8) for k in [(2, 5, 8).index(r)]]
+    terms += [(3 + out, q0 + i, w0 + j, c) for (out, i, j, c) in _QDOT_TERMS]
+    mixer = mixer_matrix(params)
+    terms += [(7 + out, r0 + rotor, r0 + rotor, float(mixer[rotor, out])) for out in range(4) for rotor in range(4)]
+    return _bilinear_tables(terms, 11)
+
+
+def quat_to_rot(quat_wb: torch.Tensor) -> torch.Tensor:
+    """Unit quaternions ``[N, 4]`` (w, x, y, z) -> row-major rotation matrices ``[N, 9]`` (body -> world)."""
+    left, right, coef = ROT_TABLES
+    return apply_bilinear(quat_wb, quat_wb, left, right, coef.to(quat_wb))
+
+
+def _derivative(state: torch.Tensor, rpm_cmd: torch.Tensor, inputs: tuple[Any, ...]) -> torch.Tensor:
+    """Time derivative ``[N, 17]`` of the packed state; ``inputs`` are :func:`rk4_step`'s
+    arguments from ``thrust_acc_coef`` to ``coef``, in order."""
+    thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b, left, right, coef = inputs
+    products = apply_bilinear(state, state, left, right, coef)
+    zaxis_w, quat_dot, thrust_u, torque_u = products.split((3, 4, 1, 3), dim=1)
+    lin_acc = torch.addcmul(ext_acc_w, zaxis_w, thrust_u * thrust_acc_coef)
+    ang_vel = state[:, ANG_VEL]
+    # Euler's equations: I dω/dt = τ - ω × (I ω), the last term being the gyroscopic coupling.
+    gyro = torch.linalg.cross(ang_vel, ang_vel * inertia)
+    ang_acc = torch.addcmul(ext_ang_acc_b, torque_u * thrust_coef - gyro, inv_inertia)
+    rpm_dot = (rpm_cmd - state[:, RPM]) * inv_tau
+    return torch.cat((state[:, LIN_VEL], quat_dot, lin_acc, ang_acc, rpm_dot), dim=1)
+
+
+def rk4_step(
+    state: torch.Tensor,
+    rpm_cmd: torch.Tensor,
+    thrust_acc_coef: torch.Tensor,
+    thrust_coef: torch.Tensor,
+    inertia: torch.Tensor,
+    inv_inertia: torch.Tensor,
+    inv_tau: torch.Tensor,
+    ext_acc_w: torch.Tensor,
+    ext_ang_acc_b: torch.Tensor,
+    left: tuple[int, ...],
+    right: tuple[int, ...],
+    coef: torch.Tensor,
+    dt_s: float,
+    substeps: int,
+) -> torch.Tensor:
+    """Advance the packed state by ``dt_s`` with ``substeps`` classic RK4 steps; pure function.
+
+    Args (``N`` envs):
+        state: ``[N, 17]`` packed state (module docstring).
+        rpm_cmd: ``[N, 4]`` motor speed setpoints (rpm), held over the step.
+        thrust_acc_coef: ``[N, 1]`` thrust coefficient / mass (m/s^2 per rpm^2).
+        thrust_coef: ``[N, 1]`` N/rpm^2.
+        inertia, inv_inertia: ``[N, 3]`` principal inertia (kg m^2) and its inverse.
+        inv_tau: ``[N, 1]`` inverse motor time constant (1/s).
+        ext_acc_w: ``[N, 3]`` gravity plus disturbance force / mass, world (m/s^2).
+        ext_ang_acc_b: ``[N, 3]`` disturbance torque / inertia, body (rad/s^2).
+        left, right, coef: :func:`dynamics_tables` on the device.
+    Returns:
+        ``[N, 17]`` new state with the quaternion renormalized.
+    """
+    h = dt_s / substeps
+    inputs = (thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b, left, right, coef)
+    for _ in range(substeps):
+        k1 = _derivative(state, rpm_cmd, inputs)
+        k2 = _derivative(torch.add(state, k1, alpha=0.5 * h), rpm_cmd, inputs)
+        k3 = _derivative(torch.add(state, k2, alpha=0.5 * h), rpm_cmd, inputs)
+        k4 = _derivative(torch.add(state, k3, alpha=h), rpm_cmd, inputs)
+        slope = torch.add(k1, k2 + k3, alpha=2.0) + k4
+        state = torch.add(state, slope, alpha=h / 6.0)
+        pos, quat, rest = state.split((3, 4, 10), dim=1)
+        state = torch.cat((pos, quat * torch.rsqrt(quat.square().sum(dim=1, keepdim=True)), rest), dim=1)
+    return state
+
+
+@functools.cache
+def compiled_rk4_step() -> Callable[..., torch.Tensor]:
+    """:func:`rk4_step` wrapped in ``torch.compile`` once per process (compiles lazily per shape).
+
+    Shapes stay static: an env keeps its size for its lifetime, and kernels specialized to it
+    vectorize better than shape-generic ones.
+    """
+    log.info("compiling the quadrotor physics step (first call takes a while)")
+    return torch.compile(rk4_step, fullgraph=True, dynamic=False)
+
+
+class Quadrotor:
+    """``num_envs`` quadrotors with per-env parameters and disturbances on one device.
+
+    Attributes:
+        state: ``[N, 17]`` packed state (module docstring); views below slice it.
+        param_scales: ``[N, 6]`` multipliers of the nominal (mass, Ixx, Iyy, Izz, kf, tau).
+        force_w: ``[N, 3]`` disturbance force in world (N). torque_b: ``[N, 3]`` in body (N m).
+    """
+
+    def __init__(self, cfg: QuadrotorCfg, num_envs: int, device: torch.device, generator: torch.Generator) -> None:
+        if num_envs < 1:
+            raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
+        self.cfg = cfg
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.generator = generator
+        p = cfg.params
+        f32 = torch.float32
+        self.nominal = torch.tensor(
+            [p.mass_kg, *p.inertia_kgm2, p.thrust_coef_n_per_rpm2, p.motor_tau_s], dtype=f32, device=self.device
+        )  # [6], column order of param_scales
+        ranges = torch.tensor(cfg.randomization.ranges(), dtype=f32, device=self.device)  # [6, 2]
+        self._scale_low = ranges[:, 0]
+        self._scale_span = ranges[:, 1] - ranges[:, 0]
+        left, right, coef = dynamics_tables(p)
+        self.tables: Tables = (left, right, coef.to(dtype=f32, device=self.device))
+        """:func:`dynamics_tables` on the device."""
+        left, right, coef = ROT_TABLES
+        self.rot_tables: Tables = (left, right, coef.to(dtype=f32, device=self.device))
+        """ROT_TABLES on the device."""
+        self.gravity_w = torch.tensor([0.0, 0.0, -p.gravity_mps2], dtype=f32, device=self.device)
+        self.state = torch.zeros(num_envs, STATE_DIM, dtype=f32, device=self.device)
+        self.state[:, 3] = 1.0
+        self.param_scales = torch.ones(num_envs, 6, dtype=f32, device=self.device)
+        self.force_w = torch.zeros(num_envs, 3, dtype=f32, device=self.device)
+        self.torque_b = torch.zeros(num_envs, 3, dtype=f32, device=self.device)
+        self.refresh_params()
+        self._step_fn: Callable[..., torch.Tensor] = compiled_rk4_step() if cfg.compile else rk4_step
+
+    # ----------------------------------------------------------------- parameters
+    def refresh_params(self) -> None:
+        """Recompute the derived per-env tensors the physics step reads; call after writing
+        ``param_scales`` in place."""
+        values = self.param_scales * self.nominal  # [N, 6]
+        self.mass_kg = values[:, 0:1].contiguous()
+        self.inv_mass = 1.0 / self.mass_kg
+        self.inertia = values[:, 1:4].contiguous()
+        self.inv_inertia = 1.0 / self.inertia
+        self.thrust_coef = values[:, 4:5].contiguous()
+        self.thrust_acc_coef = self.thrust_coef * self.inv_mass
+        self.inv_tau = 1.0 / values[:, 5:6]
+
+    def randomize(self, mask: torch.Tensor | None = None) -> None:
+        """Redraw the parameter scales of envs where ``mask [N] bool`` (all if None).
+
+        Draws nothing (and consumes no random numbers) when randomization is disabled.
+        """
+        if not self.cfg.randomization.enabled:
+            return
+        scales = self.sample_param_scales(self.num_envs)
+        # Masked-out rows keep their scales.
+        self.param_scales = scales if mask is None else torch.where(mask.unsqueeze(1), scales, self.param_scales)
+        self.refresh_params()
+
+    def sample_param_scales(self, count: int) -> torch.Tensor:
+        """``[count, 6]`` draws from the randomization ranges (inertia axes independent);
+        ones, without consuming random numbers, when randomization is disabled."""
+        if not self.cfg.randomization.enabled:
+            return torch.ones(count, 6, device=self.device)
+        u = torch.rand(count, 6, generator=self.generator, device=self.device)
+        return self._scale_low + u * self._scale_span
+
+    def hover_rpm(self) -> torch.Tensor:
+        """``[N, 1]`` per-env motor speed that balances gravity with the current parameters."""
+        return torch.sqrt(self.mass_kg * self.cfg.params.gravity_mps2 / (4.0 * self.thrust_coef))
+
+    # ----------------------------------------------------------------- state views
+    @property
+    def position_w(self) -> torch.Tensor:
+        return self.state[:, POS]
+
+    @property
+    def quat_wb(self) -> torch.Tensor:
+        return self.state[:, QUAT]
+
+    @property
+    def lin_vel_w(self) -> torch.Tensor:
+        return self.state[:, LIN_VEL]
+
+    @property
+    def ang_vel_b(self) -> torch.Tensor:
+        return self.state[:, ANG_VEL]
+
+    @property
+    def motor_rpm(self) -> torch.Tensor:
+        return self.state[:, RPM]
+
+    def rot_wb(self) -> torch.Tensor:
+        """``[N, 9]`` row-major rotation matrices body -> world of the current attitudes."""
+        quat = self.state[:, QUAT]
+        return apply_bilinear(quat, quat, *self.rot_tables)
+
+    def below_ground(self) -> torch.Tensor:
+        """``[N] bool``: centre of mass at or below the ground plane (all False without a ground)."""
+        if self.cfg.ground_z_m is None:
+            return torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        return self.state[:, 2] <= self.cfg.ground_z_m
+
+    # ----------------------------------------------------------------- stepping
+    def step(self, rpm_cmd: torch.Tensor) -> torch.Tensor:
+        """Advance ``dt_s`` holding ``rpm_cmd [N, 4]`` (clamped to [0, max_rpm]); returns the new state."""
+        rpm_cmd = rpm_cmd.clamp(0.0, self.cfg.params.max_rpm)
+        self.state = self._step_fn(self.state, rpm_cmd, *self.physics_inputs(), self.cfg.dt_s, self.cfg.substeps)
+        return self.state
+
+    def physics_inputs(self) -> tuple[Any, ...]:
+        """The per-env and table arguments of :func:`rk4_step` after ``state`` and ``rpm_cmd``,
+        for callers that fuse the physics into a larger pure function."""
+        return (
+            self.thrust_acc_coef,
+            self.thrust_coef,
+            self.inertia,
+            self.inv_inertia,
+            self.inv_tau,
+            torch.addcmul(self.gravity_w, self.force_w, self.inv_mass),
+            self.torque_b * self.inv_inertia,
+            *self.tables,
+        )
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Physics state, parameter scales and disturbances (clones)."""
+        return {
+            "state": self.state.clone(),
+            "param_scales": self.param_scales.clone(),
+            "force_w": self.force_w.clone(),
+            "torque_b": self.torque_b.clone(),
+        }
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        for key in ("state", "param_scales", "force_w", "torque_b"):
+            expected = getattr(self, key).shape
+            if sd[key].shape != expected:
+                raise ConfigError(f"quadrotor state {key!r}: shape {tuple(sd[key].shape)} != {tuple(expected)}")
+        self.state = sd["state"].to(self.device, torch.float32).clone()
+        self.param_scales = sd["param_scales"].to(self.device, torch.float32).clone()
+        self.force_w = sd["force_w"].to(self.device, torch.float32).clone()
+        self.torque_b = sd["torque_b"].to(self.device, torch.float32).clone()
+        self.refresh_params()

@@ -1,0 +1,595 @@
+"""``quad-hover``: fly a Crazyflie-class quadrotor to a setpoint and hold it (after L2F).
+
+Episodes start from L2F's distribution (10 % level at the setpoint, the rest displaced, tilted,
+moving and spinning), last 500 control steps of 10 ms, and end early when any position axis
+leaves a box around the setpoint. Observation and action layouts follow ``docs/conventions.md``
+so the firmware can assemble the same observation on board.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+
+from embodied.config import ConfigError, to_plain
+from embodied.env import ObsDict, StepResult
+from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.sim.quadrotor import (
+    ANG_VEL,
+    LIN_VEL,
+    POS,
+    QUAT,
+    RPM,
+    Quadrotor,
+    QuadrotorCfg,
+    Tables,
+    apply_bilinear,
+    rk4_step,
+)
+
+POLICY_STATE_DIM = 18
+"""pos_err_w (3) + rot_wb (9) + lin_vel_w (3) + ang_vel_b (3)."""
+CRITIC_DIM = POLICY_STATE_DIM + 4 + 6 + 6
+"""Noise-free state, normalized motor speeds (4), parameter scales - 1 (6), disturbance force/torque (6)."""
+
+INIT_ROW_DIM = 17 + 6 + 6
+"""One initial condition: packed sim state (17), parameter scales (6), force_w and torque_b (6)."""
+
+CONVENTIONS: dict[str, str] = {
+    "world_frame": "right-handed, z up, gravity along -z",
+    "body_frame": "FLU: x forward, y left, z up",
+    "quaternion": "(w, x, y, z), body -> world",
+    "rotation_matrix": "R_wb (body -> world), row-major",
+    "lin_vel": "world frame, m/s",
+    "ang_vel": "body frame, rad/s",
+    "motor_order": "M1 front-right CW, M2 back-right CCW, M3 back-left CW, M4 front-left CCW",
+    "action": "rpm = (a + 1) / 2 * max_rpm per motor, M1..M4",
+}
+
+
+@dataclass(frozen=True)
+class QuadHoverCfg:
+    """Hover task settings; defaults follow L2F (REFERENCE.md) without its curriculum."""
+
+    sim: QuadrotorCfg = field(default_factory=QuadrotorCfg)
+    """Simulator: physical parameters, randomization, integration, ground, compile."""
+    episode_steps: int = 500
+    """Control steps per episode (5 s at the 10 ms control period)."""
+    setpoint_w: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    """Target position in world (m); 1 m up keeps the whole termination box above the ground."""
+    action_history: int = 1
+    """H: number of previous actions in the policy observation (newest first)."""
+    init_level_fraction: float = 0.1
+    """Fraction of episodes that start exactly at the setpoint, level and at rest."""
+    init_pos_range_m: float = 0.2
+    """Other episodes start uniformly within ± this per axis around the setpoint."""
+    init_max_angle_rad: float = math.pi / 2
+    """Initial attitude: rotation about a uniformly random axis by up to this angle (bounds the tilt)."""
+    init_lin_vel_mps: float = 1.0
+    """Initial linear velocity uniform within ± this per world axis."""
+    init_ang_vel_rad_s: float = 1.0
+    """Initial angular velocity uniform within ± this per body axis."""
+    obs_noise_std: tuple[float, float, float, float] = (0.001, 0.001, 0.002, 0.002)
+    """Gaussian noise σ on the policy's pos_err_w, rot_wb, lin_vel_w, ang_vel_b (L2F values)."""
+    disturbance_force_std_n: float = 0.0132
+    """Per-episode constant world force on each env, N(0, σ) per axis."""
+    disturbance_torque_std_nm: float = 2.6e-5
+    """Per-episode constant body torque on each env, N(0, σ) per axis."""
+    reward_constant: float = 2.0
+    """Alive bonus added every step."""
+    reward_scale: float = 0.5
+    """Multiplies the sum of weighted costs below (L2F: r = c - scale * costs)."""
+    pos_weight: float = 10.0
+    """Weight of ||pos_err||^2 (m^2)."""
+    orientation_weight: float = 5.0
+    """Weight of 1 - q_w^2 (0 level and heading-aligned, 1 at 180°)."""
+    lin_vel_weight: float = 0.1
+    """Weight of ||lin_vel_w||^2."""
+    action_weight: float = 0.1
+    """Weight of ||action - hover_action||^2."""
+    termination_penalty: float = 0.0
+    """Subtracted once on the step an episode terminates early."""
+    position_bound_m: float = 0.6
+    """Terminate when any axis of the position error exceeds this."""
+    success_radius_m: float = 0.1
+    """Success: distance to the setpoint at the end of a full-length episode below this."""
+    success_max_tilt_rad: float = math.radians(10.0)
+    """Success: tilt (angle between body z and world z) at the end below this."""
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ConfigError(f"quad-hover: {msg}")
+
+        need(self.episode_steps >= 1, f"episode_steps must be >= 1, got {self.episode_steps}")
+        need(self.action_history >= 0, f"action_history must be >= 0, got {self.action_history}")
+        need(0.0 <= self.init_level_fraction <= 1.0, "init_level_fraction must be in [0, 1]")
+        for name in (
+            "init_pos_range_m",
+            "init_max_angle_rad",
+            "init_lin_vel_mps",
+            "init_ang_vel_rad_s",
+            "disturbance_force_std_n",
+            "disturbance_torque_std_nm",
+            "reward_scale",
+            "termination_penalty",
+        ):
+            need(getattr(self, name) >= 0.0, f"{name} must be >= 0, got {getattr(self, name)}")
+        need(min(self.obs_noise_std) >= 0.0, f"obs_noise_std must be >= 0, got {self.obs_noise_std}")
+        need(self.init_max_angle_rad <= math.pi, "init_max_angle_rad must be <= pi")
+        need(self.position_bound_m > 0.0, "position_bound_m must be > 0")
+        need(
+            self.init_pos_range_m < self.position_bound_m,
+            f"init_pos_range_m ({self.init_pos_range_m}) must be below position_bound_m ({self.position_bound_m})",
+        )
+        need(self.success_radius_m > 0.0 and self.success_max_tilt_rad > 0.0, "success thresholds must be > 0")
+        ground = self.sim.ground_z_m
+        need(
+            ground is None or self.setpoint_w[2] - self.position_bound_m > ground,
+            f"setpoint_w z ({self.setpoint_w[2]}) minus position_bound_m ({self.position_bound_m}) must stay above "
+            f"the ground at z={ground} so no episode can reach the ground before the bound terminates it",
+        )
+
+    @property
+    def obs_dim(self) -> int:
+        """Size of the policy observation: 18 + 4 H."""
+        return POLICY_STATE_DIM + 4 * self.action_history
+
+
+class QuadHover:
+    """``num_envs`` hover episodes on the built-in quadrotor; implements :class:`embodied.env.VecEnv`.
+
+    Observation groups: ``"policy"`` ``[N, 18 + 4H]`` (conventions.md layout, noisy) and
+    ``"critic"`` ``[N, 34]`` (noise-free state 18, motor speeds mapped to [-1, 1] 4, parameter
+    scales - 1 6, disturbance force and torque divided by their σ 6). Actions ``[N, 4]`` in [-1, 1].
+    """
+
+    def __init__(self, cfg: QuadHoverCfg, num_envs: int, device: torch.device, seed: int) -> None:
+        self.cfg = cfg
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.dt = cfg.sim.dt_s
+        self.max_episode_steps = cfg.episode_steps
+        self.action_dim = 4
+        self.obs_spec: dict[str, tuple[int, ...]] = {"policy": (cfg.obs_dim,), "critic": (CRITIC_DIM,)}
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self.sim = Quadrotor(cfg.sim, self.num_envs, self.device, self.generator)
+
+        p = cfg.sim.params
+        f32 = torch.float32
+        self.hover_action = p.hover_action
+        self._rpm_per_action = 0.5 * p.max_rpm
+        self._setpoint_w = torch.tensor(cfg.setpoint_w, dtype=f32, device=self.device)
+        noise = cfg.obs_noise_std
+        self._noise_std = torch.tensor(
+            [noise[0]] * 3 + [noise[1]] * 9 + [noise[2]] * 3 + [noise[3]] * 3, dtype=f32, device=self.device
+        )
+        self._noisy = max(noise) > 0.0
+        self._disturb_std = torch.tensor(
+            [cfg.disturbance_force_std_n] * 3 + [cfg.disturbance_torque_std_nm] * 3, dtype=f32, device=self.device
+        )
+        # Critic scaling of the disturbances: unit variance when enabled, raw when disabled.
+        self._disturb_norm = 1.0 / torch.where(
+            self._disturb_std > 0, self._disturb_std, torch.ones_like(self._disturb_std)
+        )
+        self._cos_success_tilt = math.cos(cfg.success_max_tilt_rad)
+        self._no_success = torch.zeros((), dtype=torch.bool, device=self.device)
+        k = -cfg.reward_scale
+        self._consts = CoreConsts(
+            dt_s=cfg.sim.dt_s,
+            substeps=cfg.sim.substeps,
+            rpm_per_action=self._rpm_per_action,
+            hover_action=self.hover_action,
+            k_pos=k * cfg.pos_weight,
+            k_ori=k * cfg.orientation_weight,
+            k_vel=k * cfg.lin_vel_weight,
+            k_act=k * cfg.action_weight,
+            alive=cfg.reward_constant,
+            termination_penalty=cfg.termination_penalty,
+            position_bound_m=cfg.position_bound_m,
+            max_episode_steps=cfg.episode_steps,
+            history=cfg.action_history,
+        )
+        self._core: Callable[..., dict[str, Any]] = compiled_step_core() if cfg.sim.compile else step_core
+        self._host_checks = self.device.type == "cpu"
+        """Data-dependent branches (skip the reset when no env ended, index only ended envs) are
+        free on CPU; elsewhere every step takes the branch-free path and never syncs."""
+        self._hover_rpm_nominal = p.hover_rpm
+        # On CPU, episodes restart from a pool of pre-drawn initial conditions (state, parameter
+        # scales, disturbances) refilled in bulk: a handful of ops per reset instead of ~40.
+        self._pool_size = max(1024, 4 * self.num_envs)
+        self._pool = torch.zeros(0, INIT_ROW_DIM, dtype=f32, device=self.device)
+        self._pool_cursor = 0
+        self._critic_static = torch.zeros(self.num_envs, 12, dtype=f32, device=self.device)
+        """``[N, 12]`` per-episode critic inputs: parameter scales - 1 and normalized disturbances."""
+
+        self.action_hist = torch.zeros(self.num_envs, 4 * cfg.action_history, dtype=f32, device=self.device)
+        """``[N, 4H]`` previous actions, newest first."""
+        self.episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        """``[N]`` steps taken in the current episode."""
+        self.reset(seed)
+
+    # ------------------------------------------------------------------ VecEnv
+    def reset(self, seed: int | None = None) -> ObsDict:
+        """Reset every env (new initial states, parameters, disturbances); returns the observation."""
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        self._pool = self._pool[:0]  # drawn from the old stream: discard
+        self._pool_cursor = 0
+        self._reset_envs(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+        return self.observe()
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        """Apply ``action [N, 4]`` for one control period; auto-resets ended episodes.
+
+        Returns ``(obs, reward [N], terminated [N], truncated [N], info)`` with ``info`` keys
+        ``final_obs``, ``reward_terms`` (dict of ``[N]``), ``success`` (``[N]`` bool, set only
+        where truncated after a full episode and close to the setpoint and level).
+        """
+        obs_noise = self._draw_obs_noise()
+        out = self._core(
+            self.sim.state,
+            action.to(self.device, torch.float32),
+            self.action_hist,
+            self.episode_step,
+            self._critic_static,
+            obs_noise,
+            self._setpoint_w,
+            self.sim.physics_inputs(),
+            self.sim.rot_tables,
+            self._consts,
+        )
+        self.sim.state, self.action_hist, self.episode_step = out["state"], out["action_hist"], out["episode_step"]
+        terms: dict[str, torch.Tensor] = out["terms"]
+        reward, terminated, truncated = out["reward"], out["terminated"], out["truncated"]
+        obs = final_obs = {"policy": out["policy"], "critic": out["critic"]}
+        success = self._no_success.expand(self.num_envs)
+        done = terminated | truncated
+        # On CPU a host check is free and skips the reset on most steps; on accelerators the
+        # masked reset runs unconditionally so stepping never waits for the device.
+        host = self._host_checks
+        if not host or bool(done.any()):
+            pos_err_w, rot_wb = out["pos_err_w"], out["rot_wb"]
+            success = (
+                truncated
+                & (pos_err_w.square().sum(dim=1) < self.cfg.success_radius_m**2)
+                & (rot_wb[:, 8] > self._cos_success_tilt)
+            )
+            if not host or not bool(torch.isfinite(reward).all()):
+                final_obs = {k: _finite(v) for k, v in obs.items()}
+                terms = {k: _finite(v) for k, v in terms.items()}
+                reward = torch.stack(list(terms.values())).sum(dim=0)
+            self._reset_envs(done)
+            # The step's noise draw is reused: rows of envs that did not end stay identical to
+            # final_obs, and the restarted ones get noise independent of their new state.
+            obs = self._observe(obs_noise)
+        info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success}
+        return obs, reward, terminated, truncated, info
+
+    def io_spec(self) -> IOSpec:
+        """Policy observation/action fields, control period, conventions and on-board constants."""
+        cfg, p = self.cfg, self.cfg.sim.params
+        obs_fields: tuple[ObsField, ...] = (
+            ObsField("pos_err_w", 3, "m", "world", description="position - setpoint"),
+            ObsField("rot_wb", 9, "", "body->world", description="rotation matrix, row-major"),
+            ObsField("lin_vel_w", 3, "m/s", "world"),
+            ObsField("ang_vel_b", 3, "rad/s", "body"),
+        )
+        if cfg.action_history > 0:
+            obs_fields += (
+                ObsField(
+                    "prev_actions",
+                    4 * cfg.action_history,
+                    "normalized",
+                    "",
+                    description=f"last {cfg.action_history} actions sent, newest first, M1..M4 each",
+                ),
+            )
+        action = ActionField(
+            "motor_rpm",
+            4,
+            "rpm",
+            scale=0.5 * p.max_rpm,
+            offset=0.5 * p.max_rpm,
+            description="motor speed setpoints M1..M4",
+        )
+        extra: dict[str, Any] = {
+            "action_history": cfg.action_history,
+            "prev_actions_at_reset": p.hover_action,
+            "max_rpm": p.max_rpm,
+            "hover_rpm": p.hover_rpm,
+            "hover_action": p.hover_action,
+            "mass_kg": p.mass_kg,
+            "inertia_kgm2": list(p.inertia_kgm2),
+            "arm_length_m": p.arm_length_m,
+            "thrust_coef_n_per_rpm2": p.thrust_coef_n_per_rpm2,
+            "torque_to_thrust_m": p.torque_to_thrust_m,
+            "motor_tau_s": p.motor_tau_s,
+            "gravity_mps2": p.gravity_mps2,
+            "setpoint_w": list(cfg.setpoint_w),
+            "position_bound_m": cfg.position_bound_m,
+            "obs_noise_std": list(cfg.obs_noise_std),
+            "episode_steps": cfg.episode_steps,
+            "task_cfg": to_plain(cfg),
+        }
+        return IOSpec(obs_fields, (action,), self.dt, dict(CONVENTIONS), extra)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Physics, parameters, disturbances, action history, step counters and RNG state."""
+        return {
+            "sim": self.sim.state_dict(),
+            "action_hist": self.action_hist.clone(),
+            "episode_step": self.episode_step.clone(),
+            "rng": self.generator.get_state(),
+            "init_pool": self._pool[self._pool_cursor :].clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sim.load_state_dict(state["sim"])
+        if state["action_hist"].shape != self.action_hist.shape:
+            raise ConfigError(
+                f"quad-hover state: action_hist shape {tuple(state['action_hist'].shape)} != "
+                f"{tuple(self.action_hist.shape)} (different num_envs or action_history)"
+            )
+        self.action_hist = state["action_hist"].to(self.device, torch.float32).clone()
+        self.episode_step = state["episode_step"].to(self.device, torch.long).clone()
+        self.generator.set_state(state["rng"])
+        self._pool = state["init_pool"].to(self.device, torch.float32).clone()
+        self._pool_cursor = 0
+        self._refresh_critic_static()
+
+    def close(self) -> None:
+        """Nothing to release (pure tensors)."""
+
+    # ------------------------------------------------------------------ helpers
+    def observe(self, noise: bool = True) -> ObsDict:
+        """Observation of the current state (draws observation noise when ``noise``)."""
+        return self._observe(self._draw_obs_noise() if noise else None)
+
+    def _observe(self, obs_noise: torch.Tensor | None) -> ObsDict:
+        state = self.sim.state
+        policy, critic = observation(
+            state,
+            state[:, POS] - self._setpoint_w,
+            self.sim.rot_wb(),
+            self.action_hist,
+            self._critic_static,
+            obs_noise,
+            self._rpm_per_action,
+        )
+        return {"policy": policy, "critic": critic}
+
+    def _draw_obs_noise(self) -> torch.Tensor | None:
+        """``[N, 18]`` Gaussian observation noise, or None when all σ are zero."""
+        if not self._noisy:
+            return None
+        eps = torch.randn(self.num_envs, POLICY_STATE_DIM, generator=self.generator, device=self.device)
+        return eps * self._noise_std
+
+    def physical_state(self) -> dict[str, torch.Tensor]:
+        """Raw state of all envs (clones): ``position_w [N,3]`` (m), ``quat_wb [N,4]`` (w,x,y,z),
+        ``lin_vel_w [N,3]`` (m/s), ``ang_vel_b [N,3]`` (rad/s), ``motor_rpm [N,4]``, and
+        ``setpoint_w [3]`` — what the firmware software-in-the-loop needs to build its own observation."""
+        s = self.sim.state
+        return {
+            "position_w": s[:, POS].clone(),
+            "quat_wb": s[:, QUAT].clone(),
+            "lin_vel_w": s[:, LIN_VEL].clone(),
+            "ang_vel_b": s[:, ANG_VEL].clone(),
+            "motor_rpm": s[:, RPM].clone(),
+            "setpoint_w": self._setpoint_w.clone(),
+        }
+
+    def set_physical_state(
+        self,
+        env_ids: Sequence[int] | torch.Tensor | None = None,
+        *,
+        position_w: torch.Tensor | Sequence[float] | None = None,
+        quat_wb: torch.Tensor | Sequence[float] | None = None,
+        lin_vel_w: torch.Tensor | Sequence[float] | None = None,
+        ang_vel_b: torch.Tensor | Sequence[float] | None = None,
+        motor_rpm: torch.Tensor | Sequence[float] | None = None,
+        episode_step: int | None = None,
+        action_hist: torch.Tensor | Sequence[float] | None = None,
+    ) -> ObsDict:
+        """Force parts of the state of ``env_ids`` (all if None); values broadcast to ``[k, size]``.
+
+        The quaternion is normalized. Returns the (noise-free) observation of the new state.
+        """
+        ids = torch.arange(self.num_envs, device=self.device) if env_ids is None else torch.as_tensor(env_ids)
+        ids = ids.to(self.device, torch.long)
+        state = self.sim.state.clone()
+        for value, cols in (
+            (position_w, POS),
+            (quat_wb, QUAT),
+            (lin_vel_w, LIN_VEL),
+            (ang_vel_b, ANG_VEL),
+            (motor_rpm, RPM),
+        ):
+            if value is not None:
+                v = torch.as_tensor(value, dtype=torch.float32, device=self.device)
+                if cols == QUAT:
+                    v = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)
+                state[ids, cols] = v.expand(len(ids), cols.stop - cols.start)
+        self.sim.state = state
+        if episode_step is not None:
+            self.episode_step[ids] = episode_step
+        if action_hist is not None:
+            self.action_hist[ids] = torch.as_tensor(action_hist, dtype=torch.float32, device=self.device).expand(
+                len(ids), self.action_hist.shape[1]
+            )
+        return self.observe(noise=False)
+
+    def _refresh_critic_static(self) -> None:
+        disturb = torch.cat((self.sim.force_w, self.sim.torque_b), dim=1) * self._disturb_norm
+        self._critic_static = torch.cat((self.sim.param_scales - 1.0, disturb), dim=1)
+
+    def _draw_initial(self, count: int) -> torch.Tensor:
+        """``[count, INIT_ROW_DIM]`` fresh initial conditions from L2F's distribution."""
+        c, g, dev = self.cfg, self.generator, self.device
+        scales = self.sim.sample_param_scales(count)
+        u = torch.rand(count, 11, generator=g, device=dev)
+        gauss = torch.randn(count, 9, generator=g, device=dev)
+        moving = (u[:, 10:11] >= c.init_level_fraction).float()  # 0 for the level-at-setpoint starts
+        position_w = self._setpoint_w + moving * (2.0 * u[:, 0:3] - 1.0) * c.init_pos_range_m
+        # Rotation by angle ~ U[0, max] about a uniformly random axis (normalized Gaussian).
+        axis = gauss[:, 0:3] / torch.linalg.vector_norm(gauss[:, 0:3], dim=1, keepdim=True).clamp_min(1e-9)
+        half = (0.5 * c.init_max_angle_rad) * u[:, 3:4] * moving
+        quat_wb = torch.cat((torch.cos(half), axis * torch.sin(half)), dim=1)
+        lin_vel_w = moving * (2.0 * u[:, 4:7] - 1.0) * c.init_lin_vel_mps
+        ang_vel_b = moving * (2.0 * u[:, 7:10] - 1.0) * c.init_ang_vel_rad_s
+        # Motors start at each env's hover speed (thrust ∝ kf rpm² balances m g): L2F does not
+        # train from a free fall.
+        hover_rpm = self._hover_rpm_nominal * torch.sqrt(scales[:, 0:1] / scales[:, 4:5])
+        disturb = gauss[:, 3:9] * self._disturb_std
+        return torch.cat((position_w, quat_wb, lin_vel_w, ang_vel_b, hover_rpm.expand(count, 4), scales, disturb), 1)
+
+    def _take_initial(self, count: int) -> torch.Tensor:
+        """``count`` rows from the CPU pool, refilling it in bulk when it runs out."""
+        if self._pool_cursor + count > self._pool.shape[0]:
+            fresh = self._draw_initial(max(self._pool_size, count))
+            self._pool = torch.cat((self._pool[self._pool_cursor :], fresh))
+            self._pool_cursor = 0
+        rows = self._pool[self._pool_cursor : self._pool_cursor + count]
+        self._pool_cursor += count
+        return rows
+
+    def _reset_envs(self, mask: torch.Tensor) -> None:
+        """New initial conditions for envs where ``mask [N]``; action history set to hover."""
+        sim = self.sim
+        if self._host_checks:
+            ids = mask.nonzero().squeeze(1)
+            rows = self._take_initial(int(ids.numel()))
+            sim.state[ids] = rows[:, :17]
+            if self.cfg.sim.randomization.enabled:
+                sim.param_scales[ids] = rows[:, 17:23]
+                sim.refresh_params()
+            sim.force_w[ids] = rows[:, 23:26]
+            sim.torque_b[ids] = rows[:, 26:29]
+            self.action_hist[ids] = self.hover_action
+            self.episode_step[ids] = 0
+        else:  # branch-free: draw for every env, keep the rows of envs that did not end
+            rows = self._draw_initial(self.num_envs)
+            m = mask.unsqueeze(1)
+            sim.state = torch.where(m, rows[:, :17], sim.state)
+            if self.cfg.sim.randomization.enabled:
+                sim.param_scales = torch.where(m, rows[:, 17:23], sim.param_scales)
+                sim.refresh_params()
+            sim.force_w = torch.where(m, rows[:, 23:26], sim.force_w)
+            sim.torque_b = torch.where(m, rows[:, 26:29], sim.torque_b)
+            self.action_hist = torch.where(m, self.hover_action, self.action_hist)
+            self.episode_step = torch.where(mask, 0, self.episode_step)
+        self._refresh_critic_static()
+
+
+class CoreConsts(NamedTuple):
+    """Python constants of :func:`step_core` (compile specializes on them)."""
+
+    dt_s: float
+    substeps: int
+    rpm_per_action: float
+    hover_action: float
+    k_pos: float
+    k_ori: float
+    k_vel: float
+    k_act: float
+    alive: float
+    termination_penalty: float
+    position_bound_m: float
+    max_episode_steps: int
+    history: int
+
+
+def observation(
+    state: torch.Tensor,
+    pos_err_w: torch.Tensor,
+    rot_wb: torch.Tensor,
+    action_hist: torch.Tensor,
+    critic_static: torch.Tensor,
+    obs_noise: torch.Tensor | None,
+    rpm_per_action: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Policy ``[N, 18+4H]`` and critic ``[N, 34]`` observations; ``obs_noise [N, 18]`` is added
+    to the policy's state part only."""
+    clean = torch.cat((pos_err_w, rot_wb, state[:, LIN_VEL.start : ANG_VEL.stop]), dim=1)  # [N, 18]
+    noisy = clean if obs_noise is None else clean + obs_noise
+    policy = torch.cat((noisy, action_hist), dim=1) if action_hist.shape[1] > 0 else noisy
+    rpm_norm = state[:, RPM] * (1.0 / rpm_per_action) - 1.0
+    critic = torch.cat((clean, rpm_norm, critic_static), dim=1)
+    return policy, critic
+
+
+def step_core(
+    state: torch.Tensor,
+    action: torch.Tensor,
+    action_hist: torch.Tensor,
+    episode_step: torch.Tensor,
+    critic_static: torch.Tensor,
+    obs_noise: torch.Tensor | None,
+    setpoint_w: torch.Tensor,
+    physics: tuple[Any, ...],
+    rot_tables: Tables,
+    c: CoreConsts,
+) -> dict[str, Any]:
+    """Physics, observation, reward terms and termination of one step, as a pure function
+    (no randomness, no data-dependent branches) so it can run compiled; resets stay outside.
+
+    ``state [N, 17]``, ``action [N, 4]``, ``action_hist [N, 4H]``, ``episode_step [N]``,
+    ``critic_static [N, 12]``; returns the new state, history and counters, ``pos_err_w``,
+    ``rot_wb``, ``terms`` (dict of ``[N]``), ``reward``, ``terminated``, ``truncated``,
+    ``policy`` and ``critic``.
+    """
+    action = action.clamp(-1.0, 1.0)
+    state = rk4_step(state, action * c.rpm_per_action + c.rpm_per_action, *physics, c.dt_s, c.substeps)
+    episode_step = episode_step + 1
+    if c.history > 0:
+        action_hist = torch.cat((action, action_hist[:, :-4]), dim=1)
+    pos_err_w = state[:, POS] - setpoint_w
+    quat = state[:, QUAT]
+    rot_wb = apply_bilinear(quat, quat, *rot_tables)
+    terms = {
+        "position": pos_err_w.square().sum(dim=1) * c.k_pos,
+        "orientation": (1.0 - quat[:, 0].square()) * c.k_ori,
+        "velocity": state[:, LIN_VEL].square().sum(dim=1) * c.k_vel,
+        "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,
+        "alive": torch.full_like(episode_step, c.alive, dtype=state.dtype),
+    }
+    # A non-finite entry anywhere in the state reaches the position within the same RK4 step,
+    # and NaN fails every comparison, so this one check also ends diverged envs. The validated
+    # setpoint keeps the whole box above the ground, so it covers the ground as well.
+    terminated = ~(pos_err_w.abs() <= c.position_bound_m).all(dim=1)
+    truncated = (episode_step >= c.max_episode_steps) & ~terminated
+    if c.termination_penalty > 0.0:
+        terms["termination"] = terminated * -c.termination_penalty
+    reward = torch.stack(list(terms.values())).sum(dim=0)
+    policy, critic = observation(state, pos_err_w, rot_wb, action_hist, critic_static, obs_noise, c.rpm_per_action)
+    return {
+        "state": state,
+        "action_hist": action_hist,
+        "episode_step": episode_step,
+        "pos_err_w": pos_err_w,
+        "rot_wb": rot_wb,
+        "terms": terms,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "policy": policy,
+        "critic": critic,
+    }
+
+
+@functools.cache
+def compiled_step_core() -> Callable[..., dict[str, Any]]:
+    """:func:`step_core` through ``torch.compile``, once per process (static shapes)."""
+    return torch.compile(step_core, fullgraph=True, dynamic=False)
+
+
+def _finite(x: torch.Tensor) -> torch.Tensor:
+    """Replace NaN/inf by 0 so a diverged env cannot poison the learner's batch."""
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)

@@ -1,0 +1,74 @@
+"""Shared helpers of the export/firmware tests: random quad-hover-shaped policies and their exports."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from embodied.policies.mlp import ExportedPolicy, mlp
+from torch import nn
+
+from embodied.export.policy_io import weights_sha256, write_policy_io
+from embodied.io_spec import ActionField, IOSpec, ObsField
+
+MAX_RPM = 21702.0
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="host gcc not installed")
+needs_arm = pytest.mark.skipif(
+    shutil.which("arm-none-eabi-gcc") is None,
+    reason="arm-none-eabi-gcc not installed (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)",
+)
+needs_qemu = pytest.mark.skipif(
+    shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
+    reason="qemu-system-arm / arm-none-eabi-gcc not installed (apt-get install qemu-system-arm gcc-arm-none-eabi)",
+)
+
+
+def quad_io_spec(history: int = 32, period_s: float = 0.01, obs_scale: float = 1.0) -> IOSpec:
+    """The quad-hover interface of docs/conventions.md (146 inputs with H = 32)."""
+    return IOSpec(
+        obs_fields=(
+            ObsField("pos_err_w", 3, "m", "world", scale=obs_scale),
+            ObsField("rot_wb", 9, "", "body->world"),
+            ObsField("lin_vel_w", 3, "m/s", "world"),
+            ObsField("ang_vel_b", 3, "rad/s", "body"),
+            ObsField("prev_actions", 4 * history, "", ""),
+        ),
+        action_fields=(ActionField("motor_rpm", 4, "rpm", scale=MAX_RPM / 2, offset=MAX_RPM / 2),),
+        control_period_s=period_s,
+        extra={"action_history": history},
+    )
+
+
+def generic_io_spec(obs_dim: int, action_dim: int, period_s: float = 0.02) -> IOSpec:
+    return IOSpec(
+        obs_fields=(ObsField("state", obs_dim),),
+        action_fields=(ActionField("command", action_dim),),
+        control_period_s=period_s,
+    )
+
+
+def random_policy(
+    obs_dim: int = 146,
+    hidden: tuple[int, ...] = (64, 64),
+    action_dim: int = 4,
+    act: str = "tanh",
+    clip: float = 5.0,
+    seed: int = 0,
+) -> ExportedPolicy:
+    """A randomly initialized ExportedPolicy with a non-trivial normalizer."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    net: nn.Sequential = mlp(obs_dim, hidden, action_dim, act)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(1.5)  # wider than default init so hidden units saturate and activations matter
+    mean = torch.randn(obs_dim, generator=gen) * 0.2
+    std = torch.rand(obs_dim, generator=gen) + 0.3
+    return ExportedPolicy(net, mean, std, clip)
+
+
+def write_io(module: nn.Module, spec: IOSpec, out_dir: Path) -> Path:
+    return write_policy_io(out_dir, spec, weights_sha256(module), source_run="tests")

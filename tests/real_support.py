@@ -1,0 +1,91 @@
+"""Shared helpers of the ``tests/test_real_*.py`` files: small exports and message builders."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+from export_support import write_io
+
+from embodied import registry
+from embodied.export.onnx import export_onnx
+from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.policies.mlp import ExportedPolicy, mlp
+from embodied.real import messages
+
+ARM_JOINTS = ("joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6")
+
+
+def quad_spec(history: int = 2, pos_scale: float = 1.0) -> IOSpec:
+    """quad-hover's own interface (from the task), with a short action history."""
+    cfg = dataclasses.replace(registry.task_cfg("quad-hover"), action_history=history)
+    env = registry.make_env("quad-hover", cfg, 1, "cpu", 0)
+    spec: IOSpec = env.io_spec()
+    env.close()
+    fields = tuple(dataclasses.replace(f, scale=pos_scale) if f.name == "pos_err_w" else f for f in spec.obs_fields)
+    return dataclasses.replace(spec, obs_fields=fields)
+
+
+def arm_io_spec(history: int = 1, period_s: float = 0.02) -> IOSpec:
+    """The interface real/robots/ros2_control_arm.yaml is written for."""
+    return IOSpec(
+        obs_fields=(
+            ObsField("joint_pos", 6, "rad"),
+            ObsField("joint_vel", 6, "rad/s", scale=0.1),
+            ObsField("target_pos_b", 3, "m", "base"),
+            ObsField("prev_actions", 6 * history),
+        ),
+        action_fields=(ActionField("joint_pos_target", 6, "rad", scale=1.5),),
+        control_period_s=period_s,
+        extra={"action_history": history},
+    )
+
+
+def export_policy(export_dir: Path, io_spec: IOSpec, seed: int = 0, bias: float = 0.0, gain: float = 1.0) -> Path:
+    """Export a small random MLP for ``io_spec`` with the project's ONNX exporter.
+
+    The last layer is ``gain`` x its init plus ``bias``, so tests can push actions to a known side.
+    """
+    torch.manual_seed(seed)
+    net = mlp(io_spec.obs_dim, [16], io_spec.action_dim, act="tanh")
+    with torch.no_grad():
+        net[-1].weight.mul_(gain)
+        net[-1].bias.fill_(bias)
+    module = ExportedPolicy.from_normalizer(net, None, io_spec.obs_dim)
+    export_onnx(module, io_spec, export_dir)
+    write_io(module, io_spec, export_dir)
+    return export_dir
+
+
+def odometry(
+    pos_w: Any = (0.0, 0.0, 0.0),
+    quat_xyzw: Any = (0.0, 0.0, 0.0, 1.0),
+    lin_vel_b: Any = (0.0, 0.0, 0.0),
+    ang_vel_b: Any = (0.0, 0.0, 0.0),
+) -> Any:
+    """A ``nav_msgs/Odometry`` (twist in the body frame, as ROS defines it)."""
+    x, y, z = (float(v) for v in pos_w)
+    qx, qy, qz, qw = (float(v) for v in quat_xyzw)
+    vx, vy, vz = (float(v) for v in lin_vel_b)
+    wx, wy, wz = (float(v) for v in ang_vel_b)
+    return messages.make(
+        "nav_msgs/msg/Odometry",
+        {
+            "header": {"frame_id": "world"},
+            "child_frame_id": "cf",
+            "pose": {"pose": {"position": {"x": x, "y": y, "z": z}, "orientation": {"x": qx, "y": qy, "z": qz, "w": qw}}},
+            "twist": {"twist": {"linear": {"x": vx, "y": vy, "z": vz}, "angular": {"x": wx, "y": wy, "z": wz}}},
+        },
+    )
+
+
+def joint_state(names: Any, position: Any, velocity: Any) -> Any:
+    return messages.make("sensor_msgs/msg/JointState", {"name": list(names), "position": position, "velocity": velocity})
+
+
+def free_domain_id() -> int:
+    """A DDS domain unlikely to be used by a concurrent test run on this machine."""
+    return random.Random().randrange(100, 230)

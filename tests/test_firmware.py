@@ -1,0 +1,298 @@
+"""Firmware: QEMU STM32F405 self-test + instruction count, Crazyflie app (shim), observation assembly in C."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from embodied.policies.mlp import ExportedPolicy
+from embodied.sim.quadrotor import quat_to_rot
+from export_support import generic_io_spec, needs_arm, needs_gcc, needs_qemu, quad_io_spec, random_policy, write_io
+
+from embodied.errors import EmbodiedError
+from embodied.export import firmware_build as fb
+from embodied.export.c_header import generate_c
+from embodied.export.host_lib import HostPolicyLib
+
+HISTORY = 32
+
+
+def _quad_c(out: Path, module: ExportedPolicy, history: int = HISTORY) -> Path:
+    io_path = write_io(module, quad_io_spec(history=history), out)
+    generate_c(module, io_path, out / "c")
+    return out / "c"
+
+
+@pytest.fixture(scope="module")
+def quad(tmp_path_factory: pytest.TempPathFactory) -> tuple[ExportedPolicy, Path]:
+    out = tmp_path_factory.mktemp("fw")
+    module = random_policy()
+    return module, _quad_c(out, module)
+
+
+def _random_states(n: int, seed: int) -> np.ndarray:
+    """Packed raw states [n, 13] within the physical ranges the simulator produces."""
+    rng = np.random.default_rng(seed)
+    quat = rng.normal(size=(n, 4))
+    quat /= np.linalg.norm(quat, axis=1, keepdims=True)
+    pos = rng.uniform(-1.0, 1.0, size=(n, 3))
+    vel = rng.uniform(-3.0, 3.0, size=(n, 3))
+    ang = rng.uniform(-10.0, 10.0, size=(n, 3))
+    return np.concatenate([pos, quat, vel, ang], axis=1).astype(np.float32)
+
+
+def _python_obs(states: np.ndarray, setpoints: np.ndarray, history: np.ndarray) -> np.ndarray:
+    """The quad-hover observation of docs/conventions.md, computed with the simulator's own helpers."""
+    s = torch.from_numpy(states)
+    rot = quat_to_rot(s[:, 3:7])
+    return torch.cat(
+        [s[:, 0:3] - torch.from_numpy(setpoints), rot, s[:, 7:10], s[:, 10:13], torch.from_numpy(history)], dim=1
+    ).numpy()
+
+
+@needs_qemu
+def test_qemu_selftest_and_instructions_per_mac(quad: tuple[ExportedPolicy, Path], tmp_path: Path) -> None:
+    _, c_out = quad
+    report = fb.run_qemu(fb.build_qemu_elf(c_out, tmp_path))
+    assert report.selftest_passed
+    assert report.selftest_max_err <= 1e-5
+    assert report.num_macs == 146 * 64 + 64 * 64 + 64 * 4
+    # Each MAC needs at least its FMA plus a share of a load, and the target is <= 2.5.
+    assert 1.0 < report.instructions_per_mac <= 2.5
+    assert report.instructions_per_control_step is not None
+    assert report.instructions_per_control_step > report.instructions_per_forward
+
+
+@needs_qemu
+def test_qemu_reports_a_failing_selftest(tmp_path: Path) -> None:
+    module = random_policy(obs_dim=6, hidden=(8,), action_dim=2)
+    io_path = write_io(module, generic_io_spec(6, 2), tmp_path)
+    generate_c(module, io_path, tmp_path / "c")
+    src = tmp_path / "c" / "policy.c"
+    text = src.read_text()
+    # Corrupt the first bias so the network no longer matches the embedded expected output.
+    head, _, tail = text.partition("static const float policy_b0[8] = {\n    ")
+    src.write_text(head + "static const float policy_b0[8] = {\n    4.0f + " + tail)
+    report = fb.run_qemu(fb.build_qemu_elf(tmp_path / "c", tmp_path / "q"))
+    assert not report.selftest_passed
+    assert report.exit_code == 1
+
+
+@needs_arm
+def test_crazyflie_app_compiles_against_shim(quad: tuple[ExportedPolicy, Path], tmp_path: Path) -> None:
+    _, c_out = quad
+    staged = fb.stage_crazyflie_app(c_out, tmp_path / "app")
+    for name in ("Makefile", "Kbuild", "app-config", "src/Kbuild", "src/policy.h", "src/quad_ctrl.c"):
+        assert (staged / name).is_file(), name
+    assert "OOT_CONFIG := $(PWD)/app-config" in (staged / "Makefile").read_text()
+    assert "CONFIG_CONTROLLER_OOT=y" in (staged / "app-config").read_text()
+    obj, fp = fb.build_crazyflie_shim(staged, tmp_path / "build")
+    assert obj.is_file()
+    assert fp.flash_bytes > 13696 * 4  # the weights alone
+    assert fp.ram_bytes < 4096  # static activations, observation, history: no large buffers
+
+
+def test_stage_refuses_a_non_quad_policy(tmp_path: Path) -> None:
+    module = random_policy(obs_dim=6, hidden=(8,), action_dim=2)
+    io_path = write_io(module, generic_io_spec(6, 2), tmp_path)
+    generate_c(module, io_path, tmp_path / "c")
+    with pytest.raises(EmbodiedError, match="quad-hover"):
+        fb.stage_crazyflie_app(tmp_path / "c", tmp_path / "app")
+
+
+@needs_gcc
+def test_c_observation_equals_python_observation(quad: tuple[ExportedPolicy, Path], tmp_path: Path) -> None:
+    module, c_out = quad
+    lib = HostPolicyLib(fb.build_host_library(c_out, tmp_path))
+    n = 64
+    ctxs = lib.new_contexts(n, initial_action=0.25)
+    setpoints = np.random.default_rng(1).uniform(-0.5, 0.5, size=(n, 3)).astype(np.float32)
+    history = np.full((n, 4 * HISTORY), 0.25, dtype=np.float32)
+    for step in range(3):
+        states = _random_states(n, seed=step)
+        obs, clamped = lib.assemble_obs(ctxs, states, setpoints)
+        assert clamped == 0
+        np.testing.assert_allclose(obs, _python_obs(states, setpoints, history), atol=2e-7, rtol=0)
+        actions = lib.step(ctxs, states, setpoints)
+        # The full controller step is the network on exactly that observation.
+        np.testing.assert_allclose(actions, module(torch.from_numpy(obs)).numpy(), atol=1e-5, rtol=0)
+        history = np.concatenate([actions, history[:, :-4]], axis=1)  # newest first
+
+
+@needs_gcc
+def test_non_finite_and_out_of_range_inputs_are_clamped(quad: tuple[ExportedPolicy, Path], tmp_path: Path) -> None:
+    _, c_out = quad
+    lib = HostPolicyLib(fb.build_host_library(c_out, tmp_path))
+    ctxs = lib.new_contexts(3, initial_action=0.0)
+    states = _random_states(3, seed=4)
+    states[0, 0] = np.nan  # position x
+    states[0, 8] = np.inf  # velocity y
+    states[1, 10] = 1e4  # roll rate far beyond the gyro range
+    states[2, 3:7] = 0.0  # no attitude at all
+    obs, clamped = lib.assemble_obs(ctxs, states, np.zeros((3, 3), dtype=np.float32))
+    assert np.all(np.isfinite(obs))
+    assert clamped == 4  # NaN, inf, one range clamp, and the zero quaternion replaced by level once
+    assert obs[0, 0] == 0.0 and obs[0, 13] == 0.0
+    assert obs[1, 15] == pytest.approx(35.0)
+    np.testing.assert_array_equal(obs[2, 3:12], np.eye(3, dtype=np.float32).reshape(-1))
+    actions = lib.step(ctxs, states, np.zeros((3, 3), dtype=np.float32))
+    assert np.all(np.isfinite(actions)) and np.all(np.abs(actions) <= 1.0)
+
+
+@needs_gcc
+def test_crazyflie_controller_units_decimation_and_fallback(tmp_path: Path) -> None:
+    module = random_policy(seed=2)
+    c_out = _quad_c(tmp_path, module)
+    lib = HostPolicyLib(fb.build_host_library(c_out, tmp_path / "build"))
+    assert lib.cf_init()  # self-test passed, PID test passed
+    ref_ctx = lib.new_contexts(1, initial_action=0.0)
+    state = _random_states(1, seed=9)[0]
+    setpoint = np.array([0.1, -0.2, 1.0], dtype=np.float32)
+    gyro_deg_s = state[10:13] * np.float32(180.0 / math.pi)
+
+    mode, forces = lib.cf_tick(0, state, gyro_deg_s, setpoint, setpoint_timestamp_ms=1)
+    assert mode == 1
+    ref = lib.step(ref_ctx, state[None], setpoint[None])[0]
+    np.testing.assert_allclose(forces, np.clip((ref + 1) / 2, 0, 1), atol=2e-6)
+
+    # Between policy steps (every 10 ticks at 1 kHz for a 10 ms period) the command is held.
+    moved = _random_states(1, seed=10)[0]
+    for tick in range(1, 10):
+        mode, held = lib.cf_tick(tick, moved, moved[10:13] * 57.29578, setpoint, setpoint_timestamp_ms=1 + tick)
+        assert mode == 1
+        np.testing.assert_array_equal(held, forces)
+    mode, new = lib.cf_tick(10, moved, moved[10:13] * 57.29578, setpoint, setpoint_timestamp_ms=11)
+    assert mode == 1 and not np.array_equal(new, forces)
+
+    # Setpoints stop: after 200 ms without a new timestamp the PID controller takes over.
+    for tick in range(11, 211):
+        mode, _ = lib.cf_tick(tick, moved, moved[10:13], setpoint, setpoint_timestamp_ms=11)
+    assert mode == 1
+    mode, _ = lib.cf_tick(212, moved, moved[10:13], setpoint, setpoint_timestamp_ms=11)
+    assert mode == 0
+    # A fresh setpoint that is not an absolute position also goes to PID.
+    mode, _ = lib.cf_tick(213, moved, moved[10:13], setpoint, setpoint_timestamp_ms=300, position_mode=False)
+    assert mode == 0
+    mode, _ = lib.cf_tick(220, moved, moved[10:13], setpoint, setpoint_timestamp_ms=301)
+    assert mode == 1
+
+
+def test_crazyflie_tree_validation(tmp_path: Path) -> None:
+    with pytest.raises(EmbodiedError, match=r"oot\.mk"):
+        fb.check_crazyflie_tree(tmp_path)
+    (tmp_path / "tools" / "make").mkdir(parents=True)
+    (tmp_path / "tools" / "make" / "oot.mk").write_text("# stub\n")
+    with pytest.raises(EmbodiedError, match="controllerOutOfTree"):
+        fb.check_crazyflie_tree(tmp_path)
+    with pytest.raises(EmbodiedError, match="not a directory"):
+        fb.check_crazyflie_tree(tmp_path / "missing")
+
+
+@needs_gcc
+def test_c_observation_equals_the_quad_hover_task(tmp_path: Path) -> None:
+    """Same raw states in the task and in the firmware's C: identical policy observations."""
+    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+
+    cfg = QuadHoverCfg(action_history=3)
+    env = QuadHover(cfg, num_envs=32, device=torch.device("cpu"), seed=0)
+    spec = env.io_spec()
+    module = random_policy(obs_dim=spec.obs_dim)
+    io_path = write_io(module, spec, tmp_path)
+    generate_c(module, io_path, tmp_path / "c")
+    lib = HostPolicyLib(fb.build_host_library(tmp_path / "c", tmp_path / "build"))
+    hover = float(spec.extra["hover_action"])
+    ctxs = lib.new_contexts(32, initial_action=hover)
+    for step in range(3):
+        states = _random_states(32, seed=10 + step)
+        states[:, 0:3] = states[:, 0:3] * 0.5 + np.array(cfg.setpoint_w, dtype=np.float32)
+        obs_task = env.set_physical_state(
+            position_w=torch.from_numpy(states[:, 0:3]),
+            quat_wb=torch.from_numpy(states[:, 3:7]),
+            lin_vel_w=torch.from_numpy(states[:, 7:10]),
+            ang_vel_b=torch.from_numpy(states[:, 10:13]),
+        )["policy"].numpy()
+        raw = env.physical_state()
+        packed = torch.cat([raw[k] for k in ("position_w", "quat_wb", "lin_vel_w", "ang_vel_b")], dim=1).numpy()
+        setpoints = np.broadcast_to(raw["setpoint_w"].numpy(), (32, 3))
+        obs_c, clamped = lib.assemble_obs(ctxs, packed, setpoints)
+        assert clamped == 0
+        np.testing.assert_allclose(obs_c, obs_task, atol=3e-7, rtol=0)
+        # Step both with the same actions so the action histories must evolve identically.
+        actions = lib.step(ctxs, packed, setpoints)
+        env.step(torch.from_numpy(actions))
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (briefly trained) quad-hover PPO run directory."""
+    from embodied.experiment import replace_trainer, resolve_experiment
+    from embodied.trainer import Trainer
+
+    cfg = resolve_experiment("quad-hover", "ppo", None, ["trainer.total_env_steps=4096"], seed=0, num_envs=64)
+    cfg = replace_trainer(cfg, progress=False, tensorboard=False, eval_every_env_steps=0, eval_episodes=16)
+    run_dir = tmp_path_factory.mktemp("runs") / "quad"
+    run_dir.mkdir()
+    Trainer(cfg, run_dir, resume=False).train()
+    return run_dir
+
+
+@needs_gcc
+def test_run_export_and_software_in_the_loop_matches_torch(tiny_run: Path) -> None:
+    from embodied.evaluate import evaluate, load_policy
+    from embodied.export.bundle import export_run
+    from embodied.run import load_run
+
+    report = export_run(tiny_run, "all")
+    assert report.onnx_max_abs_err is not None and report.onnx_max_abs_err <= 1e-5
+    assert report.c_max_abs_err is not None and report.c_max_abs_err <= 1e-5
+    run = load_run(tiny_run)
+    results = {
+        kind: evaluate(functools.partial(load_policy, kind, tiny_run), run.make_env, episodes=64, seed=3)
+        for kind in ("torch", "onnx", "c")
+    }
+    assert results["torch"].mean_episode_length > 20  # a policy that flies a while, so the comparison means something
+    torch_r, onnx_r, c_r = results["torch"], results["onnx"], results["c"]
+    assert onnx_r.mean_return == pytest.approx(torch_r.mean_return, rel=1e-4)
+    # The C controller builds its own (noise-free) observation from the raw state: close, not equal.
+    assert c_r.mean_return == pytest.approx(torch_r.mean_return, rel=0.03)
+    assert c_r.mean_episode_length == pytest.approx(torch_r.mean_episode_length, rel=0.03)
+    assert abs(c_r.success_rate - torch_r.success_rate) <= 0.05
+
+
+@needs_qemu
+def test_firmware_commands_on_a_run(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+    import json
+
+    from embodied.commands import firmware
+
+    assert firmware.run_emulate(argparse.Namespace(run_dir=tiny_run, json=True)) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["selftest_passed"] is True
+    assert out["instructions_per_forward"] > 0 and out["instructions_per_mac"] > 1.0
+    assert firmware.run_build(argparse.Namespace(run_dir=tiny_run, crazyflie_base=None)) == 0
+    assert "app footprint: flash" in capsys.readouterr().out
+
+
+def test_flash_explains_what_is_missing(tmp_path: Path) -> None:
+    import argparse
+
+    from embodied.commands import flash
+
+    args = argparse.Namespace(run_dir=tmp_path, uri="radio://0/80/2M", crazyflie_base=None, python="python3")
+    with pytest.raises(EmbodiedError, match="no crazyflie-firmware tree"):
+        flash.run(args)
+    args.crazyflie_base = tmp_path
+    args.python = "no-such-python-here"
+    with pytest.raises(EmbodiedError, match="not found on PATH"):
+        flash.run(args)
+    if importlib.util.find_spec("cfloader") is None:
+        args.python = sys.executable
+        with pytest.raises(EmbodiedError, match="cfloader is not importable"):
+            flash.run(args)

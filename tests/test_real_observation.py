@@ -1,0 +1,151 @@
+"""Observation assembly from robot configs: frame/unit conversions and validation errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from real_support import ARM_JOINTS, arm_io_spec, joint_state, odometry, quad_spec
+
+from embodied.config import ConfigError
+from embodied.real.observation import ObservationBuilder, ObservationError, quat_to_rotmat
+from embodied.real.robot_config import ROBOTS_DIR, load_robot
+
+
+def _robot_variant(tmp_path: Path, name: str, edit: dict) -> Path:
+    data = yaml.safe_load((ROBOTS_DIR / f"{name}.yaml").read_text())
+    for dotted, value in edit.items():
+        node = data
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    path = tmp_path / f"{name}_variant.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_quad_observation_from_odometry_matches_conventions() -> None:
+    robot = load_robot("crazyflie_sim", params={"setpoint_w": [0.0, 0.0, 1.0]})
+    builder = ObservationBuilder(robot, quad_spec(history=2))
+    yaw = math.pi / 2  # body x points along world y
+    q_xyzw = (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2))
+    msg = odometry(pos_w=(0.1, 0.2, 1.3), quat_xyzw=q_xyzw, lin_vel_b=(1.0, 0.0, 0.5), ang_vel_b=(0.0, 0.0, 0.7))
+    builder.history.push(np.array([0.1, 0.2, 0.3, 0.4]))
+    obs = builder.build({"odom": msg})
+    assert obs.dtype == np.float32 and obs.shape == (3 + 9 + 3 + 3 + 8,)
+    np.testing.assert_allclose(obs[0:3], [0.1, 0.2, 0.3], atol=1e-6)  # position error vs setpoint
+    np.testing.assert_allclose(obs[3:12], [0, -1, 0, 1, 0, 0, 0, 0, 1], atol=1e-6)  # R_wb row-major
+    np.testing.assert_allclose(obs[12:15], [0.0, 1.0, 0.5], atol=1e-6)  # body forward -> world +y
+    np.testing.assert_allclose(obs[15:18], [0.0, 0.0, 0.7], atol=1e-6)
+    hover = builder.io_spec.extra["hover_action"]  # the task starts episodes with a hover history
+    np.testing.assert_allclose(obs[18:], [0.1, 0.2, 0.3, 0.4] + [hover] * 4, atol=1e-6)  # newest first
+
+
+def test_field_scale_from_policy_io_is_applied() -> None:
+    robot = load_robot("crazyflie_sim")
+    spec = quad_spec(history=1, pos_scale=2.0)  # scales pos_err_w
+    obs = ObservationBuilder(robot, spec).build({"odom": odometry(pos_w=(0.5, 0.0, 0.0))})
+    assert obs[0] == pytest.approx(1.0)
+
+
+def test_ned_frd_and_degree_conversions(tmp_path: Path) -> None:
+    path = _robot_variant(
+        tmp_path,
+        "crazyflie_sim",
+        {
+            "observation.pos_err_w.ops": ["ned_to_enu"],
+            "observation.rot_wb.ops": [{"quat_to_rotmat": "xyzw"}, "rotmat_ned_frd_to_enu_flu"],
+            "observation.ang_vel_b.ops": ["deg_to_rad", "frd_to_flu"],
+            "observation.lin_vel_w.ops": [],
+        },
+    )
+    builder = ObservationBuilder(load_robot(path), quad_spec(history=1))
+    # Level, nose north in NED/FRD == nose along ENU +y: identity NED attitude is a +90 deg yaw in ENU.
+    msg = odometry(pos_w=(1.0, 2.0, -3.0), ang_vel_b=(90.0, 0.0, 180.0))
+    obs = builder.build({"odom": msg})
+    np.testing.assert_allclose(obs[0:3], [2.0, 1.0, 3.0])
+    np.testing.assert_allclose(obs[3:12].reshape(3, 3) @ [1, 0, 0], [0, 1, 0], atol=1e-6)
+    np.testing.assert_allclose(obs[3:12].reshape(3, 3) @ [0, 0, 1], [0, 0, 1], atol=1e-6)
+    np.testing.assert_allclose(obs[15:18], [math.pi / 2, 0.0, -math.pi], atol=1e-6)
+
+
+def test_joint_states_are_reordered_by_name() -> None:
+    robot = load_robot("ros2_control_arm")
+    builder = ObservationBuilder(robot, arm_io_spec())
+    order = [3, 0, 5, 1, 4, 2]
+    names = [ARM_JOINTS[i] for i in order] + ["gripper"]
+    pos = [float(i) for i in order] + [9.0]
+    vel = [10.0 * i for i in order] + [9.0]
+    obs = builder.build({"joints": joint_state(names, pos, vel)})
+    np.testing.assert_allclose(obs[0:6], [0, 1, 2, 3, 4, 5])
+    np.testing.assert_allclose(obs[6:12], [0, 1, 2, 3, 4, 5])  # velocity x scale 0.1
+    np.testing.assert_allclose(obs[12:15], [0.4, 0.0, 0.3], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("message", "match"),
+    [
+        (joint_state(ARM_JOINTS[:5], [0.0] * 5, [0.0] * 5), "lacks name"),
+        (joint_state(ARM_JOINTS, [0.0] * 6, [0.0] * 4), "6 names but 4 values"),
+        (joint_state(ARM_JOINTS, [0.0, float("nan"), 0, 0, 0, 0], [0.0] * 6), "joint_pos: non-finite"),
+    ],
+)
+def test_bad_joint_states_raise_observation_error(message: object, match: str) -> None:
+    builder = ObservationBuilder(load_robot("ros2_control_arm"), arm_io_spec())
+    with pytest.raises(ObservationError, match=match):
+        builder.build({"joints": message})
+
+
+def test_zero_quaternion_is_an_observation_error() -> None:
+    builder = ObservationBuilder(load_robot("crazyflie_sim"), quad_spec(history=1))
+    with pytest.raises(ObservationError, match="zero norm"):
+        builder.build({"odom": odometry(quat_xyzw=(0, 0, 0, 0))})
+    with pytest.raises(ObservationError, match="no message received yet"):
+        builder.build({})
+
+
+def test_policy_io_and_robot_config_mismatch_names_the_fields() -> None:
+    with pytest.raises(ConfigError, match=r"policy fields without a source: pos_err_w.*joint_pos"):
+        ObservationBuilder(load_robot("ros2_control_arm"), quad_spec())
+
+
+def test_size_mismatch_and_history_mismatch(tmp_path: Path) -> None:
+    path = _robot_variant(tmp_path, "crazyflie_sim", {"observation.rot_wb.ops": []})
+    with pytest.raises(ConfigError, match=r"rot_wb yields 4 values but policy_io.json declares size 9"):
+        ObservationBuilder(load_robot(path), quad_spec())
+    with pytest.raises(ConfigError, match="config fields the policy does not take: prev_actions"):
+        ObservationBuilder(load_robot("crazyflie_sim"), quad_spec(history=0))
+    no_hover = dataclasses.replace(quad_spec(history=1), extra={"action_history": 1})
+    with pytest.raises(ConfigError, match=r"names 'hover_action', which policy_io\.json's extra does not hold"):
+        ObservationBuilder(load_robot("crazyflie_sim"), no_hover)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"observation.pos_err_w.ops": ["ned_to_enuu"]}, r"unknown op 'ned_to_enuu'.*closest first\): ned_to_enu"),
+        ({"observation.pos_err_w.path": "pose.pose.positon"}, r"unknown field 'positon'.*position"),
+        ({"observation.pos_err_w.ops": [{"subtract": "setpoint"}]}, r"unknown parameter 'setpoint'.*setpoint_w"),
+        ({"observation.pos_err_w.input": "odometry"}, r"unknown input 'odometry'.*odom"),
+        ({"inputs.odom.type": "nav_msgs/msg/Odom"}, r"nav_msgs/msg/Odometry"),
+        ({"inputs.odom.qos": "best_effort"}, r"sensor"),
+        ({"command.topik": "/x"}, r"unknown key 'topik'"),
+    ],
+)
+def test_config_errors_name_file_key_and_closest_choice(tmp_path: Path, edit: dict, match: str) -> None:
+    path = _robot_variant(tmp_path, "crazyflie_sim", edit)
+    with pytest.raises(ConfigError, match=match) as info:
+        ObservationBuilder(load_robot(path), quad_spec())
+    assert str(path) in str(info.value)
+
+
+def test_quat_to_rotmat_is_a_rotation() -> None:
+    q = np.array([0.3, -0.5, 0.2, 0.7])
+    rot = quat_to_rotmat(q)
+    np.testing.assert_allclose(rot @ rot.T, np.eye(3), atol=1e-12)
+    assert np.linalg.det(rot) == pytest.approx(1.0)
