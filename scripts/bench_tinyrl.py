@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from embodied.policies.mlp import ExportedPolicy, mlp
 
 from embodied.export import firmware_build as fb
 from embodied.export.c_header import generate_c
@@ -29,6 +28,7 @@ from embodied.export.layers import mlp_arrays
 from embodied.export.onnx import probe_observations
 from embodied.export.policy_io import weights_sha256, write_policy_io
 from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.policies.mlp import ExportedPolicy, mlp
 
 
 def main() -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from embodied.policies.mlp import ExportedPolicy, mlp
 from torch import nn
 
 from embodied.export.policy_io import weights_sha256, write_policy_io
 from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.policies.mlp import ExportedPolicy, mlp
 
 MAX_RPM = 21702.0
 

@@ -84,14 +84,14 @@ def test_unknown_task_algo_device_list_choices() -> None:
     from embodied import registry
     from embodied.experiment import resolve_experiment
 
-    with pytest.raises(ConfigError, match="unknown task 'quad-hovr'.*closest first.*quad-hover"):
+    with pytest.raises(ConfigError, match=r"unknown task 'quad-hovr'.*closest first.*quad-hover"):
         resolve_experiment("quad-hovr")
-    with pytest.raises(ConfigError, match="unknown algorithm 'ppp'.*ppo"):
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'ppp'.*ppo"):
         resolve_experiment("quad-hover", "ppp")
     import torch
 
     if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="CUDA is not available.*cpu"):
+        with pytest.raises(ConfigError, match=r"CUDA is not available.*cpu"):
             registry.resolve_device("cuda")
     with pytest.raises(ConfigError, match="unknown device 'tpu'"):
         registry.resolve_device("tpu")

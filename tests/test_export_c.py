@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from embodied.policies.mlp import ExportedPolicy
 from export_support import generic_io_spec, needs_arm, needs_gcc, quad_io_spec, random_policy, write_io
 from torch import nn
 
@@ -21,6 +20,7 @@ from embodied.export.host_lib import HostPolicyLib
 from embodied.export.layers import mlp_arrays
 from embodied.export.onnx import probe_observations
 from embodied.io_spec import IOSpec
+from embodied.policies.mlp import ExportedPolicy
 
 TOL = 1e-5
 

@@ -11,7 +11,6 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from embodied.policies.mlp import ExportedPolicy
 from export_support import generic_io_spec, quad_io_spec, random_policy, write_io
 from torch import nn
 
@@ -19,6 +18,7 @@ from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.export.layers import mlp_arrays
 from embodied.export.onnx import check_parity, export_onnx, load_onnx_policy
 from embodied.export.policy_io import check_hash, read_policy_io, weights_sha256
+from embodied.policies.mlp import ExportedPolicy
 
 
 def test_onnx_matches_torch_on_random_and_recorded_obs(tmp_path: Path) -> None:

@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from embodied.policies.mlp import ExportedPolicy
-from embodied.sim.quadrotor import quat_to_rot
 from export_support import generic_io_spec, needs_arm, needs_gcc, needs_qemu, quad_io_spec, random_policy, write_io
 
 from embodied.errors import EmbodiedError
 from embodied.export import firmware_build as fb
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
+from embodied.policies.mlp import ExportedPolicy
+from embodied.sim.quadrotor import quat_to_rot
 
 HISTORY = 32
 
