@@ -47,7 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # key=value overrides may come after options (``--seed 1 algo.lr=3e-4``); argparse stops
+    # collecting a positional list at the first option, so gather the stragglers here.
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extras):
+            args.overrides = list(args.overrides or []) + extras
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

@@ -149,6 +149,11 @@ class Trainer:
         self.algo.load_state_dict(ckpt["algo"])
         self.env.load_state_dict(ckpt["env"])
         self.obs = {k: v.to(self.device) for k, v in ckpt["obs"].items()}
+        if not getattr(self.env, "exact_resume", True):
+            # The env cannot restore its simulator state: start fresh episodes rather than pair
+            # the checkpointed observation with a different physical state.
+            log.warning("%s cannot restore its simulator state: resuming with fresh episodes", type(self.env).__name__)
+            self.obs = self.env.reset(seed=self.cfg.seed + ckpt["trainer"]["env_steps"])
         self.stats.ep_return.copy_(ckpt["stats"]["ep_return"])
         self.stats.ep_length.copy_(ckpt["stats"]["ep_length"])
         t = ckpt["trainer"]
@@ -222,7 +227,7 @@ class Trainer:
             else None
         )
         progress = TrainProgress(tcfg.total_env_steps, enabled=tcfg.progress, start=st.env_steps)
-        last_saved_updates = st.updates
+        last_saved_steps = st.env_steps
         ended_early = False
         try:
             with progress:
@@ -252,14 +257,14 @@ class Trainer:
                             ended_early = True
                     if st.updates % tcfg.checkpoint_every_updates == 0 or ended_early:
                         self.save()
-                        last_saved_updates = st.updates
+                        last_saved_steps = st.env_steps
                     if ended_early:
                         log.info("success target %.2f held on two consecutive evaluations: stopping", tcfg.success_target)
                         break
                     tick = time.perf_counter()
             if not ended_early and tcfg.eval_episodes > 0 and (not st.evals or st.evals[-1]["eval/env_steps"] != st.env_steps):
                 self.run_eval()
-            if st.updates != last_saved_updates or not (self.run_dir / "ckpt" / "latest.pt").exists():
+            if st.env_steps != last_saved_steps or not (self.run_dir / "ckpt" / "latest.pt").exists():
                 self.save()
         except NonFiniteError as err:
             saved = self.run_dir / "ckpt" / "latest.pt"

@@ -81,6 +81,9 @@ class GymnasiumVecEnv:
     (``action_dim`` = 1, ``num_actions`` choices).
     """
 
+    exact_resume = False
+    """A generic gymnasium env's simulator state cannot be captured: resumed runs re-reset it."""
+
     def __init__(self, cfg: GymnasiumCfg, num_envs: int, device: torch.device | str, seed: int) -> None:
         spec = _check_env_id(cfg.env_id)
         if num_envs < 1:
@@ -236,12 +239,12 @@ class GymnasiumVecEnv:
     def state_dict(self) -> dict[str, Any]:
         """Episode counters only: an arbitrary gymnasium env's simulator state is not capturable;
         after loading, call ``reset`` (episodes restart)."""
-        return {"episode_step": self.episode_step.copy(), "env_id": self.cfg.env_id}
+        return {"episode_step": torch.from_numpy(self.episode_step.copy()), "env_id": self.cfg.env_id}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("env_id") != self.cfg.env_id:
             raise ValueError(f"state is for {state.get('env_id')!r}, this env runs {self.cfg.env_id!r}")
-        self.episode_step[:] = state["episode_step"]
+        self.episode_step[:] = np.asarray(state["episode_step"])
 
     def close(self) -> None:
         self.vec.close()

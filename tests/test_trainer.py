@@ -90,3 +90,14 @@ def test_nan_reward_stops_with_location_and_keeps_checkpoint(tmp_path: Path) -> 
     with pytest.raises(NonFiniteError, match=r"non-finite reward 'reward' \(first at env 5\).*last good checkpoint kept"):
         trainer.train()
     assert load_checkpoint(tmp_path / "nan")["trainer"]["updates"] == 2
+
+
+def test_gymnasium_run_resumes_with_fresh_episodes(tmp_path: Path) -> None:
+    cfg = resolve_experiment("gym:Pendulum-v1", "sac", overrides=["algo.learning_starts=64", "algo.batch_size=32"])
+    cfg = replace_trainer(cfg, total_env_steps=100, eval_episodes=0, progress=False, tensorboard=False)
+    Trainer(cfg, tmp_path / "gym").train()
+    resumed = Trainer(replace_trainer(cfg, total_env_steps=150), tmp_path / "gym", resume=True)
+    assert resumed.state.env_steps == 100
+    state = resumed.train()
+    assert state.env_steps == 150
+    assert load_checkpoint(tmp_path / "gym")["trainer"]["env_steps"] == 150

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from embodied.algo import Transition
-from embodied.algos.ppo import resolve_init_action_mean
+from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
 from embodied.data.replay import ReplayBatch, ReplayBuffer
 from embodied.errors import EmbodiedError
@@ -185,7 +185,7 @@ class OffPolicyBase:
         self.obs_dim = int(torch.Size(self.obs_spec["policy"]).numel())
         self.critic_group = "critic" if "critic" in self.obs_spec else "policy"
         self.critic_obs_dim = int(torch.Size(self.obs_spec[self.critic_group]).numel())
-        self.init_action_mean = resolve_init_action_mean(cfg, env)  # type: ignore[arg-type]  # duck-typed
+        self.init_action_mean = resolve_init_action_mean(cfg.init_action_mean, env)
         self.env_steps = 0
         """Transitions observed so far (summed over envs)."""
         self.num_updates = 0

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import torch
 
 from embodied.algo import Transition
+from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
 from embodied.env import ObsDict, VecEnv
 from embodied.errors import EmbodiedError, NonFiniteError
@@ -114,23 +115,6 @@ class PPOCfg:
             raise ConfigError(f"PPOCfg.actor_output_gain must be >= 0, got {self.actor_output_gain}")
         if isinstance(self.init_action_mean, tuple) and not all(-1.0 <= v <= 1.0 for v in self.init_action_mean):
             raise ConfigError(f"PPOCfg.init_action_mean values must lie in [-1, 1], got {self.init_action_mean}")
-
-
-def resolve_init_action_mean(cfg: PPOCfg, env: VecEnv) -> tuple[float, ...] | None:
-    """The initial mean action as numbers: a tuple from the config or the env's ``io_spec().extra``."""
-    spec = cfg.init_action_mean
-    if spec is None or isinstance(spec, tuple):
-        return spec
-    extra = env.io_spec().extra
-    if spec not in extra:
-        raise ConfigError(
-            f"PPOCfg.init_action_mean names {spec!r}, but the env's io_spec().extra has only: "
-            + (", ".join(sorted(extra)) or "(nothing)")
-        )
-    values = extra[spec]
-    if isinstance(values, int | float):
-        values = [float(values)] * env.action_dim
-    return tuple(float(v) for v in values)
 
 
 def compute_gae(
@@ -285,7 +269,7 @@ class PPO:
             critic_hidden=cfg.critic_hidden,
             activation=cfg.activation,
             init_std=cfg.init_std,
-            init_action_mean=resolve_init_action_mean(cfg, env),
+            init_action_mean=resolve_init_action_mean(cfg.init_action_mean, env),
             actor_output_gain=cfg.actor_output_gain,
             normalize_obs=cfg.normalize_obs,
             obs_clip=cfg.obs_clip,
