@@ -158,9 +158,10 @@ TERMS_PER_OUTPUT = 4
 """Every output of the bilinear forms below is a sum of at most this many products."""
 
 
-Tables = tuple[tuple[int, ...], tuple[int, ...], torch.Tensor]
-"""``(left_idx, right_idx, coef)`` of a bilinear form: index tuples (layout constants) and a
-coefficient tensor (which may depend on the physical parameters)."""
+Tables = tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]
+"""``(left_idx, right_idx, coef)`` of a bilinear form: index tuples (layout constants) and the
+coefficients (which may depend on the physical parameters). Plain Python numbers, so that
+``torch.compile`` folds them into the kernel as constants and drops the zero padding."""
 
 
 def _bilinear_tables(terms: list[tuple[int, int, int, float]], out_dim: int) -> Tables:
@@ -179,7 +180,7 @@ def _bilinear_tables(terms: list[tuple[int, int, int, float]], out_dim: int) -> 
     order = [padded[out][t] for t in range(TERMS_PER_OUTPUT) for out in range(out_dim)]
     left = tuple(i for i, _, _ in order)
     right = tuple(j for _, j, _ in order)
-    return left, right, torch.tensor([c for _, _, c in order], dtype=torch.float64)
+    return left, right, tuple(float(c) for _, _, c in order)
 
 
 @functools.cache
@@ -187,8 +188,13 @@ def _index_tensor(index: tuple[int, ...], device: torch.device) -> torch.Tensor:
     return torch.tensor(index, dtype=torch.long, device=device)
 
 
+@functools.cache
+def _coef_tensor(coef: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor(coef, dtype=dtype, device=device)
+
+
 def apply_bilinear(
-    a: torch.Tensor, b: torch.Tensor, left_idx: tuple[int, ...], right_idx: tuple[int, ...], coef: torch.Tensor
+    a: torch.Tensor, b: torch.Tensor, left_idx: tuple[int, ...], right_idx: tuple[int, ...], coef: tuple[float, ...]
 ) -> torch.Tensor:
     """``[N, Ka]``, ``[N, Kb]`` -> ``[N, out_dim]`` using tables from :func:`_bilinear_tables`."""
     if torch.compiler.is_compiling():
@@ -197,13 +203,17 @@ def apply_bilinear(
         out_dim = len(left_idx) // TERMS_PER_OUTPUT
         outputs: list[torch.Tensor] = []
         for k in range(out_dim):
-            terms = [a[:, left_idx[n]] * b[:, right_idx[n]] * coef[n] for n in range(k, len(left_idx), out_dim)]
+            terms = [
+                a[:, left_idx[n]] * b[:, right_idx[n]] * coef[n]
+                for n in range(k, len(left_idx), out_dim)
+                if coef[n] != 0.0
+            ]
             outputs.append(functools.reduce(torch.add, terms))
         return torch.stack(outputs, dim=1)
     # Eager: two gathers instead of dozens of column ops (launch overhead dominates).
     a_cols = a.index_select(1, _index_tensor(left_idx, a.device))
     b_cols = b.index_select(1, _index_tensor(right_idx, b.device))
-    prod = a_cols * b_cols * coef
+    prod = a_cols * b_cols * _coef_tensor(coef, a.device, a.dtype)
     t0, t1, t2, t3 = prod.view(a.shape[0], TERMS_PER_OUTPUT, -1).unbind(1)
     return (t0 + t1) + (t2 + t3)
 
@@ -269,7 +279,7 @@ def dynamics_tables(params: QuadrotorParams) -> Tables:
 def quat_to_rot(quat_wb: torch.Tensor) -> torch.Tensor:
     """Unit quaternions ``[N, 4]`` (w, x, y, z) -> row-major rotation matrices ``[N, 9]`` (body -> world)."""
     left, right, coef = ROT_TABLES
-    return apply_bilinear(quat_wb, quat_wb, left, right, coef.to(quat_wb))
+    return apply_bilinear(quat_wb, quat_wb, left, right, coef)
 
 
 def _derivative(state: torch.Tensor, rpm_cmd: torch.Tensor, inputs: tuple[Any, ...]) -> torch.Tensor:
@@ -299,7 +309,7 @@ def rk4_step(
     ext_ang_acc_b: torch.Tensor,
     left: tuple[int, ...],
     right: tuple[int, ...],
-    coef: torch.Tensor,
+    coef: tuple[float, ...],
     dt_s: float,
     substeps: int,
 ) -> torch.Tensor:
@@ -318,6 +328,11 @@ def rk4_step(
     Returns:
         ``[N, 17]`` new state with the quaternion renormalized.
     """
+    if torch.compiler.is_compiling():
+        return _rk4_rows(
+            state, rpm_cmd, (thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b),
+            left, right, coef, dt_s, substeps,
+        )
     h = dt_s / substeps
     inputs = (thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b, left, right, coef)
     for _ in range(substeps):
@@ -330,6 +345,71 @@ def rk4_step(
         pos, quat, rest = state.split((3, 4, 10), dim=1)
         state = torch.cat((pos, quat * torch.rsqrt(quat.square().sum(dim=1, keepdim=True)), rest), dim=1)
     return state
+
+
+Rows = list[torch.Tensor]
+"""A batch as one ``[N]`` tensor per state component (struct of arrays)."""
+
+
+def _bilinear_rows(a: Rows, b: Rows, left: tuple[int, ...], right: tuple[int, ...], coef: tuple[float, ...]) -> Rows:
+    """:func:`apply_bilinear` on rows: ``out_k = sum coef * a[i] * b[j]`` with the same tables."""
+    out_dim = len(left) // TERMS_PER_OUTPUT
+    return [
+        functools.reduce(
+            torch.add, [a[left[n]] * b[right[n]] * coef[n] for n in range(k, len(left), out_dim) if coef[n] != 0.0]
+        )
+        for k in range(out_dim)
+    ]
+
+
+def _derivative_rows(
+    s: Rows, rpm_cmd: Rows, inputs: tuple[Rows, ...], left: tuple[int, ...], right: tuple[int, ...], coef: tuple[float, ...]
+) -> Rows:
+    """:func:`_derivative` on rows (same tables, same equations), for the compiled step."""
+    thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b = inputs
+    products = _bilinear_rows(s, s, left, right, coef)
+    zaxis_w, quat_dot, thrust_u, torque_u = products[0:3], products[3:7], products[7], products[8:11]
+    acc_per_axis = thrust_u * thrust_acc_coef[0]
+    lin_acc = [ext_acc_w[i] + zaxis_w[i] * acc_per_axis for i in range(3)]
+    w = s[ANG_VEL.start : ANG_VEL.stop]
+    iw = [w[i] * inertia[i] for i in range(3)]
+    # Euler's equations: I dω/dt = τ - ω × (I ω).
+    gyro = [w[1] * iw[2] - w[2] * iw[1], w[2] * iw[0] - w[0] * iw[2], w[0] * iw[1] - w[1] * iw[0]]
+    ang_acc = [ext_ang_acc_b[i] + (torque_u[i] * thrust_coef[0] - gyro[i]) * inv_inertia[i] for i in range(3)]
+    rpm_dot = [(rpm_cmd[i] - s[RPM.start + i]) * inv_tau[0] for i in range(4)]
+    return s[LIN_VEL.start : LIN_VEL.stop] + quat_dot + lin_acc + ang_acc + rpm_dot
+
+
+def _rk4_rows(
+    state: torch.Tensor,
+    rpm_cmd: torch.Tensor,
+    inputs: tuple[torch.Tensor, ...],
+    left: tuple[int, ...],
+    right: tuple[int, ...],
+    coef: tuple[float, ...],
+    dt_s: float,
+    substeps: int,
+) -> torch.Tensor:
+    """:func:`rk4_step` written per state component, used under ``torch.compile``.
+
+    Inductor vectorizes one fused loop over envs far better when every quantity is an ``[N]``
+    row than with column picks from the packed ``[N, 17]`` layout (~1.6x here). Eager mode keeps
+    the packed version, whose few large ops suit launch-bound execution.
+    """
+    h = dt_s / substeps
+    s = list(state.t().contiguous().unbind(0))
+    cmd = list(rpm_cmd.t().contiguous().unbind(0))
+    rows = tuple(list(x.t().contiguous().unbind(0)) for x in inputs)
+    for _ in range(substeps):
+        k1 = _derivative_rows(s, cmd, rows, left, right, coef)
+        k2 = _derivative_rows([x + 0.5 * h * k for x, k in zip(s, k1)], cmd, rows, left, right, coef)
+        k3 = _derivative_rows([x + 0.5 * h * k for x, k in zip(s, k2)], cmd, rows, left, right, coef)
+        k4 = _derivative_rows([x + h * k for x, k in zip(s, k3)], cmd, rows, left, right, coef)
+        s = [x + (h / 6.0) * (a + 2.0 * b + 2.0 * c + d) for x, a, b, c, d in zip(s, k1, k2, k3, k4)]
+        q = s[QUAT.start : QUAT.stop]
+        inv_norm = torch.rsqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
+        s[QUAT.start : QUAT.stop] = [c * inv_norm for c in q]
+    return torch.stack(s, dim=1)
 
 
 @functools.cache
@@ -367,11 +447,9 @@ class Quadrotor:
         ranges = torch.tensor(cfg.randomization.ranges(), dtype=f32, device=self.device)  # [6, 2]
         self._scale_low = ranges[:, 0]
         self._scale_span = ranges[:, 1] - ranges[:, 0]
-        left, right, coef = dynamics_tables(p)
-        self.tables: Tables = (left, right, coef.to(dtype=f32, device=self.device))
-        """:func:`dynamics_tables` on the device."""
-        left, right, coef = ROT_TABLES
-        self.rot_tables: Tables = (left, right, coef.to(dtype=f32, device=self.device))
+        self.tables: Tables = dynamics_tables(p)
+        """:func:`dynamics_tables` of the nominal parameters."""
+        self.rot_tables: Tables = ROT_TABLES
         """ROT_TABLES on the device."""
         self.gravity_w = torch.tensor([0.0, 0.0, -p.gravity_mps2], dtype=f32, device=self.device)
         self.state = torch.zeros(num_envs, STATE_DIM, dtype=f32, device=self.device)
