@@ -7,7 +7,6 @@ is unbiased (short failing episodes cannot crowd out long ones).
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -124,6 +123,3 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     loader: Callable[[Path, Any], PolicyFn] = getattr(importlib.import_module(module), attr)
     return loader(run_dir, env)
 
-
-def is_finite_result(result: EvalResult) -> bool:
-    return all(math.isfinite(v) for v in (result.success_rate, result.mean_return, result.mean_episode_length))

@@ -27,15 +27,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from embodied import registry
+    from embodied.errors import EmbodiedError
     from embodied.evaluate import evaluate, load_policy
     from embodied.experiment import load_experiment
     from embodied.run import CONFIG_FILE, load_checkpoint
 
-    cfg = load_experiment(args.run_dir / CONFIG_FILE) if (args.run_dir / CONFIG_FILE).is_file() else None
-    if cfg is None:
-        from embodied.errors import EmbodiedError
-
-        raise EmbodiedError(f"{args.run_dir}: not a run directory (no {CONFIG_FILE})")
+    if not (args.run_dir / CONFIG_FILE).is_file():
+        raise EmbodiedError(f"{args.run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed")
+    cfg = load_experiment(args.run_dir / CONFIG_FILE)
     load_checkpoint(args.run_dir)  # fail early and clearly when there is no checkpoint
     device = registry.resolve_device(args.device)
     result = evaluate(
