@@ -15,12 +15,11 @@ from typing import Any
 import numpy as np
 
 from embodied.errors import EmbodiedError
-from embodied.export.policy_io import PolicyIO, read_policy_io
+from embodied.export.policy_io import ONNX_FILENAME, PolicyIO, check_model_hash, read_policy_io
 from embodied.io_spec import IOSpec
 
 log = logging.getLogger(__name__)
 
-ONNX_FILE = "policy.onnx"
 
 
 def resolve_export_dir(path: Path) -> Path:
@@ -28,11 +27,11 @@ def resolve_export_dir(path: Path) -> Path:
     path = Path(path)
     if path.is_file():
         path = path.parent
-    if (path / "export" / ONNX_FILE).is_file():
+    if (path / "export" / ONNX_FILENAME).is_file():
         return path / "export"
-    if (path / ONNX_FILE).is_file():
+    if (path / ONNX_FILENAME).is_file():
         return path
-    raise EmbodiedError(f"{path}: no {ONNX_FILE} here or in {path / 'export'}; run `embodied export {path}` first")
+    raise EmbodiedError(f"{path}: no {ONNX_FILENAME} here or in {path / 'export'}; run `embodied export {path}` first")
 
 
 class PolicyRunner:
@@ -43,19 +42,13 @@ class PolicyRunner:
 
         self.export_dir = resolve_export_dir(export_dir)
         self.policy_io: PolicyIO = read_policy_io(self.export_dir)
-        onnx_path = self.export_dir / ONNX_FILE
+        onnx_path = self.export_dir / ONNX_FILENAME
         options = ort.SessionOptions()
         # One thread: a batch-1 MLP finishes in microseconds, and thread hand-offs would cost more.
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-        meta = self._session.get_modelmeta().custom_metadata_map
-        if meta.get("model_sha256") != self.policy_io.model_sha256:
-            raise EmbodiedError(
-                f"{onnx_path}: model_sha256 {meta.get('model_sha256', '<missing>')[:12]} does not match "
-                f"{self.policy_io.path} ({self.policy_io.model_sha256[:12]}); the two files come from "
-                "different exports: re-export the run"
-            )
+        check_model_hash(self._session.get_modelmeta().custom_metadata_map, self.policy_io, onnx_path)
         (inp,) = self._session.get_inputs()
         (out,) = self._session.get_outputs()
         self._input_name, self._output_name = inp.name, out.name

@@ -23,12 +23,17 @@ from torch import nn
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
 from embodied.export.layers import MlpArrays, mlp_arrays
-from embodied.export.policy_io import FORMAT_VERSIONS, read_policy_io, weights_sha256
+from embodied.export.policy_io import (
+    FORMAT_VERSIONS,
+    ONNX_FILENAME,
+    check_model_hash,
+    read_policy_io,
+    weights_sha256,
+)
 from embodied.io_spec import IOSpec
 
 log = logging.getLogger(__name__)
 
-ONNX_FILENAME = "policy.onnx"
 OPSET = FORMAT_VERSIONS["onnx_opset"]
 PARITY_TOL = 1e-5
 """Largest allowed ``|onnxruntime - torch|`` over every checked action entry."""
@@ -178,7 +183,6 @@ def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tenso
 
     Checks the file's dimensions and hash against ``policy_io.json`` and the env's spec.
     """
-    import onnx
     import onnxruntime as ort
 
     export_dir = Path(run_dir) / "export"
@@ -186,9 +190,6 @@ def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tenso
     if not path.is_file():
         raise EmbodiedError(f"{path} not found; run `embodied export {run_dir} --format onnx` first")
     policy_io = read_policy_io(export_dir)
-    props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
-    if props.get("model_sha256") != policy_io.model_sha256:
-        raise EmbodiedError(f"{path}: model_sha256 differs from {policy_io.path}; re-export the run")
     obs_dim = int(env.obs_spec["policy"][0])
     if obs_dim != policy_io.io_spec.obs_dim or int(env.action_dim) != policy_io.io_spec.action_dim:
         raise EmbodiedError(
@@ -196,6 +197,7 @@ def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tenso
             f"{obs_dim} -> {env.action_dim}"
         )
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    check_model_hash(session.get_modelmeta().custom_metadata_map, policy_io, path)
     device = env.device
 
     def act(obs: ObsDict) -> torch.Tensor:

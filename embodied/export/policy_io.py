@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,10 @@ def weights_sha256(module: nn.Module) -> str:
     if clip is not None:
         digest.update(struct.pack("<d", float(clip)))
     return digest.hexdigest()
+
+
+ONNX_FILENAME = "policy.onnx"
+"""The ONNX model's name inside an export folder, next to ``policy_io.json``."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,20 @@ def _validate(path: Path, data: Any) -> PolicyIO:
         source_run=str(data.get("source_run", "")),
         path=path,
     )
+
+
+def check_model_hash(onnx_metadata: Mapping[str, str], policy_io: PolicyIO, onnx_path: Path) -> None:
+    """Raise unless the ONNX file's ``model_sha256`` metadata equals ``policy_io.json``'s.
+
+    ``onnx_metadata`` is the model's metadata map (onnxruntime's ``custom_metadata_map``);
+    ``policy_io`` is what :func:`read_policy_io` returned.
+    """
+    found = onnx_metadata.get("model_sha256")
+    if found != policy_io.model_sha256:
+        raise EmbodiedError(
+            f"{onnx_path}: model_sha256 {(found or '<missing>')[:12]} does not match {policy_io.path} "
+            f"({policy_io.model_sha256[:12]}); the two files come from different exports: re-export the run"
+        )
 
 
 def read_policy_io(path: Path) -> PolicyIO:
