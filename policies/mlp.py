@@ -14,7 +14,40 @@ from torch import nn
 
 from embodied.normalizer import RunningNormalizer
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "elu": nn.ELU, "relu": nn.ReLU}
+
+class _TanhFromSigmoid(torch.autograd.Function):
+    """``tanh(x) = 2 sigmoid(2x) - 1`` with tanh's own backward ``grad * (1 - y^2)``."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+class Tanh(nn.Tanh):
+    """``nn.Tanh`` that is several times faster on CPU float32.
+
+    PyTorch's CPU tanh kernel costs ~190 us per 64k floats here against ~30 us for sigmoid, and
+    hidden-layer tanh was a fifth of a PPO update. The identity ``tanh(x) = 2 sigmoid(2x) - 1``
+    agrees with ``torch.tanh`` to ~1e-7 absolute (exporters emit the real tanh, whose outputs
+    match within the 1e-5 parity bound). Other devices and dtypes, and compiled graphs, use
+    ``torch.tanh``.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and x.dtype == torch.float32 and not torch.compiler.is_compiling():
+            out: torch.Tensor = _TanhFromSigmoid.apply(x)
+            return out
+        return torch.tanh(x)
+
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": Tanh, "elu": nn.ELU, "relu": nn.ReLU}
 
 
 def activation(name: str) -> nn.Module:

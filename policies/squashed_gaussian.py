@@ -17,7 +17,7 @@ from torch import nn
 from embodied.env import ObsDict
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.deterministic import init_output_layer, policy_obs
-from embodied.policies.mlp import ExportedPolicy, activation, mlp
+from embodied.policies.mlp import ExportedPolicy, Tanh, activation, mlp
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -90,5 +90,5 @@ class SquashedGaussianActor(nn.Module):
 
     def export_module(self) -> ExportedPolicy:
         """``obs [B, D] -> tanh(mean(norm(obs))) [B, A]`` with the normalizer folded in."""
-        net = nn.Sequential(*self.trunk, self.mean_head, nn.Tanh())
+        net = nn.Sequential(*self.trunk, self.mean_head, Tanh())
         return ExportedPolicy.from_normalizer(net, self.obs_norm, self.obs_dim)

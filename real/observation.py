@@ -24,7 +24,19 @@ Ops (YAML ``ops: [name, {name: argument}]``):
 ``select_by_name``         ``{names_path, names}``: reorder by the message's own name list
                            (``sensor_msgs/JointState``)
 ``select: [i, ...]``       pick entries by index
+``integrate: {decay, limit, dt_s}``  stateful, leaky clamped integral of the signal so far (e.g.
+                           quad-hover's ``pos_err_int_w``): zero on the first observation after
+                           a reset, then ``I = clip(decay * I + dt_s * v, -limit, limit)`` per
+                           entry on every later one. Each value is a number, a ``params`` name
+                           or a number in ``policy_io.json``'s ``extra`` (``pos_err_int_decay``);
+                           ``decay`` defaults to 1 (pure integrator), ``limit`` to none,
+                           ``dt_s`` to the policy's control period. It resets with the action
+                           history (each time the node (re-)arms), as the task does per episode.
+                           Observation fields only.
 =========================  ====================================================================
+
+A field with ``optional: true`` is skipped when the policy does not take it, so one robot config
+serves policies with and without such a field.
 
 Runtime problems (missing input, wrong sizes, NaN, unknown joint names, zero quaternion) raise
 :class:`ObservationError`; the node then commands the safe command and stays up.
@@ -91,11 +103,39 @@ class Signal:
     """Static size, or ``None`` when it depends on the message (unbounded sequences)."""
 
 
-class _Compiler:
-    """Turns :class:`SignalCfg` into :class:`Signal`, checking paths, params and sizes."""
+class Integrator:
+    """State of one ``integrate`` op: ``I [n]`` float64, the op's rule (module docstring)."""
 
-    def __init__(self, robot: RobotConfig) -> None:
+    def __init__(self, decay: float, limit: float, dt_s: float) -> None:
+        self.decay, self.limit, self.dt_s = decay, limit, dt_s
+        self.value: np.ndarray | None = None
+        """None until the first observation after :meth:`reset` (which yields zeros)."""
+
+    def reset(self) -> None:
+        self.value = None
+
+    def __call__(self, v: np.ndarray, _latest: Latest) -> np.ndarray:
+        if self.value is None:
+            self.value = np.zeros_like(v, dtype=np.float64)
+        elif self.value.shape != v.shape:
+            raise ObservationError(f"integrate: the signal changed size from {self.value.size} to {v.size}")
+        else:
+            # decay * I + dt * v, then the clip: the order quad-hover and the firmware use.
+            self.value = np.clip(self.decay * self.value + self.dt_s * v, -self.limit, self.limit)
+        return self.value.copy()
+
+
+class _Compiler:
+    """Turns :class:`SignalCfg` into :class:`Signal`, checking paths, params and sizes.
+
+    ``io_spec`` (absent for stand-alone signals such as ``safety.hold``) resolves names in
+    ``policy_io.json``'s ``extra``; every stateful op compiled is listed in ``integrators``.
+    """
+
+    def __init__(self, robot: RobotConfig, io_spec: IOSpec | None = None) -> None:
         self.robot = robot
+        self.io_spec = io_spec
+        self.integrators: list[Integrator] = []
 
     def fail(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.robot.path}: {key}: {message}")
@@ -110,6 +150,43 @@ class _Compiler:
         if isinstance(arg, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in arg):
             return np.asarray(arg, dtype=np.float64)
         raise self.fail(key, f"expected a parameter name, a number or a list of numbers, got {arg!r}")
+
+    def scalar_arg(self, arg: Any, key: str) -> float:
+        """A number, a one-entry ``params`` name, or a number in ``policy_io.json``'s ``extra``."""
+        if isinstance(arg, int | float) and not isinstance(arg, bool):
+            return float(arg)
+        if isinstance(arg, str):
+            if arg in self.robot.params:
+                value = self.robot.params[arg]
+                if len(value) != 1:
+                    raise self.fail(key, f"parameter {arg!r} has {len(value)} values, expected one number")
+                return float(value[0])
+            extra = self.io_spec.extra if self.io_spec is not None else {}
+            found = extra.get(arg)
+            if isinstance(found, int | float) and not isinstance(found, bool):
+                return float(found)
+            numeric = [k for k, v in extra.items() if isinstance(v, int | float) and not isinstance(v, bool)]
+            raise self.fail(
+                key, unknown_choice_message("parameter or policy_io extra number", arg, [*self.robot.params, *numeric])
+            )
+        raise self.fail(key, f"expected a number or the name of one, got {arg!r}")
+
+    def integrator(self, arg: Any, key: str) -> Integrator:
+        if self.io_spec is None:
+            raise self.fail(key, "integrate keeps state between control steps: only observation fields may use it")
+        spec = arg if isinstance(arg, Mapping) else None
+        if spec is None or any(k not in ("decay", "limit", "dt_s") for k in spec):
+            raise self.fail(key, f"integrate needs a mapping with keys decay, limit, dt_s (all optional), got {arg!r}")
+        decay = self.scalar_arg(spec.get("decay", 1.0), f"{key}.decay")
+        limit = self.scalar_arg(spec["limit"], f"{key}.limit") if "limit" in spec else math.inf
+        dt_s = self.scalar_arg(spec.get("dt_s", self.io_spec.control_period_s), f"{key}.dt_s")
+        if not 0.0 < decay <= 1.0:
+            raise self.fail(f"{key}.decay", f"must be in (0, 1], got {decay}")
+        if not (limit > 0.0 and dt_s > 0.0):
+            raise self.fail(key, f"limit and dt_s must be > 0, got limit={limit}, dt_s={dt_s}")
+        integ = Integrator(decay, limit, dt_s)
+        self.integrators.append(integ)
+        return integ
 
     def field_reader(self, input_name: str, path: str, key: str) -> tuple[Callable[[Latest], Any], int | None]:
         type_name = self.robot.inputs[input_name].type
@@ -195,6 +272,8 @@ class _Compiler:
                 return v[indices]
 
             return pick, lambda _n: len(indices)
+        if name == "integrate":
+            return self.integrator(arg, key), same
         raise self.fail(key, unknown_choice_message("op", name, OP_NAMES))
 
     def _order(self, arg: Any, key: str) -> str:
@@ -240,7 +319,7 @@ class _Compiler:
 OP_NAMES = (
     "subtract", "add", "scale", "deg_to_rad", "ned_to_enu", "enu_to_ned", "frd_to_flu", "flu_to_frd",
     "quat_to_rotmat", "rotmat_ned_frd_to_enu_flu", "rotate_body_to_world", "rotate_world_to_body",
-    "select_by_name", "select",
+    "select_by_name", "select", "integrate",
 )  # fmt: skip
 
 
@@ -258,9 +337,14 @@ class ActionHistory:
     def __init__(self, length: int, action_dim: int, initial: float = 0.0) -> None:
         self.initial = initial
         self._buf = np.full((length, action_dim), initial, dtype=np.float64)
+        self.on_reset: list[Callable[[], None]] = []
+        """Called by :meth:`reset`: the observation's stateful ops (``integrate``) restart with
+        the history, whenever the node restarts the policy."""
 
     def reset(self) -> None:
         self._buf[:] = self.initial
+        for hook in self.on_reset:
+            hook()
 
     def push(self, action: np.ndarray) -> None:
         if len(self._buf):
@@ -284,7 +368,7 @@ class ObservationBuilder:
         self.history = ActionHistory(history_len, io_spec.action_dim, self._history_initial(robot, io_spec))
         wanted = [f.name for f in io_spec.obs_fields]
         missing = [n for n in wanted if n not in robot.observation]
-        extra = [n for n in robot.observation if n not in wanted]
+        extra = [n for n, sig in robot.observation.items() if n not in wanted and not sig.optional]
         if missing or extra:
             parts = []
             if missing:
@@ -295,7 +379,7 @@ class ObservationBuilder:
                 f"{robot.path}: observation does not match policy_io.json ({'; '.join(parts)}); "
                 f"the policy expects, in order: {', '.join(f'{f.name}[{f.size}]' for f in io_spec.obs_fields)}"
             )
-        compiler = _Compiler(robot)
+        compiler = _Compiler(robot, io_spec)
         self.signals: list[tuple[Signal, int, float]] = []
         for f in io_spec.obs_fields:
             sig = compiler.signal(robot.observation[f.name], f"observation.{f.name}", history_len * io_spec.action_dim)
@@ -305,6 +389,7 @@ class ObservationBuilder:
                     f"declares size {f.size}"
                 )
             self.signals.append((sig, f.size, f.scale))
+        self.history.on_reset += [integ.reset for integ in compiler.integrators]
         self._out = np.zeros(io_spec.obs_dim, dtype=np.float32)
 
     @staticmethod

@@ -48,7 +48,9 @@ class SignalCfg:
     """A vector read from a message field (``input`` + ``path``) and converted by ``ops``.
 
     ``action_history: true`` instead reads the last H actions the node sent, newest first;
-    ``param: NAME`` is the constant vector ``params.NAME`` (e.g. a goal).
+    ``param: NAME`` is the constant vector ``params.NAME`` (e.g. a goal). ``optional: true``
+    marks an observation field that is used only when the policy takes it (e.g. ``pos_err_int_w``
+    of quad-hover policies trained with ``pos_err_integral``).
     """
 
     input: str = ""
@@ -59,6 +61,7 @@ class SignalCfg:
     """Value of every history entry after a (re-)arm: a number, or the name of a number in
     ``policy_io.json``'s ``extra`` (e.g. ``hover_action``), matching how the task starts episodes."""
     param: str = ""
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,14 +170,17 @@ class _Reader:
 
 
 def _signal(r: _Reader, value: Any, key: str) -> SignalCfg:
-    data = r.mapping(value, key, ("input", "path", "ops", "action_history", "initial", "param"))
+    data = r.mapping(value, key, ("input", "path", "ops", "action_history", "initial", "param", "optional"))
+    optional = data.get("optional", False)
+    if not isinstance(optional, bool):
+        raise r.fail(f"{key}.optional", f"expected true or false, got {optional!r}")
     if data.get("action_history"):
         initial = data.get("initial", 0.0)
         if not isinstance(initial, str):
             initial = r.number(initial, f"{key}.initial")
-        return SignalCfg(action_history=True, history_initial=initial)
+        return SignalCfg(action_history=True, history_initial=initial, optional=optional)
     if "param" in data:
-        return SignalCfg(param=r.string(data, "param", f"{key}."))
+        return SignalCfg(param=r.string(data, "param", f"{key}."), optional=optional)
     raw_ops = data.get("ops", []) or []
     if not isinstance(raw_ops, list):
         raise r.fail(f"{key}.ops", f"expected a list of operations, got {raw_ops!r}")
@@ -188,7 +194,10 @@ def _signal(r: _Reader, value: Any, key: str) -> SignalCfg:
         else:
             raise r.fail(f"{key}.ops[{i}]", f"expected `name` or `{{name: argument}}`, got {op!r}")
     return SignalCfg(
-        input=r.string(data, "input", f"{key}."), path=r.string(data, "path", f"{key}.", ""), ops=tuple(ops)
+        input=r.string(data, "input", f"{key}."),
+        path=r.string(data, "path", f"{key}.", ""),
+        ops=tuple(ops),
+        optional=optional,
     )
 
 

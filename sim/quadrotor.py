@@ -393,13 +393,17 @@ def _rk4_rows(
     """:func:`rk4_step` written per state component, used under ``torch.compile``.
 
     Inductor vectorizes one fused loop over envs far better when every quantity is an ``[N]``
-    row than with column picks from the packed ``[N, 17]`` layout (~1.6x here). Eager mode keeps
-    the packed version, whose few large ops suit launch-bound execution.
+    row than with column picks from the packed ``[N, 17]`` layout, and better still when every
+    input and the output are column-major ``[N, K]`` tensors (strides ``(1, N)``), so that each
+    row is contiguous memory and no transpose happens at the kernel boundary: ~3x faster than
+    row-major inputs at 4,096 envs on 2 cores. Eager mode keeps the packed row-major version,
+    whose few large ops suit launch-bound execution.
     """
     h = dt_s / substeps
-    s = list(state.t().contiguous().unbind(0))
-    cmd = list(rpm_cmd.t().contiguous().unbind(0))
-    rows = tuple(list(x.t().contiguous().unbind(0)) for x in inputs)
+    # With column-major inputs (``Quadrotor`` keeps them so under compile) these are views.
+    s = list(state.t().unbind(0))
+    cmd = list(rpm_cmd.t().unbind(0))
+    rows = tuple(list(x.t().unbind(0)) for x in inputs)
     for _ in range(substeps):
         k1 = _derivative_rows(s, cmd, rows, left, right, coef)
         k2 = _derivative_rows([x + 0.5 * h * k for x, k in zip(s, k1)], cmd, rows, left, right, coef)
@@ -409,7 +413,8 @@ def _rk4_rows(
         q = s[QUAT.start : QUAT.stop]
         inv_norm = torch.rsqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
         s[QUAT.start : QUAT.stop] = [c * inv_norm for c in q]
-    return torch.stack(s, dim=1)
+    # Column-major [N, 17] (one contiguous row per component): the next call reads it as views.
+    return torch.stack(s, dim=0).t()
 
 
 @functools.cache
@@ -423,13 +428,32 @@ def compiled_rk4_step() -> Callable[..., torch.Tensor]:
     return torch.compile(rk4_step, fullgraph=True, dynamic=False)
 
 
+class _LayoutTensor:
+    """A :class:`Quadrotor` attribute holding an ``[N, K]`` tensor that is converted to the
+    simulator's layout (:meth:`Quadrotor.in_layout`) whenever it is assigned."""
+
+    def __init__(self, refresh_params: bool = False) -> None:
+        self.refresh_params = refresh_params
+        self.private = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.private = f"_{name}"
+
+    def __get__(self, sim: Quadrotor, owner: type | None = None) -> torch.Tensor:
+        value: torch.Tensor = getattr(sim, self.private)
+        return value
+
+    def __set__(self, sim: Quadrotor, value: torch.Tensor) -> None:
+        setattr(sim, self.private, sim.in_layout(value))
+        if self.refresh_params:
+            sim.refresh_params()
+
+
 class Quadrotor:
     """``num_envs`` quadrotors with per-env parameters and disturbances on one device.
 
-    Attributes:
-        state: ``[N, 17]`` packed state (module docstring); views below slice it.
-        param_scales: ``[N, 6]`` multipliers of the nominal (mass, Ixx, Iyy, Izz, kf, tau).
-        force_w: ``[N, 3]`` disturbance force in world (N). torque_b: ``[N, 3]`` in body (N m).
+    Attributes (properties, see :meth:`in_layout`): ``state [N, 17]``, ``param_scales [N, 6]``,
+    ``force_w [N, 3]``, ``torque_b [N, 3]``.
     """
 
     def __init__(self, cfg: QuadrotorCfg, num_envs: int, device: torch.device, generator: torch.Generator) -> None:
@@ -439,6 +463,11 @@ class Quadrotor:
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.generator = generator
+        self.column_major = cfg.compile
+        """Keep every per-env ``[N, K]`` tensor column-major (strides ``(1, N)``) for the
+        compiled step (:func:`_rk4_rows`); row-major for the eager one. Assigning a tensor of
+        the other layout to ``state``, ``force_w``, ``torque_b`` or ``param_scales`` converts it,
+        so callers never see a recompile for a stride change."""
         p = cfg.params
         f32 = torch.float32
         self.nominal = torch.tensor(
@@ -452,26 +481,46 @@ class Quadrotor:
         self.rot_tables: Tables = ROT_TABLES
         """ROT_TABLES on the device."""
         self.gravity_w = torch.tensor([0.0, 0.0, -p.gravity_mps2], dtype=f32, device=self.device)
-        self.state = torch.zeros(num_envs, STATE_DIM, dtype=f32, device=self.device)
-        self.state[:, 3] = 1.0
+        initial = torch.zeros(num_envs, STATE_DIM, dtype=f32, device=self.device)
+        initial[:, 3] = 1.0
+        self.state = initial
         self.param_scales = torch.ones(num_envs, 6, dtype=f32, device=self.device)
         self.force_w = torch.zeros(num_envs, 3, dtype=f32, device=self.device)
         self.torque_b = torch.zeros(num_envs, 3, dtype=f32, device=self.device)
-        self.refresh_params()
+        # Reused output of the command clamp, already in the compiled step's layout.
+        self._rpm_cmd_rows = torch.empty(4, num_envs, dtype=f32, device=self.device)
         self._step_fn: Callable[..., torch.Tensor] = compiled_rk4_step() if cfg.compile else rk4_step
+
+    # ----------------------------------------------------------------- layout
+    def in_layout(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [N, K]`` in this simulator's layout (a copy only when it differs)."""
+        if self.column_major:
+            return x if x.stride(0) == 1 and x.stride(1) == x.shape[0] else x.t().contiguous().t()
+        return x.contiguous()
+
+    state = _LayoutTensor()
+    """``[N, 17]`` packed state (module docstring); the views below slice it."""
+    force_w = _LayoutTensor()
+    """``[N, 3]`` disturbance force in world (N)."""
+    torque_b = _LayoutTensor()
+    """``[N, 3]`` disturbance torque in body (N m)."""
+    param_scales = _LayoutTensor(refresh_params=True)
+    """``[N, 6]`` multipliers of the nominal (mass, Ixx, Iyy, Izz, kf, tau); assigning refreshes
+    the derived tensors, call :meth:`refresh_params` after writing it in place."""
 
     # ----------------------------------------------------------------- parameters
     def refresh_params(self) -> None:
         """Recompute the derived per-env tensors the physics step reads; call after writing
         ``param_scales`` in place."""
         values = self.param_scales * self.nominal  # [N, 6]
-        self.mass_kg = values[:, 0:1].contiguous()
-        self.inv_mass = 1.0 / self.mass_kg
-        self.inertia = values[:, 1:4].contiguous()
-        self.inv_inertia = 1.0 / self.inertia
-        self.thrust_coef = values[:, 4:5].contiguous()
-        self.thrust_acc_coef = self.thrust_coef * self.inv_mass
-        self.inv_tau = 1.0 / values[:, 5:6]
+        lay = self.in_layout
+        self.mass_kg = lay(values[:, 0:1])
+        self.inv_mass = lay(1.0 / self.mass_kg)
+        self.inertia = lay(values[:, 1:4])
+        self.inv_inertia = lay(1.0 / self.inertia)
+        self.thrust_coef = lay(values[:, 4:5])
+        self.thrust_acc_coef = lay(self.thrust_coef * self.inv_mass)
+        self.inv_tau = lay(1.0 / values[:, 5:6])
 
     def randomize(self, mask: torch.Tensor | None = None) -> None:
         """Redraw the parameter scales of envs where ``mask [N] bool`` (all if None).
@@ -481,9 +530,8 @@ class Quadrotor:
         if not self.cfg.randomization.enabled:
             return
         scales = self.sample_param_scales(self.num_envs)
-        # Masked-out rows keep their scales.
+        # Masked-out rows keep their scales; the setter refreshes the derived tensors.
         self.param_scales = scales if mask is None else torch.where(mask.unsqueeze(1), scales, self.param_scales)
-        self.refresh_params()
 
     def sample_param_scales(self, count: int) -> torch.Tensor:
         """``[count, 6]`` draws from the randomization ranges (inertia axes independent);
@@ -532,7 +580,10 @@ class Quadrotor:
     # ----------------------------------------------------------------- stepping
     def step(self, rpm_cmd: torch.Tensor) -> torch.Tensor:
         """Advance ``dt_s`` holding ``rpm_cmd [N, 4]`` (clamped to [0, max_rpm]); returns the new state."""
-        rpm_cmd = rpm_cmd.clamp(0.0, self.cfg.params.max_rpm)
+        if self.column_major:  # one op that clamps and transposes into the reused buffer
+            rpm_cmd = torch.clamp(rpm_cmd.t(), 0.0, self.cfg.params.max_rpm, out=self._rpm_cmd_rows).t()
+        else:
+            rpm_cmd = rpm_cmd.clamp(0.0, self.cfg.params.max_rpm)
         self.state = self._step_fn(self.state, rpm_cmd, *self.physics_inputs(), self.cfg.dt_s, self.cfg.substeps)
         return self.state
 
@@ -545,8 +596,8 @@ class Quadrotor:
             self.inertia,
             self.inv_inertia,
             self.inv_tau,
-            torch.addcmul(self.gravity_w, self.force_w, self.inv_mass),
-            self.torque_b * self.inv_inertia,
+            self.in_layout(torch.addcmul(self.gravity_w, self.force_w, self.inv_mass)),
+            self.in_layout(self.torque_b * self.inv_inertia),
             *self.tables,
         )
 
@@ -568,4 +619,3 @@ class Quadrotor:
         self.param_scales = sd["param_scales"].to(self.device, torch.float32).clone()
         self.force_w = sd["force_w"].to(self.device, torch.float32).clone()
         self.torque_b = sd["torque_b"].to(self.device, torch.float32).clone()
-        self.refresh_params()

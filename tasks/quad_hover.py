@@ -4,6 +4,18 @@ Episodes start from L2F's distribution (10 % level at the setpoint, the rest dis
 moving and spinning), last 500 control steps of 10 ms, and end early when any position axis
 leaves a box around the setpoint. Observation and action layouts follow ``docs/conventions.md``
 so the firmware can assemble the same observation on board.
+
+Optional position-error integral (``pos_err_integral: true``): a per-env state
+``pos_err_int_w [N, 3]`` (m*s, world) that is zero at every episode start and, after each
+physics step, is updated from the new (noise-free) position error ``e = pos_w - setpoint_w``::
+
+    I <- clamp(decay * I + dt_s * e, -limit, +limit)      per axis, float32
+
+in exactly this order (two products, one sum, then the clamp); ``dt_s`` is the control period,
+``decay = pos_err_integral_decay`` and ``limit = pos_err_integral_limit_ms``. The observation
+right after a reset therefore carries ``I = 0``, the one after the first step ``dt_s * e_1``.
+The firmware (``firmware/common/quad_ctrl.c``) and the ROS 2 ``integrate`` op
+(``real/observation.py``) implement the same rule from ``policy_io.json``.
 """
 
 from __future__ import annotations
@@ -35,7 +47,10 @@ from embodied.sim.quadrotor import (
 POLICY_STATE_DIM = 18
 """pos_err_w (3) + rot_wb (9) + lin_vel_w (3) + ang_vel_b (3)."""
 CRITIC_DIM = POLICY_STATE_DIM + 4 + 6 + 6
-"""Noise-free state, normalized motor speeds (4), parameter scales - 1 (6), disturbance force/torque (6)."""
+"""Noise-free state, normalized motor speeds (4), parameter scales - 1 (6), disturbance force/torque (6);
+``QuadHoverCfg.critic_dim`` adds the position-error integral (3) when it is enabled."""
+POS_ERR_INT_DIM = 3
+"""Size of the optional ``pos_err_int_w`` field (world x, y, z)."""
 
 INIT_ROW_DIM = 17 + 6 + 6
 """One initial condition: packed sim state (17), parameter scales (6), force_w and torque_b (6)."""
@@ -100,6 +115,19 @@ class QuadHoverCfg:
     """Success: distance to the setpoint at the end of a full-length episode below this."""
     success_max_tilt_rad: float = math.radians(10.0)
     """Success: tilt (angle between body z and world z) at the end below this."""
+    pos_err_integral: bool = False
+    """Add ``pos_err_int_w`` (leaky, clamped integral of the position error; module docstring)
+    to the policy and critic observations, so a policy can cancel the constant disturbance force."""
+    pos_err_integral_limit_ms: float = 0.5
+    """Clamp of each integral axis (m*s). With the default 2 s time constant the steady-state
+    integral is 2 s * error, so 0.5 m*s saturates only at a 0.25 m persistent error: three times
+    the ~0.08 m offset the disturbance leaves (0.16 m*s). It bounds the wind-up of large errors
+    (it would reach 1.2 m*s at the 0.6 m box edge), so a transient cannot leave an integral that
+    dwarfs the other observation entries or takes many seconds to unwind."""
+    pos_err_integral_decay: float = 0.995
+    """Leak per control step in (0, 1] (1 = pure integrator). 0.995 at 10 ms is a time constant
+    dt / (1 - decay) = 2 s: a few seconds, so the integral settles within an episode (5 s) and
+    forgets the initial transient."""
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -128,6 +156,14 @@ class QuadHoverCfg:
             f"init_pos_range_m ({self.init_pos_range_m}) must be below position_bound_m ({self.position_bound_m})",
         )
         need(self.success_radius_m > 0.0 and self.success_max_tilt_rad > 0.0, "success thresholds must be > 0")
+        need(
+            math.isfinite(self.pos_err_integral_limit_ms) and self.pos_err_integral_limit_ms > 0.0,
+            f"pos_err_integral_limit_ms must be a finite number > 0, got {self.pos_err_integral_limit_ms}",
+        )
+        need(
+            0.0 < self.pos_err_integral_decay <= 1.0,
+            f"pos_err_integral_decay must be in (0, 1] (1 = pure integrator), got {self.pos_err_integral_decay}",
+        )
         ground = self.sim.ground_z_m
         need(
             ground is None or self.setpoint_w[2] - self.position_bound_m > ground,
@@ -136,9 +172,19 @@ class QuadHoverCfg:
         )
 
     @property
+    def integral_dim(self) -> int:
+        """3 with ``pos_err_integral``, else 0."""
+        return POS_ERR_INT_DIM if self.pos_err_integral else 0
+
+    @property
     def obs_dim(self) -> int:
-        """Size of the policy observation: 18 + 4 H."""
-        return POLICY_STATE_DIM + 4 * self.action_history
+        """Size of the policy observation: 18 (+ 3 with the integral) + 4 H."""
+        return POLICY_STATE_DIM + self.integral_dim + 4 * self.action_history
+
+    @property
+    def critic_dim(self) -> int:
+        """Size of the critic observation: 34 (+ 3 with the integral)."""
+        return CRITIC_DIM + self.integral_dim
 
 
 class QuadHover:
@@ -147,6 +193,8 @@ class QuadHover:
     Observation groups: ``"policy"`` ``[N, 18 + 4H]`` (conventions.md layout, noisy) and
     ``"critic"`` ``[N, 34]`` (noise-free state 18, motor speeds mapped to [-1, 1] 4, parameter
     scales - 1 6, disturbance force and torque divided by their σ 6). Actions ``[N, 4]`` in [-1, 1].
+    With ``pos_err_integral`` both groups get ``pos_err_int_w`` (3, noise-free) right after the
+    18 state entries: policy ``[N, 21 + 4H]``, critic ``[N, 37]``.
     """
 
     def __init__(self, cfg: QuadHoverCfg, num_envs: int, device: torch.device, seed: int) -> None:
@@ -156,7 +204,7 @@ class QuadHover:
         self.dt = cfg.sim.dt_s
         self.max_episode_steps = cfg.episode_steps
         self.action_dim = 4
-        self.obs_spec: dict[str, tuple[int, ...]] = {"policy": (cfg.obs_dim,), "critic": (CRITIC_DIM,)}
+        self.obs_spec: dict[str, tuple[int, ...]] = {"policy": (cfg.obs_dim,), "critic": (cfg.critic_dim,)}
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.sim = Quadrotor(cfg.sim, self.num_envs, self.device, self.generator)
@@ -195,6 +243,9 @@ class QuadHover:
             position_bound_m=cfg.position_bound_m,
             max_episode_steps=cfg.episode_steps,
             history=cfg.action_history,
+            integral=cfg.pos_err_integral,
+            integral_decay=cfg.pos_err_integral_decay,
+            integral_limit_ms=cfg.pos_err_integral_limit_ms,
         )
         self._core: Callable[..., dict[str, Any]] = compiled_step_core() if cfg.sim.compile else step_core
         self._host_checks = self.device.type == "cpu"
@@ -209,10 +260,18 @@ class QuadHover:
         self._critic_static = torch.zeros(self.num_envs, 12, dtype=f32, device=self.device)
         """``[N, 12]`` per-episode critic inputs: parameter scales - 1 and normalized disturbances."""
 
-        self.action_hist = torch.zeros(self.num_envs, 4 * cfg.action_history, dtype=f32, device=self.device)
-        """``[N, 4H]`` previous actions, newest first."""
+        self.action_hist = self.sim.in_layout(
+            torch.zeros(self.num_envs, 4 * cfg.action_history, dtype=f32, device=self.device)
+        )
+        """``[N, 4H]`` previous actions, newest first (in the simulator's layout, like the integral,
+        so the compiled step's stride guards never fail)."""
         self.episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         """``[N]`` steps taken in the current episode."""
+        self.pos_err_int_w = self.sim.in_layout(
+            torch.zeros(self.num_envs, POS_ERR_INT_DIM, dtype=f32, device=self.device)
+        )
+        """``[N, 3]`` leaky integral of the position error (m*s, world); stays zero unless
+        ``cfg.pos_err_integral``. Kept in the simulator's layout so the compiled step sees stable strides."""
         self.reset(seed)
 
     # ------------------------------------------------------------------ VecEnv
@@ -235,9 +294,10 @@ class QuadHover:
         obs_noise = self._draw_obs_noise()
         out = self._core(
             self.sim.state,
-            action.to(self.device, torch.float32),
+            self.sim.in_layout(action.to(self.device, torch.float32)),
             self.action_hist,
             self.episode_step,
+            self.pos_err_int_w,
             self._critic_static,
             obs_noise,
             self._setpoint_w,
@@ -245,7 +305,9 @@ class QuadHover:
             self.sim.rot_tables,
             self._consts,
         )
-        self.sim.state, self.action_hist, self.episode_step = out["state"], out["action_hist"], out["episode_step"]
+        self.sim.state, self.episode_step = out["state"], out["episode_step"]
+        self.action_hist = self.sim.in_layout(out["action_hist"])
+        self.pos_err_int_w = self.sim.in_layout(out["pos_err_int_w"])
         terms: dict[str, torch.Tensor] = out["terms"]
         reward, terminated, truncated = out["reward"], out["terminated"], out["truncated"]
         obs = final_obs = {"policy": out["policy"], "critic": out["critic"]}
@@ -281,6 +343,20 @@ class QuadHover:
             ObsField("lin_vel_w", 3, "m/s", "world"),
             ObsField("ang_vel_b", 3, "rad/s", "body"),
         )
+        if cfg.pos_err_integral:
+            obs_fields += (
+                ObsField(
+                    "pos_err_int_w",
+                    POS_ERR_INT_DIM,
+                    "m*s",
+                    "world",
+                    description=(
+                        "leaky clamped integral of pos_err_w: zero at reset, then after every control step "
+                        "I = clamp(decay * I + dt_s * pos_err_w, -limit, limit) per axis with the new error "
+                        "(extra: pos_err_int_decay, pos_err_int_limit_ms, pos_err_int_dt_s); no noise"
+                    ),
+                ),
+            )
         if cfg.action_history > 0:
             obs_fields += (
                 ObsField(
@@ -318,6 +394,13 @@ class QuadHover:
             "episode_steps": cfg.episode_steps,
             "task_cfg": to_plain(cfg),
         }
+        if cfg.pos_err_integral:
+            # Numeric extras become POLICY_<KEY> defines in policy.h (read by quad_ctrl.c).
+            extra |= {
+                "pos_err_int_decay": float(cfg.pos_err_integral_decay),
+                "pos_err_int_limit_ms": float(cfg.pos_err_integral_limit_ms),
+                "pos_err_int_dt_s": float(self.dt),
+            }
         return IOSpec(obs_fields, (action,), self.dt, dict(CONVENTIONS), extra)
 
     def state_dict(self) -> dict[str, Any]:
@@ -326,6 +409,7 @@ class QuadHover:
             "sim": self.sim.state_dict(),
             "action_hist": self.action_hist.clone(),
             "episode_step": self.episode_step.clone(),
+            "pos_err_int_w": self.pos_err_int_w.clone(),
             "rng": self.generator.get_state(),
             "init_pool": self._pool[self._pool_cursor :].clone(),
         }
@@ -337,8 +421,11 @@ class QuadHover:
                 f"quad-hover state: action_hist shape {tuple(state['action_hist'].shape)} != "
                 f"{tuple(self.action_hist.shape)} (different num_envs or action_history)"
             )
-        self.action_hist = state["action_hist"].to(self.device, torch.float32).clone()
+        self.action_hist = self.sim.in_layout(state["action_hist"].to(self.device, torch.float32).clone())
         self.episode_step = state["episode_step"].to(self.device, torch.long).clone()
+        # Checkpoints from before the integral existed resume with it at zero.
+        integral = state.get("pos_err_int_w", torch.zeros_like(self.pos_err_int_w))
+        self.pos_err_int_w = self.sim.in_layout(integral.to(self.device, torch.float32).clone())
         self.generator.set_state(state["rng"])
         self._pool = state["init_pool"].to(self.device, torch.float32).clone()
         self._pool_cursor = 0
@@ -359,6 +446,7 @@ class QuadHover:
             state[:, POS] - self._setpoint_w,
             self.sim.rot_wb(),
             self.action_hist,
+            self.pos_err_int_w if self.cfg.pos_err_integral else None,
             self._critic_static,
             obs_noise,
             self._rpm_per_action,
@@ -374,8 +462,9 @@ class QuadHover:
 
     def physical_state(self) -> dict[str, torch.Tensor]:
         """Raw state of all envs (clones): ``position_w [N,3]`` (m), ``quat_wb [N,4]`` (w,x,y,z),
-        ``lin_vel_w [N,3]`` (m/s), ``ang_vel_b [N,3]`` (rad/s), ``motor_rpm [N,4]``, and
-        ``setpoint_w [3]`` — what the firmware software-in-the-loop needs to build its own observation."""
+        ``lin_vel_w [N,3]`` (m/s), ``ang_vel_b [N,3]`` (rad/s), ``motor_rpm [N,4]``,
+        ``pos_err_int_w [N,3]`` (m*s; zeros unless ``cfg.pos_err_integral``) and ``setpoint_w [3]``
+        — what the firmware software-in-the-loop needs to build its own observation."""
         s = self.sim.state
         return {
             "position_w": s[:, POS].clone(),
@@ -383,6 +472,7 @@ class QuadHover:
             "lin_vel_w": s[:, LIN_VEL].clone(),
             "ang_vel_b": s[:, ANG_VEL].clone(),
             "motor_rpm": s[:, RPM].clone(),
+            "pos_err_int_w": self.pos_err_int_w.clone(),
             "setpoint_w": self._setpoint_w.clone(),
         }
 
@@ -397,10 +487,12 @@ class QuadHover:
         motor_rpm: torch.Tensor | Sequence[float] | None = None,
         episode_step: int | None = None,
         action_hist: torch.Tensor | Sequence[float] | None = None,
+        pos_err_int_w: torch.Tensor | Sequence[float] | None = None,
     ) -> ObsDict:
         """Force parts of the state of ``env_ids`` (all if None); values broadcast to ``[k, size]``.
 
-        The quaternion is normalized. Returns the (noise-free) observation of the new state.
+        The quaternion is normalized; ``pos_err_int_w`` (m*s) is stored as given (not clamped).
+        Returns the (noise-free) observation of the new state.
         """
         ids = torch.arange(self.num_envs, device=self.device) if env_ids is None else torch.as_tensor(env_ids)
         ids = ids.to(self.device, torch.long)
@@ -424,6 +516,12 @@ class QuadHover:
             self.action_hist[ids] = torch.as_tensor(action_hist, dtype=torch.float32, device=self.device).expand(
                 len(ids), self.action_hist.shape[1]
             )
+        if pos_err_int_w is not None:
+            integral = self.pos_err_int_w.clone()
+            integral[ids] = torch.as_tensor(pos_err_int_w, dtype=torch.float32, device=self.device).expand(
+                len(ids), POS_ERR_INT_DIM
+            )
+            self.pos_err_int_w = self.sim.in_layout(integral)
         return self.observe(noise=False)
 
     def _refresh_critic_static(self) -> None:
@@ -461,7 +559,8 @@ class QuadHover:
         return rows
 
     def _reset_envs(self, mask: torch.Tensor) -> None:
-        """New initial conditions for envs where ``mask [N]``; action history set to hover."""
+        """New initial conditions for envs where ``mask [N]``; action history set to hover,
+        position-error integral to zero."""
         sim = self.sim
         if self._host_checks:
             ids = mask.nonzero().squeeze(1)
@@ -474,17 +573,18 @@ class QuadHover:
             sim.torque_b[ids] = rows[:, 26:29]
             self.action_hist[ids] = self.hover_action
             self.episode_step[ids] = 0
+            self.pos_err_int_w[ids] = 0.0
         else:  # branch-free: draw for every env, keep the rows of envs that did not end
             rows = self._draw_initial(self.num_envs)
             m = mask.unsqueeze(1)
             sim.state = torch.where(m, rows[:, :17], sim.state)
             if self.cfg.sim.randomization.enabled:
-                sim.param_scales = torch.where(m, rows[:, 17:23], sim.param_scales)
-                sim.refresh_params()
+                sim.param_scales = torch.where(m, rows[:, 17:23], sim.param_scales)  # setter refreshes
             sim.force_w = torch.where(m, rows[:, 23:26], sim.force_w)
             sim.torque_b = torch.where(m, rows[:, 26:29], sim.torque_b)
-            self.action_hist = torch.where(m, self.hover_action, self.action_hist)
+            self.action_hist = self.sim.in_layout(torch.where(m, self.hover_action, self.action_hist))
             self.episode_step = torch.where(mask, 0, self.episode_step)
+            self.pos_err_int_w = self.sim.in_layout(torch.where(m, 0.0, self.pos_err_int_w))
         self._refresh_critic_static()
 
 
@@ -504,6 +604,9 @@ class CoreConsts(NamedTuple):
     position_bound_m: float
     max_episode_steps: int
     history: int
+    integral: bool
+    integral_decay: float
+    integral_limit_ms: float
 
 
 def observation(
@@ -511,17 +614,21 @@ def observation(
     pos_err_w: torch.Tensor,
     rot_wb: torch.Tensor,
     action_hist: torch.Tensor,
+    pos_err_int_w: torch.Tensor | None,
     critic_static: torch.Tensor,
     obs_noise: torch.Tensor | None,
     rpm_per_action: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Policy ``[N, 18+4H]`` and critic ``[N, 34]`` observations; ``obs_noise [N, 18]`` is added
-    to the policy's state part only."""
+    """Policy ``[N, 18 (+3) + 4H]`` and critic ``[N, 34 (+3)]`` observations; ``obs_noise [N, 18]``
+    is added to the policy's state part only. ``pos_err_int_w [N, 3]`` (None when disabled) goes
+    right after the 18 state entries in both, without noise."""
     clean = torch.cat((pos_err_w, rot_wb, state[:, LIN_VEL.start : ANG_VEL.stop]), dim=1)  # [N, 18]
     noisy = clean if obs_noise is None else clean + obs_noise
-    policy = torch.cat((noisy, action_hist), dim=1) if action_hist.shape[1] > 0 else noisy
+    integral = () if pos_err_int_w is None else (pos_err_int_w,)
+    history = (action_hist,) if action_hist.shape[1] > 0 else ()
+    policy = torch.cat((noisy, *integral, *history), dim=1) if integral or history else noisy
     rpm_norm = state[:, RPM] * (1.0 / rpm_per_action) - 1.0
-    critic = torch.cat((clean, rpm_norm, critic_static), dim=1)
+    critic = torch.cat((clean, *integral, rpm_norm, critic_static), dim=1)
     return policy, critic
 
 
@@ -530,6 +637,7 @@ def step_core(
     action: torch.Tensor,
     action_hist: torch.Tensor,
     episode_step: torch.Tensor,
+    pos_err_int_w: torch.Tensor,
     critic_static: torch.Tensor,
     obs_noise: torch.Tensor | None,
     setpoint_w: torch.Tensor,
@@ -541,7 +649,8 @@ def step_core(
     (no randomness, no data-dependent branches) so it can run compiled; resets stay outside.
 
     ``state [N, 17]``, ``action [N, 4]``, ``action_hist [N, 4H]``, ``episode_step [N]``,
-    ``critic_static [N, 12]``; returns the new state, history and counters, ``pos_err_w``,
+    ``pos_err_int_w [N, 3]``, ``critic_static [N, 12]``; returns the new state, history, counters
+    and integral (updated by the module docstring's rule when ``c.integral``), ``pos_err_w``,
     ``rot_wb``, ``terms`` (dict of ``[N]``), ``reward``, ``terminated``, ``truncated``,
     ``policy`` and ``critic``.
     """
@@ -551,6 +660,11 @@ def step_core(
     if c.history > 0:
         action_hist = torch.cat((action, action_hist[:, :-4]), dim=1)
     pos_err_w = state[:, POS] - setpoint_w
+    if c.integral:
+        # decay * I + dt * e, then the clamp: the order the firmware and ROS node repeat.
+        pos_err_int_w = (pos_err_int_w * c.integral_decay + pos_err_w * c.dt_s).clamp(
+            -c.integral_limit_ms, c.integral_limit_ms
+        )
     quat = state[:, QUAT]
     rot_wb = apply_bilinear(quat, quat, *rot_tables)
     terms = {
@@ -568,11 +682,21 @@ def step_core(
     if c.termination_penalty > 0.0:
         terms["termination"] = terminated * -c.termination_penalty
     reward = torch.stack(list(terms.values())).sum(dim=0)
-    policy, critic = observation(state, pos_err_w, rot_wb, action_hist, critic_static, obs_noise, c.rpm_per_action)
+    policy, critic = observation(
+        state,
+        pos_err_w,
+        rot_wb,
+        action_hist,
+        pos_err_int_w if c.integral else None,
+        critic_static,
+        obs_noise,
+        c.rpm_per_action,
+    )
     return {
         "state": state,
         "action_hist": action_hist,
         "episode_step": episode_step,
+        "pos_err_int_w": pos_err_int_w,
         "pos_err_w": pos_err_w,
         "rot_wb": rot_wb,
         "terms": terms,

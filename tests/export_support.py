@@ -26,19 +26,27 @@ needs_qemu = pytest.mark.skipif(
 )
 
 
-def quad_io_spec(history: int = 32, period_s: float = 0.01, obs_scale: float = 1.0) -> IOSpec:
-    """The quad-hover interface of docs/conventions.md (146 inputs with H = 32)."""
+def quad_io_spec(
+    history: int = 32, period_s: float = 0.01, obs_scale: float = 1.0, pos_err_integral: bool = False
+) -> IOSpec:
+    """The quad-hover interface of docs/conventions.md (146 inputs with H = 32; 149 with the
+    position-error integral, whose constants go into ``extra`` as the task writes them)."""
+    integral = (ObsField("pos_err_int_w", 3, "m*s", "world"),) if pos_err_integral else ()
+    extra: dict[str, float] = {"action_history": history}
+    if pos_err_integral:
+        extra |= {"pos_err_int_decay": 0.995, "pos_err_int_limit_ms": 0.5, "pos_err_int_dt_s": period_s}
     return IOSpec(
         obs_fields=(
             ObsField("pos_err_w", 3, "m", "world", scale=obs_scale),
             ObsField("rot_wb", 9, "", "body->world"),
             ObsField("lin_vel_w", 3, "m/s", "world"),
             ObsField("ang_vel_b", 3, "rad/s", "body"),
+            *integral,
             ObsField("prev_actions", 4 * history, "", ""),
         ),
         action_fields=(ActionField("motor_rpm", 4, "rpm", scale=MAX_RPM / 2, offset=MAX_RPM / 2),),
         control_period_s=period_s,
-        extra={"action_history": history},
+        extra=extra,
     )
 
 

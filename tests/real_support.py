@@ -19,9 +19,12 @@ from embodied.real import messages
 ARM_JOINTS = ("joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6")
 
 
-def quad_spec(history: int = 2, pos_scale: float = 1.0) -> IOSpec:
-    """quad-hover's own interface (from the task), with a short action history."""
-    cfg = dataclasses.replace(registry.task_cfg("quad-hover"), action_history=history)
+def quad_spec(history: int = 2, pos_scale: float = 1.0, pos_err_integral: bool = False) -> IOSpec:
+    """quad-hover's own interface (from the task), with a short action history (and the
+    position-error integral when asked)."""
+    cfg = dataclasses.replace(
+        registry.task_cfg("quad-hover"), action_history=history, pos_err_integral=pos_err_integral
+    )
     env = registry.make_env("quad-hover", cfg, 1, "cpu", 0)
     spec: IOSpec = env.io_spec()
     env.close()

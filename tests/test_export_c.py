@@ -112,6 +112,22 @@ def test_defines_come_from_policy_io(tmp_path: Path) -> None:
     assert re.search(r"static const float policy_w0\[9344\]", source)
 
 
+def test_pos_err_integral_defines_come_from_policy_io(tmp_path: Path) -> None:
+    module = random_policy(obs_dim=149)
+    c_out = _export(module, quad_io_spec(history=32, period_s=0.002, pos_err_integral=True), tmp_path)
+    header = (c_out / "policy.h").read_text().splitlines()
+    for define in (
+        "OBS_DIM 149",
+        "OBS_POS_ERR_INT_W_START 18",  # right after ang_vel_b, before the history
+        "OBS_POS_ERR_INT_W_SIZE 3",
+        "OBS_PREV_ACTIONS_START 21",
+        "POS_ERR_INT_DECAY 9.950000048e-01f",  # the integral's constants, from policy_io extra
+        "POS_ERR_INT_LIMIT_MS 5.000000000e-01f",
+        "POS_ERR_INT_DT_S 2.000000095e-03f",
+    ):
+        assert f"#define POLICY_{define}" in header, define
+
+
 @needs_gcc
 def test_strict_compile_flags_are_applied(tmp_path: Path) -> None:
     """The build fails on warnings: a double-promotion slipped into the source must not compile."""

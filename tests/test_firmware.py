@@ -228,6 +228,63 @@ def test_c_observation_equals_the_quad_hover_task(tmp_path: Path) -> None:
         env.step(torch.from_numpy(actions))
 
 
+@needs_gcc
+def test_c_pos_err_integral_equals_the_task_in_closed_loop(tmp_path: Path) -> None:
+    """With ``pos_err_integral`` the firmware integrates the position error itself: over a
+    rollout flown by the C controller (episodes end and restart), every observation it feeds
+    the network equals the task's, the integral bit for bit."""
+    from embodied.export.sil import packed_state
+    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+
+    n = 16
+    # Short episodes so that restarts (and the firmware's resets) are part of the comparison.
+    cfg = QuadHoverCfg(pos_err_integral=True, action_history=2, obs_noise_std=(0.0,) * 4, episode_steps=30)
+    env = QuadHover(cfg, num_envs=n, device=torch.device("cpu"), seed=0)
+    spec = env.io_spec()
+    hover = float(spec.extra["hover_action"])
+    module = random_policy(obs_dim=spec.obs_dim, seed=4)
+    with torch.no_grad():  # a random policy near hover: it flies, it does not spin up past the gyro range
+        last = [m for m in module.modules() if isinstance(m, torch.nn.Linear)][-1]
+        last.weight.mul_(0.02)
+        last.bias.fill_(hover)
+    io_path = write_io(module, spec, tmp_path)
+    generate_c(module, io_path, tmp_path / "c")
+    lib = HostPolicyLib(fb.build_host_library(tmp_path / "c", tmp_path / "build"))
+    ctxs = lib.new_contexts(n, initial_action=hover)
+    obs_task = env.observe(noise=False)["policy"].numpy()
+    ended, peak_integral = 0, 0.0
+    for _ in range(80):
+        fresh = (env.episode_step == 0).numpy()
+        lib.reset(ctxs, fresh, hover)
+        states, setpoints = packed_state(env)
+        actions = lib.step(ctxs, states, setpoints)
+        # The network's output on the task's observation: equal only if the C controller fed it
+        # the same integral and history. Re-assembling after the step shows the state parts and
+        # the integral the step used (its history has already advanced).
+        np.testing.assert_allclose(actions, module(torch.from_numpy(obs_task)).numpy(), atol=1e-5, rtol=0)
+        obs_c, clamped = lib.assemble_obs(ctxs, states, setpoints)
+        assert clamped == 0
+        np.testing.assert_array_equal(obs_c[:, 18:21], obs_task[:, 18:21])
+        np.testing.assert_allclose(obs_c[:, :21], obs_task[:, :21], atol=3e-7, rtol=0)
+        obs, _, terminated, truncated, _ = env.step(torch.from_numpy(actions))
+        obs_task = obs["policy"].numpy()
+        ended += int((terminated | truncated).sum())
+        peak_integral = max(peak_integral, float(np.abs(obs_task[:, 18:21]).max()))
+    assert ended > 0 and peak_integral > 0.01  # resets and a sizeable integral were both compared
+
+
+@needs_qemu
+def test_qemu_and_crazyflie_app_with_pos_err_integral(tmp_path: Path) -> None:
+    module = random_policy(obs_dim=149, seed=5)
+    io_path = write_io(module, quad_io_spec(history=HISTORY, pos_err_integral=True), tmp_path)
+    c_out = tmp_path / "c"
+    generate_c(module, io_path, c_out)
+    report = fb.run_qemu(fb.build_qemu_elf(c_out, tmp_path / "qemu"))
+    assert report.selftest_passed and report.instructions_per_control_step is not None
+    obj, _ = fb.build_crazyflie_shim(fb.stage_crazyflie_app(c_out, tmp_path / "app"), tmp_path / "build")
+    assert obj.is_file()
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (briefly trained) quad-hover PPO run directory."""

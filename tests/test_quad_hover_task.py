@@ -188,9 +188,10 @@ def test_hover_action_survives_a_full_episode_from_rest() -> None:
     assert successes == 1
 
 
-def test_state_dict_round_trip_is_bit_exact() -> None:
+@pytest.mark.parametrize("integral", [False, True])
+def test_state_dict_round_trip_is_bit_exact(integral: bool) -> None:
     cfg = dataclasses.replace(
-        QuadHoverCfg(),
+        QuadHoverCfg(pos_err_integral=integral),
         sim=dataclasses.replace(QuadHoverCfg().sim, randomization=RandomizationCfg(mass_scale=(0.8, 1.2))),
     )
     env = QuadHover(cfg, 32, CPU, seed=5)
@@ -251,9 +252,11 @@ def test_branch_free_reset_path() -> None:
 
 
 @pytest.mark.slow
-def test_compiled_task_step_matches_eager() -> None:
-    eager = QuadHover(QuadHoverCfg(), 64, CPU, seed=3)
-    compiled_cfg = apply_overrides(QuadHoverCfg(), {"sim": {"compile": True}}, "test")
+@pytest.mark.parametrize("integral", [False, True])
+def test_compiled_task_step_matches_eager(integral: bool) -> None:
+    base = QuadHoverCfg(pos_err_integral=integral)
+    eager = QuadHover(base, 64, CPU, seed=3)
+    compiled_cfg = apply_overrides(base, {"sim": {"compile": True}}, "test")
     compiled = QuadHover(compiled_cfg, 64, CPU, seed=3)
     gen = torch.Generator().manual_seed(0)
     for _ in range(40):
@@ -262,6 +265,10 @@ def test_compiled_task_step_matches_eager() -> None:
         o2, r2, te2, tr2, _ = compiled.step(action)
         assert torch.equal(te1, te2) and torch.equal(tr1, tr2)
         assert torch.allclose(r1, r2, atol=1e-4) and torch.allclose(o1["policy"], o2["policy"], atol=1e-4)
+        assert torch.allclose(o1["critic"], o2["critic"], atol=1e-4)
+    if integral:  # the field was exercised, not stuck at zero
+        assert compiled.pos_err_int_w.abs().max().item() > 1e-3
+        assert torch.allclose(eager.pos_err_int_w, compiled.pos_err_int_w, atol=1e-4)
 
 
 def _cascaded_controller(policy_obs: torch.Tensor, spec: IOSpec) -> torch.Tensor:
@@ -308,3 +315,107 @@ def test_task_is_solvable_from_the_policy_observation() -> None:
     env = QuadHover(QuadHoverCfg(), 128, CPU, seed=0)
     assert _success_rate(env, _cascaded_controller, 550) > 0.8
     assert _success_rate(env, lambda obs, spec: torch.full((obs.shape[0], 4), spec.extra["hover_action"]), 550) < 0.2
+
+
+# ---------------------------------------------------------------- position-error integral
+def _integral_env(num_envs: int, device: torch.device = CPU, **changes: object) -> QuadHover:
+    return QuadHover(quiet_cfg(pos_err_integral=True, action_history=1, **changes), num_envs, device, seed=0)
+
+
+def test_pos_err_integral_follows_its_recurrence() -> None:
+    """The integral equals ``clamp(decay * I + dt * e)`` recomputed by hand from the new
+    positions, sits at [18:21] of both observations, and the clamp engages."""
+    env = _integral_env(2, pos_err_integral_decay=0.9, pos_err_integral_limit_ms=0.004)
+    rest = {"quat_wb": [1.0, 0, 0, 0], "ang_vel_b": [0.0] * 3}
+    env.set_physical_state(position_w=[0.1, -0.2, 1.05], lin_vel_w=[0.0, 0.0, 0.0], **rest)
+    env.set_physical_state([1], position_w=[-0.05, 0.02, 0.9], lin_vel_w=[0.3, 0.0, -0.2])
+    decay, limit, dt = 0.9, 0.004, env.dt
+    expected = torch.zeros(2, 3)
+    assert torch.equal(env.observe(noise=False)["policy"][:, 18:21], expected)  # zero at the start
+    saturated = False
+    for _ in range(6):
+        obs, _, terminated, truncated, _ = env.step(hover(env))
+        assert not (terminated | truncated).any()
+        s = env.physical_state()
+        err = s["position_w"] - s["setpoint_w"]
+        expected = (expected * decay + err * dt).clamp(-limit, limit)
+        assert torch.equal(env.pos_err_int_w, expected)
+        assert torch.equal(obs["policy"][:, 18:21], expected) and torch.equal(obs["critic"][:, 18:21], expected)
+        assert torch.equal(obs["policy"][:, 21:25], hover(env))  # history follows the integral
+        saturated |= bool((expected.abs() == limit).any())
+    assert saturated and expected.abs().min().item() > 0.0
+
+
+def test_pos_err_integral_zeroed_at_reset_on_both_paths() -> None:
+    for host_checks in (True, False):
+        env = _integral_env(3)
+        env._host_checks = host_checks
+        rest = {"quat_wb": [1.0, 0, 0, 0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}
+        env.set_physical_state(position_w=[0.05, 0.0, 1.0], pos_err_int_w=[0.2, -0.1, 0.3], **rest)
+        env.set_physical_state([0], position_w=[0.0, 0.65, 1.0])  # out of the box: terminates
+        env.set_physical_state([1], episode_step=499)  # truncates
+        obs, _, terminated, truncated, info = env.step(hover(env))
+        assert (terminated | truncated).tolist() == [True, True, False]
+        assert torch.equal(env.pos_err_int_w[:2], torch.zeros(2, 3))
+        assert torch.equal(obs["policy"][:2, 18:21], torch.zeros(2, 3))
+        assert env.pos_err_int_w[2, 0].item() == pytest.approx(0.2 * 0.995 + 0.05 * 0.01, abs=1e-5)
+        assert torch.equal(info["final_obs"]["policy"][0, 18:21] != 0, torch.tensor([True] * 3))
+        env.reset()
+        assert torch.equal(env.pos_err_int_w, torch.zeros(3, 3))
+
+
+@pytest.mark.parametrize("history", [0, 2])
+def test_pos_err_integral_dims_and_spec(history: int) -> None:
+    cfg = dataclasses.replace(QuadHoverCfg(), pos_err_integral=True, action_history=history)
+    env = QuadHover(cfg, 4, CPU, seed=0)
+    obs = env.step(torch.zeros(4, 4))[0]
+    assert obs["policy"].shape == (4, 18 + 3 + 4 * history) == (4, *env.obs_spec["policy"])
+    assert obs["critic"].shape == (4, CRITIC_DIM + 3) == (4, *env.obs_spec["critic"])
+    spec = env.io_spec()
+    names = [f.name for f in spec.obs_fields]
+    history_field = ["prev_actions"] if history > 0 else []
+    assert names == ["pos_err_w", "rot_wb", "lin_vel_w", "ang_vel_b", "pos_err_int_w", *history_field]
+    field = spec.obs_fields[4]
+    assert (field.size, field.units, field.frame) == (3, "m*s", "world")
+    assert spec.obs_dim == obs["policy"].shape[1]
+    assert spec.extra["pos_err_int_decay"] == cfg.pos_err_integral_decay
+    assert spec.extra["pos_err_int_limit_ms"] == cfg.pos_err_integral_limit_ms
+    assert spec.extra["pos_err_int_dt_s"] == env.dt
+    assert "pos_err_int_decay" not in QuadHover(QuadHoverCfg(), 1, CPU, seed=0).io_spec().extra
+
+
+def test_pos_err_integral_config_validation() -> None:
+    for key, value in (
+        ("pos_err_integral_decay", 0.0),
+        ("pos_err_integral_decay", 1.01),
+        ("pos_err_integral_limit_ms", 0.0),
+        ("pos_err_integral_limit_ms", math.inf),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            apply_overrides(QuadHoverCfg(), {"pos_err_integral": True, key: value}, "test")
+    cfg = apply_overrides(QuadHoverCfg(), {"pos_err_integral": True, "pos_err_integral_decay": 1.0}, "test")
+    assert cfg.obs_dim == 18 + 3 + 4 and cfg.critic_dim == CRITIC_DIM + 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compile", [False, True])
+def test_pos_err_integral_on_cuda(compile: bool) -> None:
+    """Accelerator path (branch-free resets, optionally compiled): the integral follows the
+    same recurrence and restarts at zero when an episode ends."""
+    cuda = torch.device("cuda")
+    env = _integral_env(2, cuda, pos_err_integral_decay=0.9, episode_steps=5)
+    if compile:
+        env = QuadHover(apply_overrides(env.cfg, {"sim": {"compile": True}}, "test"), 2, cuda, seed=0)
+    assert not env._host_checks
+    rest = {"quat_wb": [1.0, 0, 0, 0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}
+    env.set_physical_state(position_w=[0.1, -0.2, 1.05], **rest)
+    expected = torch.zeros(2, 3, device=cuda)
+    for _ in range(4):
+        obs, _, terminated, truncated, _ = env.step(hover(env).to(cuda))
+        assert not (terminated | truncated).any()
+        s = env.physical_state()
+        expected = (expected * 0.9 + (s["position_w"] - s["setpoint_w"]) * env.dt).clamp(-0.5, 0.5)
+        torch.testing.assert_close(obs["policy"][:, 18:21], expected, atol=1e-6, rtol=0)
+    assert expected.abs().min().item() > 1e-4
+    _, _, _, truncated, _ = env.step(hover(env).to(cuda))  # the 5th step ends both episodes
+    assert truncated.all() and torch.equal(env.pos_err_int_w, torch.zeros(2, 3, device=cuda))

@@ -286,3 +286,36 @@ def test_compiled_step_matches_eager() -> None:
         sim.state = start.clone()
         run(sim, cmd, 20)
     assert torch.allclose(eager.state, compiled.state, rtol=1e-4, atol=1e-4)
+
+
+def test_layout_follows_the_step_kind_on_every_assignment() -> None:
+    """Compiled sims keep per-env tensors column-major (one contiguous row per component, what
+    the compiled kernel reads without transposes); eager sims row-major. Assigning a tensor of
+    the other layout converts it without changing its values."""
+    n = 16
+    for compile_step, strides in ((True, (1, n)), (False, (17, 1))):
+        sim = make(QuadrotorCfg(ground_z_m=None, compile=compile_step), n=n, seed=0)
+        row_major = torch.randn(n, 17)
+        sim.state = row_major
+        assert sim.state.stride() == strides
+        assert torch.equal(sim.state, row_major)
+        sim.force_w = torch.randn(n, 3).t().contiguous().t()
+        assert sim.force_w.stride() == ((1, n) if compile_step else (3, 1))
+        scales = 1.0 + 0.1 * torch.rand(n, 6)
+        sim.param_scales = scales
+        torch.testing.assert_close(sim.mass_kg[:, 0], scales[:, 0] * sim.cfg.params.mass_kg)
+        assert sim.inertia.stride() == ((1, n) if compile_step else (3, 1))
+
+
+@pytest.mark.slow
+def test_compiled_step_keeps_column_major_state_without_recompiling() -> None:
+    torch._dynamo.reset()
+    sim = make(QuadrotorCfg(ground_z_m=None, compile=True), n=24, seed=0)
+    sim.state[:, RPM] = sim.cfg.params.hover_rpm
+    cmd = torch.full((24, 4), sim.cfg.params.hover_rpm)
+    run(sim, cmd, 3)
+    assert sim.state.stride() == (1, 24)
+    frames_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    sim.state = sim.state.contiguous()  # e.g. a task writing a row-major reset
+    run(sim, cmd, 3)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames_before

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from real_support import ARM_JOINTS, arm_io_spec, joint_state, odometry, quad_spec
 
@@ -149,3 +150,87 @@ def test_quat_to_rotmat_is_a_rotation() -> None:
     rot = quat_to_rotmat(q)
     np.testing.assert_allclose(rot @ rot.T, np.eye(3), atol=1e-12)
     assert np.linalg.det(rot) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- integrate (quad-hover pos_err_int_w)
+def test_integrate_op_follows_the_recurrence_and_resets_with_the_history() -> None:
+    spec = quad_spec(history=1, pos_err_integral=True)
+    # A small limit, read from policy_io's extra like the others, so the clamp engages here.
+    spec = dataclasses.replace(spec, extra=spec.extra | {"pos_err_int_limit_ms": 0.05})
+    decay, limit, dt = (spec.extra[k] for k in ("pos_err_int_decay", "pos_err_int_limit_ms", "pos_err_int_dt_s"))
+    builder = ObservationBuilder(load_robot("crazyflie_sim", params={"setpoint_w": [0.0, 0.0, 1.0]}), spec)
+    rng = np.random.default_rng(0)
+    positions = rng.uniform(-0.5, 0.5, size=(40, 3)) + np.array([0.0, 0.0, 1.0])
+    positions[10:] = [0.4, -0.45, 1.3]  # a persistent error long enough to reach the clamp on x, y
+    expected = np.zeros(3)
+    for k, pos in enumerate(positions):
+        obs = builder.build({"odom": odometry(pos_w=pos)})
+        if k > 0:  # the first observation after a reset carries zero
+            expected = np.clip(decay * expected + dt * (pos - [0.0, 0.0, 1.0]), -limit, limit)
+        np.testing.assert_allclose(obs[18:21], expected, atol=1e-6)
+        builder.history.push(np.zeros(4))
+    assert np.abs(expected).max() == pytest.approx(limit)
+    builder.history.reset()  # what the node does whenever it (re-)arms
+    assert np.array_equal(builder.build({"odom": odometry(pos_w=(0.3, 0.0, 1.0))})[18:21], np.zeros(3))
+
+
+def test_integrate_op_matches_the_task_in_closed_loop() -> None:
+    """Odometry of the task's own states through crazyflie_sim.yaml gives the task's observation."""
+    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+
+    cfg = QuadHoverCfg(pos_err_integral=True, action_history=1, obs_noise_std=(0.0,) * 4, episode_steps=25)
+    env = QuadHover(cfg, 1, torch.device("cpu"), seed=2)
+    builder = ObservationBuilder(
+        load_robot("crazyflie_sim", params={"setpoint_w": list(cfg.setpoint_w)}), env.io_spec()
+    )
+    obs_task = env.observe(noise=False)["policy"][0].numpy()
+    for _ in range(60):
+        if env.episode_step[0] == 0:
+            builder.history.reset()
+        s = {k: v[0].numpy() for k, v in env.physical_state().items()}
+        w, x, y, z = s["quat_wb"]
+        lin_vel_b = quat_to_rotmat(s["quat_wb"].astype(np.float64)).T @ s["lin_vel_w"]
+        msg = odometry(pos_w=s["position_w"], quat_xyzw=(x, y, z, w), lin_vel_b=lin_vel_b, ang_vel_b=s["ang_vel_b"])
+        np.testing.assert_allclose(builder.build({"odom": msg}), obs_task, atol=2e-6)
+        action = np.array([env.hover_action + 0.05, env.hover_action, env.hover_action - 0.03, env.hover_action])
+        builder.history.push(action)
+        obs_task = env.step(torch.from_numpy(action).float()[None])[0]["policy"][0].numpy()
+    assert np.abs(obs_task[18:21]).max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("ops", "match"),
+    [
+        (
+            [{"integrate": {"decay": "pos_err_int_decy"}}],
+            r"unknown parameter or policy_io extra number 'pos_err_int_decy'",
+        ),
+        ([{"integrate": {"decay": 1.5}}], r"decay: must be in \(0, 1\]"),
+        ([{"integrate": {"leak": 0.9}}], r"keys decay, limit, dt_s"),
+        ([{"integrate": {"limit": "setpoint_w"}}], r"'setpoint_w' has 3 values"),
+    ],
+)
+def test_integrate_op_config_errors(tmp_path: Path, ops: list, match: str) -> None:
+    path = _robot_variant(
+        tmp_path, "crazyflie_sim", {"observation.pos_err_int_w.ops": [{"subtract": "setpoint_w"}, *ops]}
+    )
+    with pytest.raises(ConfigError, match=match):
+        ObservationBuilder(load_robot(path), quad_spec(pos_err_integral=True))
+
+
+def test_optional_field_is_used_only_when_the_policy_takes_it(tmp_path: Path) -> None:
+    assert ObservationBuilder(load_robot("crazyflie_sim"), quad_spec(history=1)).io_spec.obs_dim == 22
+    path = _robot_variant(tmp_path, "crazyflie_sim", {"observation.pos_err_int_w.optional": False})
+    with pytest.raises(ConfigError, match="config fields the policy does not take: pos_err_int_w"):
+        ObservationBuilder(load_robot(path), quad_spec(history=1))
+    hold = {"safety.hold": {"input": "odom", "path": "pose.pose.position", "ops": [{"integrate": {}}]}}
+    path = _robot_variant(tmp_path, "crazyflie_sim", {**hold, "safety.safe_command": None})
+    data = yaml.safe_load(path.read_text())
+    del data["safety"]["safe_command"]
+    path.write_text(yaml.safe_dump(data))
+    robot = load_robot(path)
+    assert robot.safety.hold is not None
+    from embodied.real.observation import compile_signal
+
+    with pytest.raises(ConfigError, match="only observation fields"):
+        compile_signal(robot, robot.safety.hold, "safety.hold")

@@ -141,3 +141,17 @@ def test_state_dict_roundtrip() -> None:
     empty = make()
     empty.load_state_dict(without)
     assert len(empty) == 0
+
+
+@pytest.mark.parametrize("steps", [20, 80])
+def test_saved_contents_hold_only_written_rows_and_restore_exactly(steps: int) -> None:
+    """A partly filled ring saves ``size`` rows, a wrapped one all of them; both resume exactly."""
+    buffer = make(capacity=50)
+    fill(buffer, steps)
+    state = buffer.state_dict(include_contents=True)
+    assert state["contents"]["reward"].shape[0] == min(steps, 50)
+    restored = make(capacity=50)
+    restored.load_state_dict(state)
+    assert (restored.cursor, restored.size) == (buffer.cursor, buffer.size)
+    for mine, theirs in zip(buffer.sample(128).obs.values(), restored.sample(128).obs.values()):
+        assert torch.equal(mine, theirs)

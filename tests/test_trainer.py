@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from embodied.env import StepResult
 from embodied.errors import NonFiniteError
 from embodied.experiment import ExperimentCfg, replace_trainer, resolve_experiment
 from embodied.run import load_checkpoint
@@ -78,7 +79,7 @@ def test_nan_reward_stops_with_location_and_keeps_checkpoint(tmp_path: Path) -> 
     real_step = trainer.env.step
     calls = {"n": 0}
 
-    def poisoned_step(action: torch.Tensor):  # type: ignore[no-untyped-def]
+    def poisoned_step(action: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = real_step(action)
         calls["n"] += 1
         if calls["n"] > 20:  # after two updates (and their checkpoints)
@@ -86,7 +87,7 @@ def test_nan_reward_stops_with_location_and_keeps_checkpoint(tmp_path: Path) -> 
             reward[5] = float("nan")
         return obs, reward, terminated, truncated, info
 
-    trainer.env.step = poisoned_step  # type: ignore[method-assign]
+    trainer.env.step = poisoned_step
     with pytest.raises(NonFiniteError, match=r"non-finite reward 'reward' \(first at env 5\).*last good checkpoint kept"):
         trainer.train()
     assert load_checkpoint(tmp_path / "nan")["trainer"]["updates"] == 2

@@ -82,8 +82,9 @@ class OffPolicyCfg:
     """bfloat16 autocast in the gradient steps (pays off on GPUs; usually slower on CPUs)."""
     compile: bool = False
     """``torch.compile`` the gradient steps (cold compile costs tens of seconds)."""
-    save_replay: bool = False
-    """Put replay contents into checkpoints (else a resumed run refills the buffer)."""
+    save_replay: bool = True
+    """Put the written replay rows into checkpoints so ``--resume`` continues exactly; turn it off
+    for buffers of gigabytes (a resumed run then refills the buffer during a new warm-up)."""
 
     def __post_init__(self) -> None:
         checks = [

@@ -88,10 +88,10 @@ class ReplayBuffer:
     number of rows; sampling draws ``(env, row)`` pairs uniformly among rows whose n-step window
     is fully written.
 
-    ``state_dict(include_contents=False)`` saves only the cursor and the sampling RNG: a resumed
-    run then starts with an empty buffer and refills it during its warm-up. Pass
-    ``include_contents=True`` (checkpoint option ``save_replay``) to save the rows too, which can
-    be gigabytes.
+    ``state_dict(include_contents=True)`` (checkpoint option ``save_replay``, on by default) saves
+    the written rows with the cursor and the sampling RNG, so a resumed run continues exactly;
+    without contents a resumed run starts with an empty buffer and refills it during its warm-up
+    (for buffers too large to write at every checkpoint).
     """
 
     def __init__(
@@ -223,13 +223,15 @@ class ReplayBuffer:
             "num_envs": self.num_envs,
         }
         if include_contents:
+            # Until the ring wraps, rows [0, size) are the written ones: save only those.
+            n = self.size
             state["contents"] = {
-                "obs": dict(self.obs),
-                "next_obs": dict(self.next_obs),
-                "action": self.action,
-                "reward": self.reward,
-                "terminated": self.terminated,
-                "truncated": self.truncated,
+                "obs": {k: v[:n] for k, v in self.obs.items()},
+                "next_obs": {k: v[:n] for k, v in self.next_obs.items()},
+                "action": self.action[:n],
+                "reward": self.reward[:n],
+                "terminated": self.terminated[:n],
+                "truncated": self.truncated[:n],
             }
         return state
 
@@ -245,9 +247,10 @@ class ReplayBuffer:
         if contents is None:
             self.cursor, self.size = 0, 0
             return
+        n = int(state["size"])
         for key in self.obs_spec:
-            self.obs[key].copy_(contents["obs"][key])
-            self.next_obs[key].copy_(contents["next_obs"][key])
+            self.obs[key][:n].copy_(contents["obs"][key])
+            self.next_obs[key][:n].copy_(contents["next_obs"][key])
         for name in ("action", "reward", "terminated", "truncated"):
-            getattr(self, name).copy_(contents[name])
-        self.cursor, self.size = int(state["cursor"]), int(state["size"])
+            getattr(self, name)[:n].copy_(contents[name])
+        self.cursor, self.size = int(state["cursor"]), n

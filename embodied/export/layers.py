@@ -19,6 +19,14 @@ from embodied.errors import EmbodiedError, NonFiniteError
 SUPPORTED_ACTIVATIONS: dict[type[nn.Module], str] = {nn.Tanh: "tanh", nn.ELU: "elu", nn.ReLU: "relu"}
 
 
+def activation_name(layer: nn.Module) -> str | None:
+    """Exported name of an activation module (subclasses count, e.g. the fast CPU ``Tanh``), or None."""
+    for kind, name in SUPPORTED_ACTIVATIONS.items():
+        if isinstance(layer, kind):
+            return name
+    return None
+
+
 @dataclass(frozen=True)
 class DenseLayer:
     """``y = act(x @ weight.T + bias)``; ``weight`` [out, in] float32 row-major, ``bias`` [out]."""
@@ -100,12 +108,12 @@ def mlp_arrays(module: nn.Module) -> MlpArrays:
             if layers and layers[-1].out_dim != weight.shape[1]:
                 raise EmbodiedError(f"{where} expects {weight.shape[1]} inputs but receives {layers[-1].out_dim}")
             layers.append(DenseLayer(weight, bias, "none"))
-        elif type(layer) in SUPPORTED_ACTIVATIONS:
+        elif (act_name := activation_name(layer)) is not None:
             if not layers or layers[-1].activation != "none":
                 raise EmbodiedError(f"{where}: an activation must directly follow a Linear layer")
             alpha = float(getattr(layer, "alpha", 1.0))
             previous = layers[-1]
-            layers[-1] = DenseLayer(previous.weight, previous.bias, SUPPORTED_ACTIVATIONS[type(layer)], alpha)
+            layers[-1] = DenseLayer(previous.weight, previous.bias, act_name, alpha)
         else:
             supported = ", ".join(["Linear", *(t.__name__ for t in SUPPORTED_ACTIVATIONS)])
             raise EmbodiedError(f"{where} cannot be exported to ONNX/C; supported layers: {supported}")

@@ -11,6 +11,9 @@
     POLICY_OBS_ANG_VEL_B_SIZE != 3
 #error "policy.h: quad-hover observation field sizes differ from docs/conventions.md"
 #endif
+#if QC_POS_ERR_INTEGRAL && POLICY_OBS_POS_ERR_INT_W_SIZE != 3
+#error "policy.h: pos_err_int_w must have 3 entries"
+#endif
 #if POLICY_ACTION_HISTORY > 0
 #if !defined(POLICY_OBS_PREV_ACTIONS_START) || POLICY_OBS_PREV_ACTIONS_SIZE != QC_HISTORY_FLOATS
 #error "policy.h: prev_actions field missing or not action_history * 4 long"
@@ -43,7 +46,41 @@ void qc_reset(qc_ctx_t *ctx, float initial_action)
     }
     ctx->clamped_inputs = 0;
     ctx->clamped_outputs = 0;
+#if QC_POS_ERR_INTEGRAL
+    for (i = 0; i < 3; ++i) {
+        ctx->pos_err_int_w[i] = 0.0f;
+    }
+    ctx->pos_err_int_started = 0;
+#endif
 }
+
+#if QC_POS_ERR_INTEGRAL
+/* I = clamp(decay * I + dt * e) per axis with the current position error (quad_ctrl.h); the
+   first call after qc_reset leaves I = 0, as the task's first observation of an episode. */
+static void qc_update_pos_err_int(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3])
+{
+    const float decay = (float)POLICY_POS_ERR_INT_DECAY;
+    const float dt_s = (float)POLICY_POS_ERR_INT_DT_S;
+    const float limit = (float)POLICY_POS_ERR_INT_LIMIT_MS;
+    uint32_t not_counted = 0; /* qc_assemble_obs counts the same position clamps */
+    int i;
+    if (!ctx->pos_err_int_started) {
+        ctx->pos_err_int_started = 1;
+        return;
+    }
+    for (i = 0; i < 3; ++i) {
+        const float err = qc_sanitize(state->pos_w[i] - setpoint_w[i], QC_POS_ERR_LIMIT_M, &not_counted);
+        const float leaked = decay * ctx->pos_err_int_w[i];
+        float v = leaked + dt_s * err;
+        if (v > limit) {
+            v = limit;
+        } else if (v < -limit) {
+            v = -limit;
+        }
+        ctx->pos_err_int_w[i] = v;
+    }
+}
+#endif
 
 uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3],
                          float obs[POLICY_OBS_DIM])
@@ -92,11 +129,16 @@ uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const flo
         r[7] = (2.0f * y * z + 2.0f * w * x) * s;
         r[8] = (w * w - x * x - y * y + z * z) * s;
     }
+#if QC_POS_ERR_INTEGRAL
+    for (i = 0; i < 3; ++i) {
+        obs[POLICY_OBS_POS_ERR_INT_W_START + i] = ctx->pos_err_int_w[i] * POLICY_OBS_POS_ERR_INT_W_SCALE;
+    }
+#endif
 #if POLICY_ACTION_HISTORY > 0
     for (i = 0; i < QC_HISTORY_FLOATS; ++i) {
         obs[POLICY_OBS_PREV_ACTIONS_START + i] = ctx->prev_actions[i] * POLICY_OBS_PREV_ACTIONS_SCALE;
     }
-#else
+#elif !QC_POS_ERR_INTEGRAL
     (void)ctx;
 #endif
     return n_clamped;
@@ -107,6 +149,9 @@ void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], 
     /* static: the Crazyflie stabilizer task has ~1.8 kB of stack; this is ~0.6 kB. */
     static float obs[POLICY_OBS_DIM];
     int i;
+#if QC_POS_ERR_INTEGRAL
+    qc_update_pos_err_int(ctx, state, setpoint_w);
+#endif
     ctx->clamped_inputs += qc_assemble_obs(ctx, state, setpoint_w, obs);
     policy_step(obs, action);
     for (i = 0; i < POLICY_ACTION_DIM; ++i) {

@@ -10,6 +10,13 @@
  *   quat_wb    [4] (w, x, y, z), rotates body vectors into the world
  *   lin_vel_w  [3] m/s, world
  *   ang_vel_b  [3] rad/s, body FLU
+ *
+ * Optional position-error integral: when policy.h defines POLICY_OBS_POS_ERR_INT_W_START (the
+ * task was trained with pos_err_integral), the context keeps pos_err_int_w [3] (m*s, world).
+ * qc_reset zeroes it; every qc_step after the first one since the reset first updates it from
+ * the current (sanitized) position error e = pos_w - setpoint_w, per axis, as the task does:
+ *   I = clamp(POLICY_POS_ERR_INT_DECAY * I + POLICY_POS_ERR_INT_DT_S * e, +-POLICY_POS_ERR_INT_LIMIT_MS)
+ * so the first observation after a reset carries I = 0, like the first one of an episode.
  */
 #ifndef EMBODIED_QUAD_CTRL_H
 #define EMBODIED_QUAD_CTRL_H
@@ -38,6 +45,15 @@
 #define QC_ANG_VEL_LIMIT_RAD_S 35.0f /* the Crazyflie gyro saturates at 2000 deg/s */
 #endif
 
+#ifdef POLICY_OBS_POS_ERR_INT_W_START
+#define QC_POS_ERR_INTEGRAL 1
+#if !defined(POLICY_POS_ERR_INT_DECAY) || !defined(POLICY_POS_ERR_INT_LIMIT_MS) || !defined(POLICY_POS_ERR_INT_DT_S)
+#error "policy.h has pos_err_int_w but lacks POLICY_POS_ERR_INT_DECAY / _LIMIT_MS / _DT_S (policy_io.json extra)"
+#endif
+#else
+#define QC_POS_ERR_INTEGRAL 0
+#endif
+
 #define QC_HISTORY_FLOATS (POLICY_ACTION_HISTORY * POLICY_ACTION_DIM)
 #define QC_STATE_FLOATS 13 /* pos_w, quat_wb, lin_vel_w, ang_vel_b packed in this order */
 
@@ -51,20 +67,26 @@ typedef struct {
 typedef struct {
     /* The last POLICY_ACTION_HISTORY actions sent, newest first (one slot if none kept). */
     float prev_actions[QC_HISTORY_FLOATS > 0 ? QC_HISTORY_FLOATS : 1];
+#if QC_POS_ERR_INTEGRAL
+    float pos_err_int_w[3];       /* m*s, world: leaky clamped integral of the position error */
+    uint32_t pos_err_int_started; /* 0 until the first qc_step after qc_reset (which keeps I = 0) */
+#endif
     uint32_t clamped_inputs;  /* raw inputs replaced or clamped since qc_reset */
     uint32_t clamped_outputs; /* action entries replaced or clamped since qc_reset */
 } qc_ctx_t;
 
-/* Fill the action history with initial_action (normalized, e.g. the hover command). */
+/* Fill the action history with initial_action (normalized, e.g. the hover command); zero the
+   position-error integral when the policy has one. */
 void qc_reset(qc_ctx_t *ctx, float initial_action);
 
-/* obs[POLICY_OBS_DIM] from a raw state and a world-frame position setpoint [3] (m).
+/* obs[POLICY_OBS_DIM] from a raw state and a world-frame position setpoint [3] (m); the
+   position-error integral (if any) is read from ctx as it stands (qc_step updates it first).
    Returns how many raw inputs were clamped or replaced (0 for any sane state). */
 uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3],
                          float obs[POLICY_OBS_DIM]);
 
-/* Assemble, run policy_step, clamp the action to [-1, 1] (NaN -> 0), push it into the
-   history. action[4] is normalized per docs/conventions.md. */
+/* Update the position-error integral (if any), assemble, run policy_step, clamp the action
+   to [-1, 1] (NaN -> 0), push it into the history. action[4] is normalized per docs/conventions.md. */
 void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float action[POLICY_ACTION_DIM]);
 
 /* Normalized action [-1, 1] -> motor command ratio rpm / max_rpm in [0, 1]. */
