@@ -42,6 +42,8 @@ from typing import Any
 
 import yaml
 
+from embodied.run import read_metrics
+
 log = logging.getLogger("parallel_runs")
 
 
@@ -84,21 +86,18 @@ def _embodied_command() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "embodied.cli"]
 
 
-def summarize_evals(metrics_path: Path) -> dict[str, Any]:
-    """Evaluations from a run's ``metrics.jsonl`` and the first / held (two in a row) success target."""
-    evals: list[dict[str, float]] = []
-    if metrics_path.exists():
-        for line in metrics_path.read_text().splitlines():
-            row = json.loads(line)
-            if "eval/success_rate" in row:
-                evals.append(
-                    {
-                        "env_steps": row.get("eval/env_steps", row.get("step", 0)),
-                        "train_time_s": row.get("eval/train_time_s", float("nan")),
-                        "success_rate": row["eval/success_rate"],
-                        "mean_return": row.get("eval/mean_return", float("nan")),
-                    }
-                )
+def summarize_evals(run_dir: Path) -> dict[str, Any]:
+    """The evaluations in a run's ``metrics.jsonl``: env steps, training s, success, return."""
+    evals = [
+        {
+            "env_steps": row.get("eval/env_steps", row.get("step", 0)),
+            "train_time_s": row.get("eval/train_time_s", float("nan")),
+            "success_rate": row["eval/success_rate"],
+            "mean_return": row.get("eval/mean_return", float("nan")),
+        }
+        for row in read_metrics(run_dir)
+        if "eval/success_rate" in row
+    ]
     return {"evals": evals}
 
 
@@ -144,7 +143,7 @@ def run_jobs(jobs: list[Job], workers: int, cores_per_run: int) -> None:
             if proc.poll() is not None:
                 log_file.close()
                 job.result |= {"returncode": proc.returncode, "wall_s": elapsed}
-                job.result |= summarize_evals(job.run_dir / "metrics.jsonl")
+                job.result |= summarize_evals(job.run_dir)
                 log.info("finished %s seed %d (rc %s, %.0f s)", job.config, job.seed, proc.returncode, elapsed)
                 del running[slot]
                 free.append(slot)

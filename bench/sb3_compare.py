@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from embodied.run import read_metrics
+
 TASKS = {"halfcheetah": ("mujoco-halfcheetah", "HalfCheetah-v5"), "ant": ("mujoco-ant", "Ant-v5")}
 OURS_ALGOS = ("sac", "fasttd3", "ppo")
 SB3_ALGOS = ("sac", "ppo")
@@ -257,16 +259,7 @@ class OursRun:
         self.error: str | None = None
 
     def _rows(self) -> list[dict[str, Any]]:
-        path = self.run_dir / "metrics.jsonl"
-        if not path.is_file():
-            return []
-        rows = []
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line being written right now
-                break
-        return rows
+        return read_metrics(self.run_dir)  # skips a line being written right now
 
     def _train_time_s(self, rows: list[dict[str, Any]]) -> float:
         times = [r.get("perf/train_time_s", r.get("eval/train_time_s", 0.0)) for r in rows]

@@ -139,11 +139,21 @@ class MetricsLogger:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """All rows of ``metrics.jsonl``."""
+    """All rows of ``metrics.jsonl``. A last line that does not parse (the run is writing it,
+    or died while writing it) is left out; a bad line anywhere else raises."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise
+    return rows
 
 
 @dataclass

@@ -102,3 +102,16 @@ def test_gymnasium_run_resumes_with_fresh_episodes(tmp_path: Path) -> None:
     state = resumed.train()
     assert state.env_steps == 150
     assert load_checkpoint(tmp_path / "gym")["trainer"]["env_steps"] == 150
+
+
+def test_read_metrics_skips_only_a_torn_last_line(tmp_path: Path) -> None:
+    """A run killed mid-write leaves a partial last line: the rows before it are still read;
+    a bad line elsewhere is corruption and raises."""
+    from embodied.run import METRICS_FILE, read_metrics
+
+    path = tmp_path / METRICS_FILE
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "eval/succ')
+    assert [row["step"] for row in read_metrics(tmp_path)] == [1, 2]
+    path.write_text('{"step": 1}\n{"step": 2\n{"step": 3}\n')
+    with pytest.raises(json.JSONDecodeError):
+        read_metrics(tmp_path)
