@@ -101,6 +101,12 @@ class QuadHoverCfg:
     """Multiplies the sum of weighted costs below (L2F: r = c - scale * costs)."""
     pos_weight: float = 10.0
     """Weight of ||pos_err||^2 (m^2)."""
+    pos_bonus_weight: float = 0.0
+    """Weight of the precision bonus exp(-||pos_err||^2 / (2 r^2)), r = ``pos_bonus_radius_m``:
+    steepest between r and 2r, so it rewards the last centimetres where the squared cost is
+    flat. Added to the reward (not scaled by ``reward_scale``); 0 leaves it out."""
+    pos_bonus_radius_m: float = 0.05
+    """Width r of the precision bonus (m)."""
     orientation_weight: float = 5.0
     """Weight of 1 - q_w^2 (0 level and heading-aligned, 1 at 180°)."""
     lin_vel_weight: float = 0.1
@@ -146,11 +152,13 @@ class QuadHoverCfg:
             "disturbance_torque_std_nm",
             "reward_scale",
             "termination_penalty",
+            "pos_bonus_weight",
         ):
             need(getattr(self, name) >= 0.0, f"{name} must be >= 0, got {getattr(self, name)}")
         need(min(self.obs_noise_std) >= 0.0, f"obs_noise_std must be >= 0, got {self.obs_noise_std}")
         need(self.init_max_angle_rad <= math.pi, "init_max_angle_rad must be <= pi")
         need(self.position_bound_m > 0.0, "position_bound_m must be > 0")
+        need(self.pos_bonus_radius_m > 0.0, f"pos_bonus_radius_m must be > 0, got {self.pos_bonus_radius_m}")
         need(
             self.init_pos_range_m < self.position_bound_m,
             f"init_pos_range_m ({self.init_pos_range_m}) must be below position_bound_m ({self.position_bound_m})",
@@ -235,6 +243,8 @@ class QuadHover:
             rpm_per_action=self._rpm_per_action,
             hover_action=self.hover_action,
             k_pos=k * cfg.pos_weight,
+            pos_bonus=cfg.pos_bonus_weight,
+            pos_bonus_inv_2r2=1.0 / (2.0 * cfg.pos_bonus_radius_m**2),
             k_ori=k * cfg.orientation_weight,
             k_vel=k * cfg.lin_vel_weight,
             k_act=k * cfg.action_weight,
@@ -596,6 +606,8 @@ class CoreConsts(NamedTuple):
     rpm_per_action: float
     hover_action: float
     k_pos: float
+    pos_bonus: float
+    pos_bonus_inv_2r2: float
     k_ori: float
     k_vel: float
     k_act: float
@@ -674,6 +686,8 @@ def step_core(
         "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,
         "alive": torch.full_like(episode_step, c.alive, dtype=state.dtype),
     }
+    if c.pos_bonus != 0.0:
+        terms["position_bonus"] = torch.exp(pos_err_w.square().sum(dim=1) * -c.pos_bonus_inv_2r2) * c.pos_bonus
     # A non-finite entry anywhere in the state reaches the position within the same RK4 step,
     # and NaN fails every comparison, so this one check also ends diverged envs. The validated
     # setpoint keeps the whole box above the ground, so it covers the ground as well.

@@ -239,3 +239,17 @@ class DiscreteEnv(TorchPendulum):
 def test_rejects_discrete_actions(algo_cls: type) -> None:
     with pytest.raises(EmbodiedError, match="continuous"):
         algo_cls(PENDULUM_SAC if algo_cls is SAC else PENDULUM_TD3, DiscreteEnv(2))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_on_cpu_warns_only_without_native_support(
+    native: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """bf16 autocast is emulated (slower) on CPUs without AVX-512 BF16 / AMX: say so at start."""
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, name, lambda: native, raising=False)
+    with caplog.at_level("WARNING", logger="embodied.algos.offpolicy"):
+        algo = SAC(dataclasses.replace(PENDULUM_SAC, bf16=True, learning_starts=8, batch_size=8), TorchPendulum(2))
+        train(algo, TorchPendulum(2), 32)  # the bf16 gradient steps run on either kind of CPU
+    warned = any("algo.bf16=false" in r.getMessage() for r in caplog.records)
+    assert warned is not native

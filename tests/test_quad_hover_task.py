@@ -129,6 +129,27 @@ def test_reward_peaks_at_hover_on_setpoint() -> None:
     assert reward[1].item() < reward[0].item() - 0.2
 
 
+def test_position_bonus_follows_its_kernel() -> None:
+    """The precision bonus is w at the setpoint, w*exp(-1/2) at one radius, and is its own logged term."""
+    cfg = dataclasses.replace(quiet_cfg(), pos_bonus_weight=1.5, pos_bonus_radius_m=0.04)
+    env = QuadHover(cfg, 3, CPU, seed=0)
+    env.set_physical_state(position_w=[0.0, 0.0, 1.0], quat_wb=[1.0, 0, 0, 0], lin_vel_w=[0.0] * 3, ang_vel_b=[0.0] * 3)
+    env.set_physical_state([1], position_w=[0.04, 0.0, 1.0])
+    env.set_physical_state([2], position_w=[0.0, 0.3, 1.0])
+    # One hover step moves the envs by micrometres: compare against the kernel at the new position.
+    _, reward, _, _, info = env.step(hover(env))
+    err = env.physical_state()["position_w"] - env.physical_state()["setpoint_w"]
+    bonus = info["reward_terms"]["position_bonus"]
+    expected = 1.5 * torch.exp(-err.square().sum(dim=1) / (2 * 0.04**2))
+    assert torch.allclose(bonus, expected, atol=1e-5)
+    assert bonus[0].item() == pytest.approx(1.5, abs=1e-3)
+    assert bonus[1].item() == pytest.approx(1.5 * math.exp(-0.5), abs=1e-2)
+    assert bonus[2].item() < 1e-3
+    assert torch.allclose(sum(info["reward_terms"].values()), reward, atol=1e-5)
+    with pytest.raises(ConfigError, match="pos_bonus_radius_m"):
+        QuadHoverCfg(pos_bonus_radius_m=0.0)
+
+
 @pytest.mark.parametrize("noisy", [False, True])
 def test_termination_on_position_bound_and_auto_reset(noisy: bool) -> None:
     env = QuadHover(QuadHoverCfg(disturbance_force_std_n=0.0) if noisy else quiet_cfg(), 3, CPU, seed=0)
