@@ -30,7 +30,7 @@ from embodied.trainer import Trainer
 CLI = [sys.executable, "-m", "embodied.cli"]
 EPISODES = 8
 SEED = 7
-TRAIN_ENV_STEPS = 300_000
+TRAIN_ENV_STEPS = 400_000
 """A short PPO run: enough to hover for a good part of an episode, not to be a finished policy."""
 NOISE_FREE = ["obs_noise_std=[0,0,0,0]"]
 
