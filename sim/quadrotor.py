@@ -428,9 +428,10 @@ def compiled_rk4_step() -> Callable[..., torch.Tensor]:
     return torch.compile(rk4_step, fullgraph=True, dynamic=False)
 
 
-class _LayoutTensor:
-    """A :class:`Quadrotor` attribute holding an ``[N, K]`` tensor that is converted to the
-    simulator's layout (:meth:`Quadrotor.in_layout`) whenever it is assigned."""
+class LayoutTensor:
+    """An attribute holding an ``[N, K]`` tensor that is converted to the simulator's layout
+    whenever it is assigned: the owner (a :class:`Quadrotor`, or a task stepping one) provides
+    ``in_layout`` (:meth:`Quadrotor.in_layout`)."""
 
     def __init__(self, refresh_params: bool = False) -> None:
         self.refresh_params = refresh_params
@@ -439,14 +440,14 @@ class _LayoutTensor:
     def __set_name__(self, owner: type, name: str) -> None:
         self.private = f"_{name}"
 
-    def __get__(self, sim: Quadrotor, owner: type | None = None) -> torch.Tensor:
-        value: torch.Tensor = getattr(sim, self.private)
+    def __get__(self, obj: Any, owner: type | None = None) -> torch.Tensor:
+        value: torch.Tensor = getattr(obj, self.private)
         return value
 
-    def __set__(self, sim: Quadrotor, value: torch.Tensor) -> None:
-        setattr(sim, self.private, sim.in_layout(value))
+    def __set__(self, obj: Any, value: torch.Tensor) -> None:
+        setattr(obj, self.private, obj.in_layout(value))
         if self.refresh_params:
-            sim.refresh_params()
+            obj.refresh_params()
 
 
 class Quadrotor:
@@ -498,13 +499,13 @@ class Quadrotor:
             return x if x.stride(0) == 1 and x.stride(1) == x.shape[0] else x.t().contiguous().t()
         return x.contiguous()
 
-    state = _LayoutTensor()
+    state = LayoutTensor()
     """``[N, 17]`` packed state (module docstring); the views below slice it."""
-    force_w = _LayoutTensor()
+    force_w = LayoutTensor()
     """``[N, 3]`` disturbance force in world (N)."""
-    torque_b = _LayoutTensor()
+    torque_b = LayoutTensor()
     """``[N, 3]`` disturbance torque in body (N m)."""
-    param_scales = _LayoutTensor(refresh_params=True)
+    param_scales = LayoutTensor(refresh_params=True)
     """``[N, 6]`` multipliers of the nominal (mass, Ixx, Iyy, Izz, kf, tau); assigning refreshes
     the derived tensors, call :meth:`refresh_params` after writing it in place."""
 

@@ -37,6 +37,7 @@ from embodied.sim.quadrotor import (
     POS,
     QUAT,
     RPM,
+    LayoutTensor,
     Quadrotor,
     QuadrotorCfg,
     Tables,
@@ -205,6 +206,13 @@ class QuadHover:
     18 state entries: policy ``[N, 21 + 4H]``, critic ``[N, 37]``.
     """
 
+    action_hist = LayoutTensor()
+    """``[N, 4H]`` previous actions, newest first. Like the integral it is kept in the
+    simulator's layout on every assignment, so the compiled step's stride guards never fail."""
+    pos_err_int_w = LayoutTensor()
+    """``[N, 3]`` leaky integral of the position error (m*s, world); stays zero unless
+    ``cfg.pos_err_integral``."""
+
     def __init__(self, cfg: QuadHoverCfg, num_envs: int, device: torch.device, seed: int) -> None:
         self.cfg = cfg
         self.num_envs = int(num_envs)
@@ -270,21 +278,17 @@ class QuadHover:
         self._critic_static = torch.zeros(self.num_envs, 12, dtype=f32, device=self.device)
         """``[N, 12]`` per-episode critic inputs: parameter scales - 1 and normalized disturbances."""
 
-        self.action_hist = self.sim.in_layout(
-            torch.zeros(self.num_envs, 4 * cfg.action_history, dtype=f32, device=self.device)
-        )
-        """``[N, 4H]`` previous actions, newest first (in the simulator's layout, like the integral,
-        so the compiled step's stride guards never fail)."""
+        self.action_hist = torch.zeros(self.num_envs, 4 * cfg.action_history, dtype=f32, device=self.device)
         self.episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         """``[N]`` steps taken in the current episode."""
-        self.pos_err_int_w = self.sim.in_layout(
-            torch.zeros(self.num_envs, POS_ERR_INT_DIM, dtype=f32, device=self.device)
-        )
-        """``[N, 3]`` leaky integral of the position error (m*s, world); stays zero unless
-        ``cfg.pos_err_integral``. Kept in the simulator's layout so the compiled step sees stable strides."""
+        self.pos_err_int_w = torch.zeros(self.num_envs, POS_ERR_INT_DIM, dtype=f32, device=self.device)
         self.reset(seed)
 
     # ------------------------------------------------------------------ VecEnv
+    def in_layout(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [N, K]`` in the simulator's memory layout (:meth:`Quadrotor.in_layout`)."""
+        return self.sim.in_layout(x)
+
     def reset(self, seed: int | None = None) -> ObsDict:
         """Reset every env (new initial states, parameters, disturbances); returns the observation."""
         if seed is not None:
@@ -304,7 +308,7 @@ class QuadHover:
         obs_noise = self._draw_obs_noise()
         out = self._core(
             self.sim.state,
-            self.sim.in_layout(action.to(self.device, torch.float32)),
+            self.in_layout(action.to(self.device, torch.float32)),
             self.action_hist,
             self.episode_step,
             self.pos_err_int_w,
@@ -316,8 +320,7 @@ class QuadHover:
             self._consts,
         )
         self.sim.state, self.episode_step = out["state"], out["episode_step"]
-        self.action_hist = self.sim.in_layout(out["action_hist"])
-        self.pos_err_int_w = self.sim.in_layout(out["pos_err_int_w"])
+        self.action_hist, self.pos_err_int_w = out["action_hist"], out["pos_err_int_w"]
         terms: dict[str, torch.Tensor] = out["terms"]
         reward, terminated, truncated = out["reward"], out["terminated"], out["truncated"]
         obs = final_obs = {"policy": out["policy"], "critic": out["critic"]}
@@ -431,11 +434,11 @@ class QuadHover:
                 f"quad-hover state: action_hist shape {tuple(state['action_hist'].shape)} != "
                 f"{tuple(self.action_hist.shape)} (different num_envs or action_history)"
             )
-        self.action_hist = self.sim.in_layout(state["action_hist"].to(self.device, torch.float32).clone())
+        self.action_hist = state["action_hist"].to(self.device, torch.float32).clone()
         self.episode_step = state["episode_step"].to(self.device, torch.long).clone()
         # Checkpoints from before the integral existed resume with it at zero.
         integral = state.get("pos_err_int_w", torch.zeros_like(self.pos_err_int_w))
-        self.pos_err_int_w = self.sim.in_layout(integral.to(self.device, torch.float32).clone())
+        self.pos_err_int_w = integral.to(self.device, torch.float32).clone()
         self.generator.set_state(state["rng"])
         self._pool = state["init_pool"].to(self.device, torch.float32).clone()
         self._pool_cursor = 0
@@ -527,11 +530,9 @@ class QuadHover:
                 len(ids), self.action_hist.shape[1]
             )
         if pos_err_int_w is not None:
-            integral = self.pos_err_int_w.clone()
-            integral[ids] = torch.as_tensor(pos_err_int_w, dtype=torch.float32, device=self.device).expand(
+            self.pos_err_int_w[ids] = torch.as_tensor(pos_err_int_w, dtype=torch.float32, device=self.device).expand(
                 len(ids), POS_ERR_INT_DIM
             )
-            self.pos_err_int_w = self.sim.in_layout(integral)
         return self.observe(noise=False)
 
     def _refresh_critic_static(self) -> None:
@@ -592,9 +593,9 @@ class QuadHover:
                 sim.param_scales = torch.where(m, rows[:, 17:23], sim.param_scales)  # setter refreshes
             sim.force_w = torch.where(m, rows[:, 23:26], sim.force_w)
             sim.torque_b = torch.where(m, rows[:, 26:29], sim.torque_b)
-            self.action_hist = self.sim.in_layout(torch.where(m, self.hover_action, self.action_hist))
+            self.action_hist = torch.where(m, self.hover_action, self.action_hist)
             self.episode_step = torch.where(mask, 0, self.episode_step)
-            self.pos_err_int_w = self.sim.in_layout(torch.where(m, 0.0, self.pos_err_int_w))
+            self.pos_err_int_w = torch.where(m, 0.0, self.pos_err_int_w)
         self._refresh_critic_static()
 
 
