@@ -133,7 +133,9 @@ def main() -> int:
         runs = []
         for i in range(args.repeats):
             result = measure(export, args.messages, random.randrange(100, 230))
-            print(f"repeat {i}: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}))
+            print(
+                f"repeat {i}: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()})
+            )
             runs.append(result)
     summary = {k: float(np.median([r[k] for r in runs])) for k in ("p50_ms", "p90_ms", "p99_ms")}
     print("median over repeats (obs message -> command message, loopback DDS): " + json.dumps(summary))

@@ -35,8 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embodied",
         description="Sim-to-real reinforcement learning: train, evaluate, export and deploy robot policies.",
-        epilog="Start with: embodied train quad-hover   (CPU, a few seconds). "
-        "Every subcommand has its own --help.",
+        epilog="Start with: embodied train quad-hover   (CPU, a few seconds). Every subcommand has its own --help.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -52,9 +52,7 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     args = typing.get_args(tp)
 
     def fail() -> ConfigError:
-        return ConfigError(
-            f"{source}: key {key!r} expects {_type_name(tp)}, got {value!r} ({type(value).__name__})"
-        )
+        return ConfigError(f"{source}: key {key!r} expects {_type_name(tp)}, got {value!r} ({type(value).__name__})")
 
     if tp is Any:
         return value
@@ -72,9 +70,7 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     if origin is typing.Literal:
         if value in args:
             return value
-        raise ConfigError(
-            f"{source}: key {key!r} must be one of {', '.join(map(repr, args))}, got {value!r}"
-        )
+        raise ConfigError(f"{source}: key {key!r} must be one of {', '.join(map(repr, args))}, got {value!r}")
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise fail()

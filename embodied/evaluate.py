@@ -122,4 +122,3 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     module, _, attr = POLICY_LOADERS[kind].partition(":")
     loader: Callable[[Path, Any], PolicyFn] = getattr(importlib.import_module(module), attr)
     return loader(run_dir, env)
-

@@ -38,15 +38,36 @@ TASKS: dict[str, Entry] = {
         "Crazyflie-class quadrotor: reach and hold a setpoint from random initial states",
         backend="quadrotor",
     ),
-    "mujoco-halfcheetah": Entry("embodied.tasks.mujoco_locomotion:HalfCheetah", "embodied.tasks.mujoco_locomotion:HalfCheetahCfg", "HalfCheetah-v5 equivalent: planar runner (MuJoCo batch)", backend="mujoco"),
-    "mujoco-ant": Entry("embodied.tasks.mujoco_locomotion:Ant", "embodied.tasks.mujoco_locomotion:AntCfg", "Ant-v5 equivalent: quadruped runner (MuJoCo batch)", backend="mujoco"),
-    "mujoco-humanoid": Entry("embodied.tasks.mujoco_locomotion:Humanoid", "embodied.tasks.mujoco_locomotion:HumanoidCfg", "Humanoid-v5 equivalent: walker (MuJoCo batch)", backend="mujoco"),
+    "mujoco-halfcheetah": Entry(
+        "embodied.tasks.mujoco_locomotion:HalfCheetah",
+        "embodied.tasks.mujoco_locomotion:HalfCheetahCfg",
+        "HalfCheetah-v5 equivalent: planar runner (MuJoCo batch)",
+        backend="mujoco",
+    ),
+    "mujoco-ant": Entry(
+        "embodied.tasks.mujoco_locomotion:Ant",
+        "embodied.tasks.mujoco_locomotion:AntCfg",
+        "Ant-v5 equivalent: quadruped runner (MuJoCo batch)",
+        backend="mujoco",
+    ),
+    "mujoco-humanoid": Entry(
+        "embodied.tasks.mujoco_locomotion:Humanoid",
+        "embodied.tasks.mujoco_locomotion:HumanoidCfg",
+        "Humanoid-v5 equivalent: walker (MuJoCo batch)",
+        backend="mujoco",
+    ),
 }
 
 ALGOS: dict[str, Entry] = {
     "ppo": Entry("embodied.algos.ppo:PPO", "embodied.algos.ppo:PPOCfg", "PPO (on-policy, GAE, adaptive KL)"),
-    "fasttd3": Entry("embodied.algos.fasttd3:FastTD3", "embodied.algos.fasttd3:FastTD3Cfg", "FastTD3 (off-policy, C51 twin critics, parallel envs)"),
-    "sac": Entry("embodied.algos.sac:SAC", "embodied.algos.sac:SACCfg", "SAC (auto temperature, critic ensembles, optional C51)"),
+    "fasttd3": Entry(
+        "embodied.algos.fasttd3:FastTD3",
+        "embodied.algos.fasttd3:FastTD3Cfg",
+        "FastTD3 (off-policy, C51 twin critics, parallel envs)",
+    ),
+    "sac": Entry(
+        "embodied.algos.sac:SAC", "embodied.algos.sac:SACCfg", "SAC (auto temperature, critic ensembles, optional C51)"
+    ),
 }
 
 BACKENDS: dict[str, str] = {

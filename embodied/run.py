@@ -180,7 +180,9 @@ def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
     run_dir = Path(run_dir)
     config_path = run_dir / CONFIG_FILE
     if not config_path.is_file():
-        raise EmbodiedError(f"{run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed")
+        raise EmbodiedError(
+            f"{run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
+        )
     cfg = load_experiment(config_path)
     checkpoint = load_checkpoint(run_dir, map_location=device)
     # The algorithm is rebuilt for the training batch size: its state (rollout or replay

@@ -60,7 +60,9 @@ def aggregate(run_dirs: list[Path], out_dir: Path) -> Path:
         sr = _mean_std([r["eval/success_rate"] for r in finals])
         ret = _mean_std([r["eval/mean_return"] for r in finals])
         tt = _mean_std([r.get("eval/train_time_s", float("nan")) for r in finals])
-        lines.append(f"| **mean ± std** | | {tt[0]:.2f} ± {tt[1]:.2f} | {sr[0]:.3f} ± {sr[1]:.3f} | {ret[0]:.2f} ± {ret[1]:.2f} |")
+        lines.append(
+            f"| **mean ± std** | | {tt[0]:.2f} ± {tt[1]:.2f} | {sr[0]:.3f} ± {sr[1]:.3f} | {ret[0]:.2f} ± {ret[1]:.2f} |"
+        )
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
     log.info("sweep summary written to %s", out_dir)
     return out_dir

@@ -55,12 +55,19 @@ class EpisodeStats:
         self.term_sums: dict[str, torch.Tensor] = {}
         self.term_steps = 0
 
-    def add(self, reward: torch.Tensor, done: torch.Tensor, success: torch.Tensor, terms: dict[str, torch.Tensor]) -> None:
+    def add(
+        self, reward: torch.Tensor, done: torch.Tensor, success: torch.Tensor, terms: dict[str, torch.Tensor]
+    ) -> None:
         self.ep_return += reward
         self.ep_length += 1
         donef = done.double()
         self.done_sums += torch.stack(
-            [donef.sum(), (self.ep_return * donef).sum(), (self.ep_length * donef).sum(), (success & done).double().sum()]
+            [
+                donef.sum(),
+                (self.ep_return * donef).sum(),
+                (self.ep_length * donef).sum(),
+                (success & done).double().sum(),
+            ]
         )
         self.ep_return *= 1.0 - donef
         self.ep_length *= 1.0 - donef
@@ -77,7 +84,11 @@ class EpisodeStats:
         out: dict[str, float] = {}
         count, ret, length, success = self.done_sums.tolist()
         if count > 0:
-            out |= {"train/return": ret / count, "train/episode_length": length / count, "train/success_rate": success / count}
+            out |= {
+                "train/return": ret / count,
+                "train/episode_length": length / count,
+                "train/success_rate": success / count,
+            }
         if self.term_steps:
             out |= {f"reward/{k}": float(v) / self.term_steps for k, v in self.term_sums.items()}
         self.done_sums.zero_()
@@ -211,11 +222,7 @@ class Trainer:
         """Two consecutive evaluations at or above the success target."""
         target = self.cfg.trainer.success_target
         evals = self.state.evals
-        return (
-            target is not None
-            and len(evals) >= 2
-            and all(e["eval/success_rate"] >= target for e in evals[-2:])
-        )
+        return target is not None and len(evals) >= 2 and all(e["eval/success_rate"] >= target for e in evals[-2:])
 
     # ----------------------------------------------------------------- loop
     def train(self) -> TrainState:
@@ -241,12 +248,17 @@ class Trainer:
                     if tcfg.check_finite:
                         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
                         if bad:
-                            raise NonFiniteError(f"non-finite {', '.join(bad)} in update {st.updates} after {st.env_steps} env steps")
+                            raise NonFiniteError(
+                                f"non-finite {', '.join(bad)} in update {st.updates} after {st.env_steps} env steps"
+                            )
                     now = time.perf_counter()
                     st.train_time_s += now - tick
                     if st.updates % tcfg.log_every_updates == 0:
                         row = {f"algo/{k}": v for k, v in metrics.items()} | self.stats.pop()
-                        row |= {"perf/sps": st.env_steps / max(st.train_time_s, 1e-9), "perf/train_time_s": st.train_time_s}
+                        row |= {
+                            "perf/sps": st.env_steps / max(st.train_time_s, 1e-9),
+                            "perf/train_time_s": st.train_time_s,
+                        }
                         self.logger.log(st.env_steps, row)
                         progress.update(st.env_steps, row)
                     if next_eval is not None and st.env_steps >= next_eval:
@@ -259,10 +271,16 @@ class Trainer:
                         self.save()
                         last_saved_steps = st.env_steps
                     if ended_early:
-                        log.info("success target %.2f held on two consecutive evaluations: stopping", tcfg.success_target)
+                        log.info(
+                            "success target %.2f held on two consecutive evaluations: stopping", tcfg.success_target
+                        )
                         break
                     tick = time.perf_counter()
-            if not ended_early and tcfg.eval_episodes > 0 and (not st.evals or st.evals[-1]["eval/env_steps"] != st.env_steps):
+            if (
+                not ended_early
+                and tcfg.eval_episodes > 0
+                and (not st.evals or st.evals[-1]["eval/env_steps"] != st.env_steps)
+            ):
                 self.run_eval()
             if st.env_steps != last_saved_steps or not (self.run_dir / "ckpt" / "latest.pt").exists():
                 self.save()

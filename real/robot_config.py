@@ -136,7 +136,9 @@ class _Reader:
         if allowed is not None:
             for k in value:
                 if k not in allowed:
-                    raise self.fail(key, f"unknown key {k!r}; valid keys (closest first): {', '.join(closest(str(k), allowed))}")
+                    raise self.fail(
+                        key, f"unknown key {k!r}; valid keys (closest first): {', '.join(closest(str(k), allowed))}"
+                    )
         return value
 
     def string(self, data: Mapping[str, Any], key: str, prefix: str, default: str | None = None) -> str:
@@ -189,7 +191,7 @@ def _signal(r: _Reader, value: Any, key: str) -> SignalCfg:
         if isinstance(op, str):
             ops.append(OpCfg(op))
         elif isinstance(op, Mapping) and len(op) == 1:
-            (name, arg), = op.items()
+            ((name, arg),) = op.items()
             ops.append(OpCfg(str(name), arg))
         else:
             raise r.fail(f"{key}.ops[{i}]", f"expected `name` or `{{name: argument}}`, got {op!r}")
@@ -227,7 +229,8 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
     merged_params = dict(r.mapping(data.get("params", {}) or {}, "params")) | dict(params or {})
     param_values = {k: r.numbers(v, f"params.{k}") for k, v in merged_params.items()}
     observation = {
-        name: _signal(r, raw, f"observation.{name}") for name, raw in r.mapping(data.get("observation"), "observation").items()
+        name: _signal(r, raw, f"observation.{name}")
+        for name, raw in r.mapping(data.get("observation"), "observation").items()
     }
     for name, sig in observation.items():
         if not (sig.action_history or sig.param) and sig.input not in inputs:
@@ -247,7 +250,9 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
     )
     rate = raw_safety.get("max_action_rate_per_s")
     safety = SafetyCfg(
-        safe_command=r.numbers(raw_safety["safe_command"], "safety.safe_command") if "safe_command" in raw_safety else None,
+        safe_command=r.numbers(raw_safety["safe_command"], "safety.safe_command")
+        if "safe_command" in raw_safety
+        else None,
         hold=_signal(r, raw_safety["hold"], "safety.hold") if "hold" in raw_safety else None,
         rearm_periods=int(r.number(raw_safety.get("rearm_periods", 10), "safety.rearm_periods")),
         max_action_rate_per_s=None if rate is None else r.number(rate, "safety.max_action_rate_per_s"),

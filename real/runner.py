@@ -21,7 +21,6 @@ from embodied.io_spec import IOSpec
 log = logging.getLogger(__name__)
 
 
-
 def resolve_export_dir(path: Path) -> Path:
     """Accept a run directory (``RUN/export``), an export directory, or ``policy.onnx`` itself."""
     path = Path(path)

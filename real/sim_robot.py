@@ -62,7 +62,9 @@ class SimSummary:
         return asdict(self)
 
 
-def odometry_values(pos_w: np.ndarray, quat_wxyz: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray) -> dict[str, Any]:
+def odometry_values(
+    pos_w: np.ndarray, quat_wxyz: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray
+) -> dict[str, Any]:
     """Nested field values of a ``nav_msgs/Odometry`` for one rigid body (twist in the body frame)."""
     w, x, y, z = (float(v) for v in quat_wxyz)
     lin_vel_b = quat_to_rotmat(np.asarray(quat_wxyz, dtype=np.float64)).T @ lin_vel_w
@@ -114,7 +116,9 @@ class SimRobot:
         values = messages.to_vector(messages.get_path(message, self.robot.command.path))
         if values.shape != (len(self.actions.scale),) or not np.isfinite(values).all():
             self._bad_commands += 1
-            log.error("ignoring command with %d values (want %d) or non-finite entries", values.size, len(self.actions.scale))
+            log.error(
+                "ignoring command with %d values (want %d) or non-finite entries", values.size, len(self.actions.scale)
+            )
             return
         with self._cond:
             self._command = values

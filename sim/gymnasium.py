@@ -69,8 +69,10 @@ def _flat_batch(space: spaces.Space[Any], batch: Any, n: int) -> np.ndarray:
         onehot = np.zeros((n, int(space.n)), dtype=np.float32)
         onehot[np.arange(n), np.asarray(batch, dtype=np.int64) - int(space.start)] = 1.0
         return onehot
-    rows = [spaces.flatten(space, item) for item in gymnasium.vector.utils.iterate(
-        gymnasium.vector.utils.batch_space(space, n), batch)]
+    rows = [
+        spaces.flatten(space, item)
+        for item in gymnasium.vector.utils.iterate(gymnasium.vector.utils.batch_space(space, n), batch)
+    ]
     return np.asarray(rows, dtype=np.float32).reshape(n, -1)
 
 
@@ -129,9 +131,7 @@ class GymnasiumVecEnv:
             self._act_start = int(act.start)
         else:
             self.vec.close()
-            raise EmbodiedError(
-                f"{cfg.env_id}: action space {act} is not supported (only Box and Discrete)"
-            )
+            raise EmbodiedError(f"{cfg.env_id}: action space {act} is not supported (only Box and Discrete)")
         self.obs_spec = {"policy": (spaces.flatdim(self._single_obs),)}
         limit = cfg.max_episode_steps or spec.max_episode_steps or 0
         self.max_episode_steps = int(limit)
@@ -233,8 +233,12 @@ class GymnasiumVecEnv:
                 )
                 for i in range(self.action_dim)
             )
-        return IOSpec(obs, actions, control_period_s=self.dt, extra={"env_id": self.cfg.env_id,
-                                                                      "action_space_kind": self.action_space_kind})
+        return IOSpec(
+            obs,
+            actions,
+            control_period_s=self.dt,
+            extra={"env_id": self.cfg.env_id, "action_space_kind": self.action_space_kind},
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Episode counters only: an arbitrary gymnasium env's simulator state is not capturable;

@@ -76,8 +76,9 @@ def gymnasium_asset(xml_name: str) -> Path:
     try:
         import gymnasium
     except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("the MuJoCo locomotion tasks load their models from gymnasium: "
-                          "pip install 'embodied[mujoco]'") from err
+        raise ImportError(
+            "the MuJoCo locomotion tasks load their models from gymnasium: pip install 'embodied[mujoco]'"
+        ) from err
     path = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets" / xml_name
     if not path.is_file():
         raise FileNotFoundError(f"gymnasium {gymnasium.__version__} ships no {xml_name} at {path}")

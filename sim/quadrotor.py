@@ -330,8 +330,14 @@ def rk4_step(
     """
     if torch.compiler.is_compiling():
         return _rk4_rows(
-            state, rpm_cmd, (thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b),
-            left, right, coef, dt_s, substeps,
+            state,
+            rpm_cmd,
+            (thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b),
+            left,
+            right,
+            coef,
+            dt_s,
+            substeps,
         )
     h = dt_s / substeps
     inputs = (thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b, left, right, coef)
@@ -363,7 +369,12 @@ def _bilinear_rows(a: Rows, b: Rows, left: tuple[int, ...], right: tuple[int, ..
 
 
 def _derivative_rows(
-    s: Rows, rpm_cmd: Rows, inputs: tuple[Rows, ...], left: tuple[int, ...], right: tuple[int, ...], coef: tuple[float, ...]
+    s: Rows,
+    rpm_cmd: Rows,
+    inputs: tuple[Rows, ...],
+    left: tuple[int, ...],
+    right: tuple[int, ...],
+    coef: tuple[float, ...],
 ) -> Rows:
     """:func:`_derivative` on rows (same tables, same equations), for the compiled step."""
     thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b = inputs

@@ -79,14 +79,18 @@ def odometry(
         {
             "header": {"frame_id": "world"},
             "child_frame_id": "cf",
-            "pose": {"pose": {"position": {"x": x, "y": y, "z": z}, "orientation": {"x": qx, "y": qy, "z": qz, "w": qw}}},
+            "pose": {
+                "pose": {"position": {"x": x, "y": y, "z": z}, "orientation": {"x": qx, "y": qy, "z": qz, "w": qw}}
+            },
             "twist": {"twist": {"linear": {"x": vx, "y": vy, "z": vz}, "angular": {"x": wx, "y": wy, "z": wz}}},
         },
     )
 
 
 def joint_state(names: Any, position: Any, velocity: Any) -> Any:
-    return messages.make("sensor_msgs/msg/JointState", {"name": list(names), "position": position, "velocity": velocity})
+    return messages.make(
+        "sensor_msgs/msg/JointState", {"name": list(names), "position": position, "velocity": velocity}
+    )
 
 
 def free_domain_id() -> int:

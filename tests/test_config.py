@@ -28,7 +28,9 @@ class Outer:
 
 
 def test_overrides_apply_nested_and_coerce() -> None:
-    cfg = apply_overrides(Outer(), parse_dotted(["steps=2e3", "inner.lr=3e-4", "inner.hidden=[32, 16]", "maybe=1"]), "cli")
+    cfg = apply_overrides(
+        Outer(), parse_dotted(["steps=2e3", "inner.lr=3e-4", "inner.hidden=[32, 16]", "maybe=1"]), "cli"
+    )
     assert cfg.steps == 2000 and isinstance(cfg.steps, int)
     assert cfg.inner.lr == pytest.approx(3e-4)
     assert cfg.inner.hidden == (32, 16)

@@ -28,8 +28,12 @@ CASES = [
     (Humanoid, HumanoidCfg, "Humanoid-v5"),
 ]
 # our reward term name -> gymnasium's info key
-GYM_TERMS = {"forward": "reward_forward", "ctrl": "reward_ctrl", "contact": "reward_contact",
-             "survive": "reward_survive"}
+GYM_TERMS = {
+    "forward": "reward_forward",
+    "ctrl": "reward_ctrl",
+    "contact": "reward_contact",
+    "survive": "reward_survive",
+}
 
 
 @pytest.mark.parametrize(("cls", "cfg_cls", "gym_id"), CASES, ids=[c[2] for c in CASES])
@@ -138,8 +142,11 @@ def test_randomization_changes_parameters_only_when_enabled() -> None:
 
 
 def test_registered_tasks_build_through_the_registry() -> None:
-    for name, gym_id in [("mujoco-halfcheetah", "HalfCheetah-v5"), ("mujoco-ant", "Ant-v5"),
-                         ("mujoco-humanoid", "Humanoid-v5")]:
+    for name, gym_id in [
+        ("mujoco-halfcheetah", "HalfCheetah-v5"),
+        ("mujoco-ant", "Ant-v5"),
+        ("mujoco-humanoid", "Humanoid-v5"),
+    ]:
         env = registry.make_env(name, registry.task_cfg(name), num_envs=2, device="cpu", seed=0)
         assert isinstance(env, VecEnv)
         spec = env.io_spec()

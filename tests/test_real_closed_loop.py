@@ -103,7 +103,18 @@ def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Pa
         text=True,
     )
     sim = subprocess.Popen(
-        [*CLI, "sim-robot", "quad-hover", *common, "--episodes", str(EPISODES), "--seed", str(SEED), "--json", *env_args],
+        [
+            *CLI,
+            "sim-robot",
+            "quad-hover",
+            *common,
+            "--episodes",
+            str(EPISODES),
+            "--seed",
+            str(SEED),
+            "--json",
+            *env_args,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

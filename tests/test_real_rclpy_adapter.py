@@ -31,7 +31,11 @@ def _fake_class(type_name: str) -> type:
     return type(
         type_name.rsplit("/", 1)[1],
         (),
-        {"__slots__": names, "__init__": init, "get_fields_and_field_types": classmethod(lambda cls: dict.fromkeys(names))},
+        {
+            "__slots__": names,
+            "__init__": init,
+            "get_fields_and_field_types": classmethod(lambda cls: dict.fromkeys(names)),
+        },
     )
 
 

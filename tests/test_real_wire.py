@@ -58,7 +58,9 @@ def test_cyclone_struct_bytes_equal_rosbags_cdr(type_name: str) -> None:
     assert reference[:4] == b"\x00\x01\x00\x00"  # CDR little endian encapsulation, as ROS 2 sends
     # And the other way: Cyclone's decoder reads rosbags' bytes back to the same values.
     decoded = idl_struct(type_name).deserialize(reference)
-    assert messages.serialize(messages.typestore().deserialize_cdr(decoded.serialize(), type_name), type_name) == reference
+    assert (
+        messages.serialize(messages.typestore().deserialize_cdr(decoded.serialize(), type_name), type_name) == reference
+    )
 
 
 def test_known_sizes_of_probe_messages() -> None:
@@ -107,7 +109,10 @@ def test_node_over_dds_survives_malformed_joint_states(tmp_path: Path) -> None:
     node = build_node(node_side, export, "ros2_control_arm")
     commands: list[np.ndarray] = []
     robot_side.subscribe(
-        node.robot.command.topic, node.robot.command.type, "reliable", lambda m: commands.append(messages.to_vector(m.data))
+        node.robot.command.topic,
+        node.robot.command.type,
+        "reliable",
+        lambda m: commands.append(messages.to_vector(m.data)),
     )
     publish = robot_side.publisher("/joint_states", "sensor_msgs/msg/JointState", "reliable")
     assert robot_side.wait_for_subscribers(publish, timeout_s=10.0)

@@ -12,7 +12,12 @@ def _fake_run(root: Path, name: str, successes: list[float]) -> Path:
     run = root / name
     run.mkdir(parents=True)
     rows = [
-        {"env_steps": 1000 * (i + 1), "eval/success_rate": s, "eval/mean_return": 10.0 * s, "eval/train_time_s": float(i + 1)}
+        {
+            "env_steps": 1000 * (i + 1),
+            "eval/success_rate": s,
+            "eval/mean_return": 10.0 * s,
+            "eval/train_time_s": float(i + 1),
+        }
         for i, s in enumerate(successes)
     ]
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")

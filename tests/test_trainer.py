@@ -88,7 +88,9 @@ def test_nan_reward_stops_with_location_and_keeps_checkpoint(tmp_path: Path) -> 
         return obs, reward, terminated, truncated, info
 
     trainer.env.step = poisoned_step
-    with pytest.raises(NonFiniteError, match=r"non-finite reward 'reward' \(first at env 5\).*last good checkpoint kept"):
+    with pytest.raises(
+        NonFiniteError, match=r"non-finite reward 'reward' \(first at env 5\).*last good checkpoint kept"
+    ):
         trainer.train()
     assert load_checkpoint(tmp_path / "nan")["trainer"]["updates"] == 2
 

@@ -33,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
     from embodied.run import CONFIG_FILE, load_checkpoint
 
     if not (args.run_dir / CONFIG_FILE).is_file():
-        raise EmbodiedError(f"{args.run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed")
+        raise EmbodiedError(
+            f"{args.run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
+        )
     cfg = load_experiment(args.run_dir / CONFIG_FILE)
     load_checkpoint(args.run_dir)  # fail early and clearly when there is no checkpoint
     device = registry.resolve_device(args.device)

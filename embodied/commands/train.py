@@ -40,10 +40,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cpu)")
     p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: from config)")
     p.add_argument("--config", type=Path, default=None, help="YAML file with overrides (same keys as config.yaml)")
-    p.add_argument("--run-dir", type=Path, default=None, help="exact run directory to create (default: runs/<task>/<stamp>_<algo>_s<seed>)")
-    p.add_argument("--runs-root", type=Path, default=Path("runs"), help="root folder for new run directories (default: runs)")
-    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue a run exactly where its last checkpoint stopped")
-    p.add_argument("--print-config", action="store_true", help="print every resolved key, value and its help, then exit")
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="exact run directory to create (default: runs/<task>/<stamp>_<algo>_s<seed>)",
+    )
+    p.add_argument(
+        "--runs-root", type=Path, default=Path("runs"), help="root folder for new run directories (default: runs)"
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue a run exactly where its last checkpoint stopped",
+    )
+    p.add_argument(
+        "--print-config", action="store_true", help="print every resolved key, value and its help, then exit"
+    )
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.set_defaults(func=run)
 
@@ -126,7 +141,9 @@ def _train_one(cfg: ExperimentCfg, run_dir: Path, resume: bool) -> None:
     if resume:
         write_config(run_dir, cfg)  # records a changed training budget
     state = trainer.train()
-    print(f"env steps: {state.env_steps}  training time: {state.train_time_s:.2f} s  eval time: {state.eval_time_s:.2f} s")
+    print(
+        f"env steps: {state.env_steps}  training time: {state.train_time_s:.2f} s  eval time: {state.eval_time_s:.2f} s"
+    )
     if state.evals:
         last = state.evals[-1]
         print(
@@ -134,7 +151,9 @@ def _train_one(cfg: ExperimentCfg, run_dir: Path, resume: bool) -> None:
             f"mean_episode_length {last['eval/mean_episode_length']:.1f}"
         )
     if state.time_to_target_s is not None:
-        print(f"success target first reached after {state.time_to_target_s:.2f} s of training ({state.env_steps_to_target} env steps)")
+        print(
+            f"success target first reached after {state.time_to_target_s:.2f} s of training ({state.env_steps_to_target} env steps)"
+        )
 
 
 def _no_progress(cfg: ExperimentCfg) -> ExperimentCfg:
