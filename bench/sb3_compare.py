@@ -276,14 +276,22 @@ class OursRun:
         if over_budget or hung:
             if hung and not over_budget:
                 self.error = "wall-clock cap reached before the training-time budget"
-            self.proc.send_signal(signal.SIGINT)  # the CLI exits cleanly on Ctrl-C; rows are flushed per line
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.stop()
             return True
         return False
+
+    def stop(self) -> None:
+        """End the training process (a no-op once it has exited)."""
+        if self.proc.poll() is not None:
+            return
+        # SIGTERM, not SIGINT: a benchmark started in the background (`cmd &`) passes an ignored
+        # SIGINT on to its children. The CLI exits cleanly on either; rows are flushed per line.
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     def result(self) -> dict[str, Any]:
         self.log.close()
@@ -427,10 +435,15 @@ class Sb3Run:
             return True
         if time.monotonic() - self.started > wall_cap_s(self.cfg.budget_s):
             self.error = "wall-clock cap reached before the training-time budget"
-            self.proc.kill()
-            self.proc.join()
+            self.stop()
             return True
         return False
+
+    def stop(self) -> None:
+        """End the SB3 process (a no-op once it has exited)."""
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
 
     def result(self) -> dict[str, Any]:
         path = self.dir / "sb3.json"
@@ -460,6 +473,11 @@ def parse_contenders(text: str) -> list[Contender]:
     return out
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM handler: unwind like Ctrl-C so ``run_all`` stops the contenders it started."""
+    raise SystemExit(128 + signum)
+
+
 def run_all(
     contenders: list[Contender], cfg: BenchCfg, cores: list[int], per: int, thresholds: list[float]
 ) -> list[dict[str, Any]]:
@@ -470,6 +488,25 @@ def run_all(
     pending = list(contenders)
     running: list[OursRun | Sb3Run] = []
     results: list[dict[str, Any]] = []
+    try:
+        _run_until_done(pending, running, results, slots, cfg, thresholds)
+    finally:
+        # An interrupted or killed benchmark must not leave contenders training on their cores.
+        for r in running:
+            r.stop()
+    order = {c.name: i for i, c in enumerate(contenders)}
+    return sorted(results, key=lambda res: order[res["name"]])
+
+
+def _run_until_done(
+    pending: list[Contender],
+    running: list[OursRun | Sb3Run],
+    results: list[dict[str, Any]],
+    slots: list[list[int]],
+    cfg: BenchCfg,
+    thresholds: list[float],
+) -> None:
+    """The scheduling loop of :func:`run_all`; mutates its lists in place."""
     while pending or running:
         while pending and slots:
             c = pending.pop(0)
@@ -491,8 +528,6 @@ def run_all(
                 + (f"  ERROR {r.error}" if r.error else ""),
                 flush=True,
             )
-    order = {c.name: i for i, c in enumerate(contenders)}
-    return sorted(results, key=lambda res: order[res["name"]])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -555,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         ours_overrides=list(args.ours_override),
         python=sys.executable,
     )
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # `kill`/`pkill` then runs run_all's cleanup
     results = run_all(contenders, cfg, cores, args.cores_per_contender, thresholds)
     import torch
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from embodied.config import ConfigError
@@ -29,6 +31,19 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim_robot",
 )
 """Modules of ``embodied.commands``, in the order ``--help`` lists them."""
+
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+"""Shell conventions (128 + signal number) for Ctrl-C and SIGTERM."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a cluster scheduler's preemption) unwinds like Ctrl-C: the run keeps
+    its last atomic checkpoint and ``embodied train --resume`` continues from it."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,14 +76,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    # Only the main thread may set handlers (tests and notebooks may call main() from others).
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
         return int(args.func(args) or 0)
     except (ConfigError, EmbodiedError, FileNotFoundError) as err:
         logging.getLogger("embodied").error("%s", err)
         return 2
+    except Terminated:
+        logging.getLogger("embodied").warning("terminated (SIGTERM)")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         logging.getLogger("embodied").warning("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:  # None: no handler to restore, or one not set from Python
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
