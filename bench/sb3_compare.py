@@ -489,45 +489,34 @@ def run_all(
     running: list[OursRun | Sb3Run] = []
     results: list[dict[str, Any]] = []
     try:
-        _run_until_done(pending, running, results, slots, cfg, thresholds)
+        while pending or running:
+            while pending and slots:
+                c = pending.pop(0)
+                c.cores = slots.pop(0)
+                print(f"start {c.name} on cores {c.cores}", flush=True)
+                running.append(OursRun(c, cfg) if c.side == "ours" else Sb3Run(c, cfg))
+            time.sleep(1.0)
+            for r in [r for r in running if r.poll()]:
+                running.remove(r)
+                slots.append(r.c.cores)
+                res = r.result()
+                evals = res["evals"]
+                res |= summarize(evals, thresholds, [tuple(x) for x in res["progress"]])
+                res = {"name": r.c.name, "side": r.c.side, "algo": r.c.algo, "cores": r.c.cores, "error": r.error} | res
+                results.append(res)
+                print(
+                    f"done {r.c.name}: {res['env_steps']} env steps in {res['train_time_s']} s ({res['env_steps_per_s']} /s), "
+                    f"last return {res['final_return']}, to threshold [s]: {res['time_to_threshold_s']}"
+                    + (f"  ERROR {r.error}" if r.error else ""),
+                    flush=True,
+                )
+
     finally:
         # An interrupted or killed benchmark must not leave contenders training on their cores.
         for r in running:
             r.stop()
     order = {c.name: i for i, c in enumerate(contenders)}
     return sorted(results, key=lambda res: order[res["name"]])
-
-
-def _run_until_done(
-    pending: list[Contender],
-    running: list[OursRun | Sb3Run],
-    results: list[dict[str, Any]],
-    slots: list[list[int]],
-    cfg: BenchCfg,
-    thresholds: list[float],
-) -> None:
-    """The scheduling loop of :func:`run_all`; mutates its lists in place."""
-    while pending or running:
-        while pending and slots:
-            c = pending.pop(0)
-            c.cores = slots.pop(0)
-            print(f"start {c.name} on cores {c.cores}", flush=True)
-            running.append(OursRun(c, cfg) if c.side == "ours" else Sb3Run(c, cfg))
-        time.sleep(1.0)
-        for r in [r for r in running if r.poll()]:
-            running.remove(r)
-            slots.append(r.c.cores)
-            res = r.result()
-            evals = res["evals"]
-            res |= summarize(evals, thresholds, [tuple(x) for x in res["progress"]])
-            res = {"name": r.c.name, "side": r.c.side, "algo": r.c.algo, "cores": r.c.cores, "error": r.error} | res
-            results.append(res)
-            print(
-                f"done {r.c.name}: {res['env_steps']} env steps in {res['train_time_s']} s ({res['env_steps_per_s']} /s), "
-                f"last return {res['final_return']}, to threshold [s]: {res['time_to_threshold_s']}"
-                + (f"  ERROR {r.error}" if r.error else ""),
-                flush=True,
-            )
 
 
 def main(argv: list[str] | None = None) -> int:
