@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from embodied.config import ConfigError
 from embodied.errors import EmbodiedError
+from embodied.stop import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, raise_terminated
 
 COMMAND_MODULES: tuple[str, ...] = (
     "train",
@@ -31,19 +32,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim_robot",
 )
 """Modules of ``embodied.commands``, in the order ``--help`` lists them."""
-
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
-"""Shell conventions (128 + signal number) for Ctrl-C and SIGTERM."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``kill``, a cluster scheduler's preemption) unwinds like Ctrl-C: the run keeps
-    its last atomic checkpoint and ``embodied train --resume`` continues from it."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     # Only the main thread may set handlers (tests and notebooks may call main() from others).
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
+    previous = signal.signal(signal.SIGTERM, raise_terminated) if in_main_thread else None
     try:
         return int(args.func(args) or 0)
     except (ConfigError, EmbodiedError, FileNotFoundError) as err:

@@ -25,6 +25,7 @@ from embodied.evaluate import EvalResult, evaluate
 from embodied.experiment import ExperimentCfg
 from embodied.progress import TrainProgress
 from embodied.run import MetricsLogger, load_checkpoint, save_checkpoint, write_config
+from embodied.stop import StopRequest, deferred_stop
 
 log = logging.getLogger(__name__)
 
@@ -237,9 +238,11 @@ class Trainer:
         last_saved_steps = st.env_steps
         ended_early = False
         try:
-            with progress:
+            with progress, deferred_stop() as stop:
                 tick = time.perf_counter()
                 while st.env_steps < tcfg.total_env_steps:
+                    if stop.signum is not None:
+                        self._save_and_stop(stop, time.perf_counter() - tick)
                     self._env_step()
                     if not self.algo.ready_to_update():
                         continue
@@ -297,6 +300,18 @@ class Trainer:
         }
         log.info("done: %s", ", ".join(f"{k.split('/')[1]}={v:.4g}" for k, v in summary.items()))
         return st
+
+    def _save_and_stop(self, stop: StopRequest, unbooked_train_s: float) -> None:
+        """Checkpoint between two loop iterations (the state is whole there), then raise the stop."""
+        self.state.train_time_s += unbooked_train_s
+        saved = self.save()
+        log.warning(
+            "checkpoint at %d env steps: %s (continue with: embodied train --resume %s)",
+            self.state.env_steps,
+            saved,
+            self.run_dir,
+        )
+        stop.raise_now()
 
     def _env_step(self) -> None:
         """One vectorized step: act, step, check, hand the transition to the algorithm."""

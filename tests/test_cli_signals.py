@@ -1,4 +1,5 @@
-"""``embodied train`` under SIGTERM (``kill``, a scheduler's preemption): a clean exit, then a resume."""
+"""``embodied train`` under SIGTERM (``kill``, a scheduler's preemption): a checkpoint at the stop,
+a clean exit, then a resume; and the deferral rules of ``embodied.stop``."""
 
 from __future__ import annotations
 
@@ -8,25 +9,36 @@ import sys
 import time
 from pathlib import Path
 
-from embodied.cli import EXIT_TERMINATED, main
-from embodied.run import read_metrics
+import pytest
+
+from embodied.cli import main
+from embodied.run import load_checkpoint, read_metrics
+from embodied.stop import EXIT_TERMINATED, Terminated, deferred_stop
 
 
-def test_sigterm_exits_cleanly_and_the_run_resumes(tmp_path: Path) -> None:
+def _logged_env_steps(run_dir: Path) -> int:
+    """Largest ``env_steps`` logged so far (0 before the first row)."""
+    if not (run_dir / "metrics.jsonl").exists():
+        return 0
+    return max((int(row["env_steps"]) for row in read_metrics(run_dir)), default=0)
+
+
+def test_sigterm_writes_a_checkpoint_exits_cleanly_and_the_run_resumes(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    # No periodic checkpoint: the only one can come from the stop itself.
     command = [
         sys.executable, "-m", "embodied.cli", "train", "quad-hover", "--run-dir", str(run_dir), "--no-progress",
         "trainer.total_env_steps=1000000000", "trainer.eval_every_env_steps=0",
-        "trainer.checkpoint_every_updates=1", "trainer.log_every_updates=1", "trainer.tensorboard=false",
+        "trainer.checkpoint_every_updates=1000000000", "trainer.log_every_updates=1", "trainer.tensorboard=false",
     ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    checkpoint = run_dir / "ckpt" / "latest.pt"
     deadline = time.monotonic() + 120.0
     try:
-        while not checkpoint.exists():
-            assert proc.poll() is None, f"training exited before its first checkpoint: {proc.communicate()}"
-            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        while _logged_env_steps(run_dir) == 0:
+            assert proc.poll() is None, f"training exited before its first update: {proc.communicate()}"
+            assert time.monotonic() < deadline, "no update within 120 s"
             time.sleep(0.05)
+        steps_at_signal = _logged_env_steps(run_dir)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -37,7 +49,31 @@ def test_sigterm_exits_cleanly_and_the_run_resumes(tmp_path: Path) -> None:
     assert "terminated (SIGTERM)" in stderr
     assert "Traceback" not in stderr
 
-    steps_before = max(row["env_steps"] for row in read_metrics(run_dir))
-    target = steps_before + 8192
+    checkpoint_steps = load_checkpoint(run_dir)["trainer"]["env_steps"]
+    assert checkpoint_steps >= steps_at_signal > 0
+    target = checkpoint_steps + 8192
     assert main(["train", "--resume", str(run_dir), "--no-progress", f"trainer.total_env_steps={target}"]) == 0
     assert max(row["env_steps"] for row in read_metrics(run_dir)) >= target
+
+
+def test_first_signal_is_recorded_second_raises_handlers_restored() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with deferred_stop() as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.signum == signal.SIGTERM
+        with pytest.raises(Terminated):
+            signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(Terminated):
+            stop.raise_now()
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_ignored_ctrl_c_stays_ignored() -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_stop() as stop:
+            signal.raise_signal(signal.SIGINT)
+            assert stop.signum is None
+            stop.raise_now()  # nothing recorded: returns
+    finally:
+        signal.signal(signal.SIGINT, previous)
