@@ -7,6 +7,7 @@ Layout: ``runs/<task>/<stamp>_<algo>_s<seed>/`` with ``config.yaml``, ``git.txt`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -14,9 +15,10 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 import yaml
@@ -68,13 +70,31 @@ def _git_description() -> str:
     return f"commit {rev}\n{'dirty' if dirty.strip() else 'clean'}\n{dirty}"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder + ``os.replace``: readers never see half a file."""
+def _process_umask() -> int:
+    """The umask (reading it means setting it; done once, at import, before any worker threads)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_process_umask()
+"""Mode of files written here: what ``open()`` would give, not ``mkstemp``'s owner-only 0600."""
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A binary file that replaces ``path`` when the block ends without an error.
+
+    The data goes to a temp file in the same folder, is fsynced, then renamed over ``path``:
+    readers never see half a file, and after a crash ``path`` holds the old or the new content.
+    On an error (Ctrl-C included) the temp file is removed and ``path`` is left as it was.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            os.fchmod(fh.fileno(), _FILE_MODE)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -83,18 +103,17 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_file`)."""
+    with atomic_file(path) as fh:
+        fh.write(data)
+
+
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
-    """Atomically write ``ckpt/latest.pt`` (temp file + rename)."""
+    """Atomically write ``ckpt/latest.pt`` (see :func:`atomic_file`)."""
     path = Path(run_dir) / CHECKPOINT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".latest.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as fh:
+        torch.save(state, fh)
     return path
 
 
