@@ -66,8 +66,8 @@ def deferred_stop() -> Iterator[StopRequest]:
     """Record Ctrl-C and SIGTERM instead of raising; restore the previous handlers on exit.
 
     Signals that were ignored (a job started in the background ignores Ctrl-C) stay ignored, and
-    handlers set from C are left alone. Outside the main thread Python cannot set handlers: the request then never fires and signals
-    behave as they did before.
+    handlers set from C are left alone. Outside the main thread Python cannot set handlers: the
+    request then never fires and signals behave as they did before.
     """
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
