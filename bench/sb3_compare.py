@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.run import read_metrics
+from embodied.stop import EXIT_TERMINATED, Terminated, raise_terminated
 
 TASKS = {"halfcheetah": ("mujoco-halfcheetah", "HalfCheetah-v5"), "ant": ("mujoco-ant", "Ant-v5")}
 OURS_ALGOS = ("sac", "fasttd3", "ppo")
@@ -473,11 +474,6 @@ def parse_contenders(text: str) -> list[Contender]:
     return out
 
 
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM handler: unwind like Ctrl-C so ``run_all`` stops the contenders it started."""
-    raise SystemExit(128 + signum)
-
-
 def run_all(
     contenders: list[Contender], cfg: BenchCfg, cores: list[int], per: int, thresholds: list[float]
 ) -> list[dict[str, Any]]:
@@ -579,8 +575,11 @@ def main(argv: list[str] | None = None) -> int:
         ours_overrides=list(args.ours_override),
         python=sys.executable,
     )
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # `kill`/`pkill` then runs run_all's cleanup
-    results = run_all(contenders, cfg, cores, args.cores_per_contender, thresholds)
+    signal.signal(signal.SIGTERM, raise_terminated)  # `kill`/`pkill` then runs run_all's cleanup
+    try:
+        results = run_all(contenders, cfg, cores, args.cores_per_contender, thresholds)
+    except Terminated:
+        return EXIT_TERMINATED
     import torch
 
     report = {
