@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
 
 ObsDict = dict[str, torch.Tensor]
@@ -62,3 +63,68 @@ class VecEnv(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...
+
+
+# Optional capabilities. A backend or task that has one of these declares the member; callers
+# test with ``isinstance(env, <Capability>)`` (the protocols are runtime-checkable) rather than
+# probing attribute names, so a checker sees every use and a rename breaks loudly.
+
+
+@runtime_checkable
+class ResumeReport(Protocol):
+    """An env that says whether ``load_state_dict`` restores its simulator state bit-exactly.
+
+    Envs without the attribute resume exactly (the VecEnv contract); a wrapped third-party
+    simulator whose state cannot be captured sets ``exact_resume = False`` and the trainer
+    starts fresh episodes on resume.
+    """
+
+    exact_resume: bool
+
+
+@runtime_checkable
+class ActionSpaceReport(Protocol):
+    """An env whose action space may be other than a box in [-1, 1].
+
+    ``action_space_kind`` is ``"box"`` (the VecEnv contract) or ``"discrete"`` (``action_dim``
+    = 1, actions are integer indices); envs without the attribute are boxes.
+    """
+
+    action_space_kind: str
+
+
+@runtime_checkable
+class PhysicalStateEnv(Protocol):
+    """An env that exposes its raw rigid-body state (software-in-the-loop, sim-robot, play).
+
+    ``physical_state()`` maps names with frames (``pos_w``, ``quat_wb``, ``lin_vel_b``, ...) to
+    ``[N, k]`` tensors of the current state, unnormalized.
+    """
+
+    def physical_state(self) -> dict[str, torch.Tensor]: ...
+
+
+def resumes_exactly(env: object) -> bool:
+    """Whether ``env`` restores its simulator state exactly on ``load_state_dict``."""
+    return not isinstance(env, ResumeReport) or bool(env.exact_resume)
+
+
+def action_space_kind(env: object) -> str:
+    """``"box"`` unless ``env`` reports another kind (:class:`ActionSpaceReport`)."""
+    return str(env.action_space_kind) if isinstance(env, ActionSpaceReport) else "box"
+
+
+def require_box_actions(env: VecEnv, algo_name: str) -> None:
+    """Raise a named error unless ``env`` has continuous actions in [-1, 1] of size >= 1.
+
+    Algorithms whose policy outputs a squashed Gaussian (PPO, SAC, FastTD3) call it at
+    construction, so a discrete env fails there instead of deep inside the simulator.
+    """
+    kind = action_space_kind(env)
+    if kind != "box":
+        raise EmbodiedError(
+            f"{algo_name} needs continuous (box) actions in [-1, 1], but this env's action space is {kind!r}; "
+            "use a task with continuous actions (discrete action spaces are not supported by any algorithm yet)"
+        )
+    if int(env.action_dim) < 1:
+        raise EmbodiedError(f"{algo_name} needs an env with action_dim >= 1, got {env.action_dim}")

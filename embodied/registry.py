@@ -7,13 +7,24 @@ backend is one line here.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import Field, dataclass
+from typing import Any, ClassVar, Protocol
 
 import torch
 
+from embodied.algo import Algorithm
 from embodied.config import ConfigError, unknown_choice_message
+from embodied.env import VecEnv
+from embodied.errors import EmbodiedError
+
+
+class ConfigDataclass(Protocol):
+    """Any dataclass instance: task and algorithm configs are frozen dataclasses."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
 
 @dataclass(frozen=True)
@@ -26,9 +37,13 @@ class Entry:
     backend: str = ""
 
 
-def _load(ref: str) -> Any:
+def _load(ref: str) -> Callable[..., object]:
+    """The callable named by ``"module:attribute"`` (imported now, not when the table is read)."""
     module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    target = getattr(importlib.import_module(module), attr)
+    if not callable(target):
+        raise EmbodiedError(f"registry entry {ref!r} names a {type(target).__name__}, not a class or function")
+    return target  # type: ignore[no-any-return]
 
 
 TASKS: dict[str, Entry] = {
@@ -100,27 +115,47 @@ def algo_entry(name: str) -> Entry:
     return ALGOS[name]
 
 
-def task_cfg(name: str) -> Any:
+def _as_config(ref: str, cfg: object) -> ConfigDataclass:
+    if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
+        raise EmbodiedError(f"registry entry {ref!r} built a {type(cfg).__name__}, not a dataclass instance")
+    return cfg
+
+
+def task_cfg(name: str) -> ConfigDataclass:
     """Default config instance of task ``name`` (``gym:<id>`` fills in ``env_id``)."""
-    cfg_cls = _load(task_entry(name).cfg)
+    ref = task_entry(name).cfg
+    cfg_cls = _load(ref)
     if name.startswith(GYM_PREFIX):
-        return cfg_cls(env_id=name[len(GYM_PREFIX) :])
-    return cfg_cls()
+        return _as_config(ref, cfg_cls(env_id=name[len(GYM_PREFIX) :]))
+    return _as_config(ref, cfg_cls())
 
 
-def algo_cfg(name: str) -> Any:
+def algo_cfg(name: str) -> ConfigDataclass:
     """Default config instance of algorithm ``name``."""
-    return _load(algo_entry(name).cfg)()
+    ref = algo_entry(name).cfg
+    return _as_config(ref, _load(ref)())
 
 
-def make_env(name: str, cfg: Any, num_envs: int, device: torch.device | str, seed: int) -> Any:
-    """Build task ``name`` as a VecEnv: ``Task(cfg, num_envs=, device=, seed=)``."""
-    return _load(task_entry(name).target)(cfg, num_envs=num_envs, device=torch.device(device), seed=seed)
+def make_env(name: str, cfg: object, num_envs: int, device: torch.device | str, seed: int) -> VecEnv:
+    """Build task ``name`` as a VecEnv: ``Task(cfg, num_envs=, device=, seed=)``.
+
+    The result is checked against the :class:`VecEnv` protocol (every member present), so a
+    task missing part of the contract fails here with its name rather than mid-training.
+    """
+    ref = task_entry(name).target
+    env = _load(ref)(cfg, num_envs=num_envs, device=torch.device(device), seed=seed)
+    if not isinstance(env, VecEnv):
+        raise EmbodiedError(f"{ref} built a {type(env).__name__} that does not implement VecEnv (embodied/env.py)")
+    return env
 
 
-def make_algo(name: str, cfg: Any, env: Any) -> Any:
+def make_algo(name: str, cfg: object, env: VecEnv) -> Algorithm:
     """Build algorithm ``name`` for ``env``: ``Algo(cfg, env)``; it reads only the env's specs."""
-    return _load(algo_entry(name).target)(cfg, env)
+    ref = algo_entry(name).target
+    algo = _load(ref)(cfg, env)
+    if not isinstance(algo, Algorithm):
+        raise EmbodiedError(f"{ref} built a {type(algo).__name__} that does not implement Algorithm (embodied/algo.py)")
+    return algo
 
 
 def resolve_device(device: str) -> torch.device:

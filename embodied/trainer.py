@@ -19,7 +19,7 @@ import torch
 
 from embodied import registry
 from embodied.algo import Transition
-from embodied.env import ObsDict
+from embodied.env import ObsDict, resumes_exactly
 from embodied.errors import NonFiniteError
 from embodied.evaluate import EvalResult, evaluate
 from embodied.experiment import ExperimentCfg
@@ -161,7 +161,7 @@ class Trainer:
         self.algo.load_state_dict(ckpt["algo"])
         self.env.load_state_dict(ckpt["env"])
         self.obs = {k: v.to(self.device) for k, v in ckpt["obs"].items()}
-        if not getattr(self.env, "exact_resume", True):
+        if not resumes_exactly(self.env):
             # The env cannot restore its simulator state: start fresh episodes rather than pair
             # the checkpointed observation with a different physical state.
             log.warning("%s cannot restore its simulator state: resuming with fresh episodes", type(self.env).__name__)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from embodied.env import PhysicalStateEnv
 from embodied.errors import EmbodiedError
 from embodied.real import messages
 from embodied.real.observation import quat_to_rotmat
@@ -87,7 +88,7 @@ class SimRobot:
     def __init__(self, env: Any, robot: RobotConfig, transport: Transport) -> None:
         if env.num_envs != 1:
             raise EmbodiedError(f"sim-robot drives exactly one env, got num_envs={env.num_envs}")
-        if not callable(getattr(env, "physical_state", None)):
+        if not isinstance(env, PhysicalStateEnv):
             raise EmbodiedError(
                 f"{type(env).__name__} has no physical_state(); sim-robot needs the raw rigid-body state "
                 "(position_w, quat_wb, lin_vel_w, ang_vel_b) that tasks on the quadrotor backend provide"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -170,13 +169,11 @@ def test_learns_pendulum(algo_cls: type, cfg: Any, env_steps: int) -> None:
     env = TorchPendulum(1, seed=0)
     algo = algo_cls(cfg, env)
     untrained = mean_return(algo.policy)
-    start = time.perf_counter()
     train(algo, env, env_steps)
-    elapsed = time.perf_counter() - start
     trained = mean_return(algo.policy)
     # Swinging up from any start and holding scores about -150; doing nothing about -1200.
     assert untrained < -700, untrained
-    assert trained > -300, f"mean return {trained:.1f} after {env_steps} steps ({elapsed:.1f} s)"
+    assert trained > -300, f"mean return {trained:.1f} after {env_steps} steps"
 
 
 def test_export_matches_deterministic_act() -> None:

@@ -21,17 +21,14 @@ import yaml
 from real_support import free_domain_id
 
 from embodied import registry
-from embodied.experiment import replace_trainer, resolve_experiment
 from embodied.export.bundle import export_module
 from embodied.real.robot_config import ROBOTS_DIR
 from embodied.real.runner import PolicyRunner
-from embodied.trainer import Trainer
+from embodied.run import load_run
 
 CLI = [sys.executable, "-m", "embodied.cli"]
 EPISODES = 8
 SEED = 7
-TRAIN_ENV_STEPS = 400_000
-"""A short PPO run: enough to hover for a good part of an episode, not to be a finished policy."""
 NOISE_FREE = ["obs_noise_std=[0,0,0,0]"]
 
 
@@ -40,27 +37,12 @@ def _env_cfg() -> Any:
 
 
 @pytest.fixture(scope="session")
-def hover_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short PPO run of quad-hover (shipped config) exported to ONNX."""
-    run_dir = tmp_path_factory.mktemp("hover_run")
-    cfg = resolve_experiment("quad-hover", "ppo", seed=0)
-    cfg = replace_trainer(
-        cfg,
-        total_env_steps=TRAIN_ENV_STEPS,
-        eval_every_env_steps=0,
-        eval_episodes=0,
-        checkpoint_every_updates=10**9,
-        progress=False,
-        tensorboard=False,
-    )
-    threads = torch.get_num_threads()
-    try:
-        trainer = Trainer(cfg, run_dir)
-        trainer.train()
-        export_module(trainer.algo.policy.export_module(), trainer.env.io_spec(), run_dir / "export", "onnx")
-    finally:
-        torch.set_num_threads(threads)
-    return run_dir / "export"
+def hover_export(hover_ppo_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short PPO run of quad-hover (shipped config, cached across tests) exported to ONNX."""
+    run = load_run(hover_ppo_run)
+    export = tmp_path_factory.mktemp("hover_export")
+    export_module(run.policy.export_module(), run.io_spec, export, "onnx")
+    return export
 
 
 def in_process(export: Path, episodes: int, seed: int) -> tuple[float, float]:

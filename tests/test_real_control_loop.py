@@ -33,22 +33,23 @@ def test_timer_loop_counts_overruns_and_skips_missed_deadlines() -> None:
 
 
 def test_input_trigger_steps_on_events_and_on_silence() -> None:
+    # Load-independent: with a one-hour period, every step the loop takes while the test runs
+    # was caused by a trigger; a loop that waited for its period would never finish (the join
+    # below is only a hang guard, far longer than a triggered step needs).
     trigger = threading.Event()
-    stop = threading.Event()
-    starts: list[float] = []
-    loop = ControlLoop(0.05, starts.append, trigger=trigger)
-    worker = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    stepped = threading.Semaphore(0)
+    loop = ControlLoop(3600.0, lambda now: stepped.release(), trigger=trigger)
+    worker = threading.Thread(target=loop.run, args=(threading.Event(),), kwargs={"max_steps": 3}, daemon=True)
     worker.start()
-    t0 = time.monotonic()
-    for _ in range(5):
+    for _ in range(3):
         trigger.set()
-        time.sleep(0.002)
-    time.sleep(0.12)  # silence: the loop still ticks about every period for the watchdog
-    stop.set()
-    worker.join(timeout=1.0)
-    early = [t for t in starts if t - t0 < 0.02]
-    assert len(early) >= 3  # answered the bursts without waiting for a period
-    assert len(starts) - len(early) >= 1
+        assert stepped.acquire(timeout=600.0), "a trigger did not step the loop"
+    worker.join(timeout=600.0)
+    assert not worker.is_alive() and loop.stats.steps == 3
+
+    # Silence: without any trigger the loop still steps once per period (the watchdog needs it).
+    silent = ControlLoop(0.01, lambda now: None, trigger=threading.Event())
+    assert silent.run(threading.Event(), max_steps=3).steps == 3
 
 
 def test_latency_percentiles_and_rate() -> None:

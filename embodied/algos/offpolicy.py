@@ -21,6 +21,7 @@ from embodied.algo import Transition
 from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
 from embodied.data.replay import ReplayBatch, ReplayBuffer
+from embodied.env import require_box_actions
 from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.distributional import CriticEnsemble
@@ -131,22 +132,6 @@ class TrainBatch:
     discount: torch.Tensor
 
 
-def require_continuous_actions(env: Any, algo_name: str) -> None:
-    """Raise a clear error when ``env`` reports a non-box (e.g. discrete) action space.
-
-    Envs say so through ``action_space_kind`` (the gymnasium adapter: ``"box"`` or
-    ``"discrete"``); envs without the attribute are continuous by the VecEnv contract.
-    """
-    kind = str(getattr(env, "action_space_kind", "box"))
-    if kind != "box":
-        raise EmbodiedError(
-            f"{algo_name} needs continuous (box) actions, but this env's action space is {kind!r}; "
-            "use ppo or a task with continuous actions"
-        )
-    if int(getattr(env, "action_dim", 0)) < 1:
-        raise EmbodiedError(f"{algo_name} needs an env with action_dim >= 1")
-
-
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU runs bfloat16 matmuls natively (AVX-512 BF16 or AMX tiles).
 
@@ -190,7 +175,7 @@ class OffPolicyBase:
     critic_opt: torch.optim.Optimizer
 
     def __init__(self, cfg: OffPolicyCfg, env: Any, algo_name: str) -> None:
-        require_continuous_actions(env, algo_name)
+        require_box_actions(env, algo_name)
         self.cfg = cfg
         self.device = torch.device(env.device)
         if cfg.bf16 and self.device.type == "cpu" and not cpu_has_native_bf16():

@@ -20,7 +20,7 @@ import torch
 from embodied.algo import Transition
 from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
-from embodied.env import ObsDict, VecEnv
+from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.actor_critic import ActorCritic
 
@@ -246,6 +246,8 @@ class PPO:
     """
 
     def __init__(self, cfg: PPOCfg, env: VecEnv) -> None:
+        # the Gaussian actor outputs [-1, 1] boxes; a discrete env would receive float indices
+        require_box_actions(env, "PPO")
         self.cfg = cfg
         self.device = torch.device(env.device)
         self.num_envs = int(env.num_envs)

@@ -26,12 +26,13 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
+    from embodied.env import PhysicalStateEnv
     from embodied.errors import EmbodiedError
     from embodied.run import load_run
 
     loaded = load_run(args.run_dir)
     env = loaded.make_env(1, args.seed)
-    if not hasattr(env, "physical_state"):
+    if not isinstance(env, PhysicalStateEnv):
         raise EmbodiedError(f"play has no renderer for task {loaded.cfg.task_name!r} yet (quadrotor tasks only)")
     from embodied.sim.quadrotor_render import plot_trajectory, render_video
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.env import ObsDict
+from embodied.env import ObsDict, PhysicalStateEnv
 from embodied.errors import EmbodiedError
 from embodied.export.bundle import c_dir, export_dir, export_run, host_dir
 from embodied.export.firmware_build import build_host_library, is_quad_policy
@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 _STATE_KEYS = ("position_w", "quat_wb", "lin_vel_w", "ang_vel_b")
 
 
-def packed_state(env: Any) -> tuple[np.ndarray, np.ndarray]:
+def packed_state(env: object) -> tuple[np.ndarray, np.ndarray]:
     """``(states [N, 13], setpoints_w [N, 3])`` float32 from the env's raw-state accessor."""
-    if not hasattr(env, "physical_state"):
+    if not isinstance(env, PhysicalStateEnv):
         raise EmbodiedError(
             f"{type(env).__name__} exposes no physical_state(); software-in-the-loop needs the quad-hover task"
         )
