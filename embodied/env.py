@@ -94,8 +94,8 @@ class ActionSpaceReport(Protocol):
 
 
 @runtime_checkable
-class PhysicalStateEnv(Protocol):
-    """An env that exposes its raw rigid-body state (software-in-the-loop, sim-robot, play).
+class PhysicalStateEnv(VecEnv, Protocol):
+    """A VecEnv that exposes its raw rigid-body state (software-in-the-loop, sim-robot, play).
 
     ``physical_state()`` maps names with frames (``pos_w``, ``quat_wb``, ``lin_vel_b``, ...) to
     ``[N, k]`` tensors of the current state, unnormalized.

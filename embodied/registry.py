@@ -40,10 +40,10 @@ class Entry:
 def _load(ref: str) -> Callable[..., object]:
     """The callable named by ``"module:attribute"`` (imported now, not when the table is read)."""
     module, _, attr = ref.partition(":")
-    target = getattr(importlib.import_module(module), attr)
+    target: object = getattr(importlib.import_module(module), attr)
     if not callable(target):
         raise EmbodiedError(f"registry entry {ref!r} names a {type(target).__name__}, not a class or function")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
 TASKS: dict[str, Entry] = {

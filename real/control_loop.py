@@ -58,7 +58,7 @@ class ControlLoop:
     def __init__(
         self,
         period_s: float,
-        step: Callable[[float], None],
+        step: Callable[[float], object],
         trigger: threading.Event | None = None,
         clock: Clock = time.monotonic,
     ) -> None:

@@ -162,6 +162,12 @@ Tables = tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]
 """``(left_idx, right_idx, coef)`` of a bilinear form: index tuples (layout constants) and the
 coefficients (which may depend on the physical parameters). Plain Python numbers, so that
 ``torch.compile`` folds them into the kernel as constants and drops the zero padding."""
+PhysicsInputs = tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+    tuple[int, ...], tuple[int, ...], tuple[float, ...],
+]  # fmt: skip
+"""The arguments of :func:`rk4_step` between ``rpm_cmd`` and ``dt_s`` (seven tensors, then the
+:data:`Tables`), as :meth:`Quadrotor.physics_inputs` returns them."""
 
 
 def _bilinear_tables(terms: list[tuple[int, int, int, float]], out_dim: int) -> Tables:
@@ -599,7 +605,7 @@ class Quadrotor:
         self.state = self._step_fn(self.state, rpm_cmd, *self.physics_inputs(), self.cfg.dt_s, self.cfg.substeps)
         return self.state
 
-    def physics_inputs(self) -> tuple[Any, ...]:
+    def physics_inputs(self) -> PhysicsInputs:
         """The per-env and table arguments of :func:`rk4_step` after ``state`` and ``rpm_cmd``,
         for callers that fuse the physics into a larger pure function."""
         return (

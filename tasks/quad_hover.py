@@ -38,6 +38,7 @@ from embodied.sim.quadrotor import (
     QUAT,
     RPM,
     LayoutTensor,
+    PhysicsInputs,
     Quadrotor,
     QuadrotorCfg,
     Tables,
@@ -654,7 +655,7 @@ def step_core(
     critic_static: torch.Tensor,
     obs_noise: torch.Tensor | None,
     setpoint_w: torch.Tensor,
-    physics: tuple[Any, ...],
+    physics: PhysicsInputs,
     rot_tables: Tables,
     c: CoreConsts,
 ) -> dict[str, Any]:

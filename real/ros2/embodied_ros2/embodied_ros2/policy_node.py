@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 NODE_NAME = "embodied_policy"
@@ -32,7 +33,7 @@ def main(args: Any = None) -> None:
     transport = RclpyTransport(node=node)
     stop = threading.Event()
     try:
-        policy = build_node(transport, export_dir, robot_config, json.loads(params_json or "{}"), trigger or None)
+        policy = build_node(transport, Path(export_dir), robot_config, json.loads(params_json or "{}"), trigger or None)
 
         def report() -> None:
             s = policy.status()
