@@ -5,7 +5,7 @@ The source tree keeps ``sim/``, ``tasks/``, ``policies/``, ``real/`` and ``confi
 level and ``pyproject.toml`` maps them to ``embodied.sim`` etc.; an editable install resolves
 that mapping with an import hook that static tools do not run. This script reads the mapping
 from ``[tool.setuptools] package-dir`` and writes ``build/layout/embodied/`` whose entries are
-symlinks into the source tree, so ``build/layout`` is an import root where every first-party
+symlinks into the source tree (folders are real directories), so ``build/layout`` is an import root where every first-party
 module resolves. Edits to sources show through the links; re-run after adding a top-level file.
 
 Usage: ``python scripts/installed_layout.py [--out build/layout]`` (prints the import root).
@@ -33,23 +33,31 @@ def package_dirs(pyproject: Path) -> dict[str, Path]:
     return {name: (pyproject.parent / path).resolve() for name, path in mapping.items()}
 
 
+SKIP_DIRS = {"__pycache__", "build"}
+"""Folders never mirrored: bytecode and colcon/CMake build output."""
+
+
 def build_layout(out: Path, pyproject: Path = ROOT / "pyproject.toml") -> Path:
-    """Recreate ``out`` as the installed layout; returns ``out`` (the import root)."""
+    """Recreate ``out`` as the installed layout; returns ``out`` (the import root).
+
+    Folders are real directories and files are symlinks, because import graph builders walk
+    the tree without following directory links.
+    """
     dirs = package_dirs(pyproject)
     if out.exists():
         shutil.rmtree(out)
-    # Parents before children so a mapped subpackage replaces the link its parent would make.
-    for name in sorted(dirs, key=lambda n: n.count(".")):
+    for name, source in dirs.items():
         target = out.joinpath(*name.split("."))
-        if target.is_symlink():
-            target.unlink()
-        target.mkdir(parents=True, exist_ok=True)
-        for entry in sorted(dirs[name].iterdir()):
-            if entry.name in ("__pycache__", "build") or entry.name.endswith(".egg-info"):
+        for folder, subdirs, files in os.walk(source):
+            subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+            rel = Path(folder).relative_to(source)
+            # a mapped subpackage (embodied.real.transports inside embodied.real) is mirrored once
+            if any(".".join((name, *rel.parts[: i + 1])) in dirs for i in range(len(rel.parts))):
                 continue
-            link = target / entry.name
-            if not link.exists() and not link.is_symlink():
-                link.symlink_to(os.path.relpath(entry, target))
+            (target / rel).mkdir(parents=True, exist_ok=True)
+            for file in sorted(files):
+                link = target / rel / file
+                link.symlink_to(os.path.relpath(Path(folder) / file, link.parent))
     return out
 
 
