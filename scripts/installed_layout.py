@@ -8,7 +8,8 @@ from ``[tool.setuptools] package-dir`` and writes ``build/layout/embodied/`` who
 symlinks into the source tree (folders are real directories), so ``build/layout`` is an import root where every first-party
 module resolves. Edits to sources show through the links; re-run after adding a top-level file.
 
-Usage: ``python scripts/installed_layout.py [--out build/layout]`` (prints the import root).
+Usage: ``python scripts/installed_layout.py [--out build/layout]`` (prints the import root; Python >= 3.11
+for tomllib, like the type check it serves).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import argparse
 import os
 import shutil
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 
