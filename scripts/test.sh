@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Set up and run the test suite from a fresh clone. As root on Debian/Ubuntu it also installs
+# Set up and run every check from a fresh clone. As root on Debian/Ubuntu it also installs
 # the embedded toolchain (arm-none-eabi-gcc, newlib, qemu-system-arm) that the firmware tests
 # use; elsewhere those tests are skipped with a reason.
+#
+# Order: static checks (types on the installed layout, import contracts), the fast test suite,
+# the wheel check, then the tests marked slow (cold torch.compile equivalence checks). Extra
+# arguments go to both pytest runs, e.g. `bash scripts/test.sh -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v qemu-system-arm >/dev/null 2>&1; then
@@ -10,4 +14,9 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v qemu
     gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc make >/dev/null
 fi
 bash scripts/setup.sh
-.venv/bin/python -m pytest -q "$@"
+bash scripts/typecheck.sh
+bash scripts/check_imports.sh
+.venv/bin/python -m pytest -q -m "not slow" "$@"
+bash scripts/wheel_check.sh
+# pytest exits 5 when the selection is empty (no test is marked slow): not a failure here.
+.venv/bin/python -m pytest -q -m slow "$@" || [ $? = 5 ]

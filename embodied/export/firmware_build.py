@@ -8,6 +8,7 @@ uses the strict flags below so what CI compiles is what flies.
 
 from __future__ import annotations
 
+import importlib.resources
 import logging
 import os
 import re
@@ -41,10 +42,11 @@ INSTALL_HINT = (
 
 
 def firmware_dir() -> Path:
-    """``firmware/`` of this checkout (the package is installed editable from it)."""
-    path = Path(__file__).resolve().parents[2] / "firmware"
+    """The firmware C sources: package ``embodied.firmware`` (``firmware/`` of a checkout, or the
+    copy a wheel installs as package data)."""
+    path = Path(str(importlib.resources.files("embodied.firmware")))
     if not (path / "common" / "quad_ctrl.c").is_file():
-        raise EmbodiedError(f"firmware sources not found at {path}; run from a source checkout of embodied")
+        raise EmbodiedError(f"firmware sources not found at {path}; reinstall embodied (they ship as package data)")
     return path
 
 
