@@ -17,14 +17,14 @@ Contenders (``--contenders``, comma-separated):
 Our ``mujoco-halfcheetah`` / ``mujoco-ant`` tasks follow the v5 observation, reward, termination and
 reset definitions (tasks/mujoco_locomotion.py), so the returns are on the same scale.
 
-SB3 is not a dependency of the project: run this script from a side environment.
-Side environment (the exact commands used; /opt/wheels holds the CPU torch wheel on the dev box):
+SB3 is not a dependency of the project: run this script from a side environment, created from
+the repository root (the exact commands used):
 
     python3 -m venv /tmp/sb3venv
     /tmp/sb3venv/bin/pip install torch==2.13.0
     /tmp/sb3venv/bin/pip install stable-baselines3 mujoco==4.0.0 gymnasium==1.4.0
     /tmp/sb3venv/bin/pip install pyyaml rich matplotlib imageio   # imageio: gymnasium's MuJoCo envs import it
-    /tmp/sb3venv/bin/pip install -e /work/main --no-deps
+    /tmp/sb3venv/bin/pip install -e . --no-deps
 
 Offline machine (Python 3.12 with torch, numpy, matplotlib, pillow, cloudpickle, pyyaml, rich
 already installed): the cp312 wheels in ``.whl/`` (git-ignored) cover the rest:
