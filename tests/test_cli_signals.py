@@ -32,11 +32,12 @@ def test_sigterm_writes_a_checkpoint_exits_cleanly_and_the_run_resumes(tmp_path:
         "trainer.checkpoint_every_updates=1000000000", "trainer.log_every_updates=1", "trainer.tensorboard=false",
     ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120.0
+    # A hang guard, not a speed check: the first update normally lands within seconds.
+    deadline = time.monotonic() + 600.0
     try:
         while _logged_env_steps(run_dir) == 0:
             assert proc.poll() is None, f"training exited before its first update: {proc.communicate()}"
-            assert time.monotonic() < deadline, "no update within 120 s"
+            assert time.monotonic() < deadline, "hung: no update within 600 s"
             time.sleep(0.05)
         steps_at_signal = _logged_env_steps(run_dir)
         proc.send_signal(signal.SIGTERM)
