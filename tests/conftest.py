@@ -59,8 +59,9 @@ def trained_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     """Factory: a run directory trained with ``task``/``algo``/``seed`` and dotted ``overrides``
     (shipped config first, as ``embodied train`` does), built at most once per source state.
 
-    Only settings that change the trained weights belong in ``overrides``; evaluation, logging
-    and checkpoint cadence are fixed here (no periodic evals, final checkpoint only).
+    Only settings that change the trained weights belong in ``overrides``; evaluation, logging,
+    checkpoint cadence and threads are fixed here (no periodic evals, final checkpoint only,
+    one torch thread).
     """
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("trained_runs")) if cache is not None else tmp_path_factory.mktemp("trained_runs")
@@ -88,6 +89,10 @@ def trained_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             checkpoint_every_updates=10**9,
             progress=False,
             tensorboard=False,
+            # One intra-op thread: OpenMP threads that share busy cores stall each other (the
+            # 400k-step hover run took 760 s with 2 threads on a loaded 2-core machine, ~15 s
+            # with 1).
+            torch_threads=1,
         )
         partial = root / f"{name}.partial"
         shutil.rmtree(partial, ignore_errors=True)
