@@ -41,7 +41,7 @@ def test_sigterm_writes_a_checkpoint_exits_cleanly_and_the_run_resumes(tmp_path:
             time.sleep(0.05)
         steps_at_signal = _logged_env_steps(run_dir)
         proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=600)  # hang guard
     finally:
         if proc.poll() is None:
             proc.kill()
