@@ -56,6 +56,7 @@ def test_quadrotor_cuda_matches_cpu() -> None:
     torch.testing.assert_close(gpu, cpu, atol=2e-4, rtol=0.0)
 
 
+@pytest.mark.slow  # a cold torch.compile
 def test_compiled_quadrotor_on_cuda_matches_eager() -> None:
     eager = _airborne_rollout(CUDA, compile=False)
     compiled = _airborne_rollout(CUDA, compile=True)
