@@ -90,8 +90,8 @@ def trained_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             progress=False,
             tensorboard=False,
             # One intra-op thread: OpenMP threads that share busy cores stall each other (the
-            # 400k-step hover run took 760 s with 2 threads on a loaded 2-core machine, ~15 s
-            # with 1).
+            # 400k-step hover run took 760 s with 2 threads on a loaded 2-core machine, 41 s
+            # with 1 on the same machine).
             torch_threads=1,
         )
         partial = root / f"{name}.partial"
