@@ -21,7 +21,7 @@ import torch
 
 from embodied.algos.offpolicy import OffPolicyBase, OffPolicyCfg, TrainBatch
 from embodied.config import ConfigError
-from embodied.env import ObsDict
+from embodied.env import ObsDict, VecEnv
 from embodied.policies.deterministic import DeterministicActor
 
 
@@ -65,7 +65,7 @@ class FastTD3(OffPolicyBase):
     cfg: FastTD3Cfg
     policy: DeterministicActor
 
-    def __init__(self, cfg: FastTD3Cfg, env: Any) -> None:
+    def __init__(self, cfg: FastTD3Cfg, env: VecEnv) -> None:
         super().__init__(cfg, env, "fasttd3")
         self.policy = DeterministicActor(
             self.obs_dim,

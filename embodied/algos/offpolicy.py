@@ -21,7 +21,7 @@ from embodied.algo import Transition
 from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
 from embodied.data.replay import ReplayBatch, ReplayBuffer
-from embodied.env import require_box_actions
+from embodied.env import VecEnv, require_box_actions
 from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.distributional import CriticEnsemble
@@ -174,7 +174,7 @@ class OffPolicyBase:
     actor_opt: torch.optim.Optimizer
     critic_opt: torch.optim.Optimizer
 
-    def __init__(self, cfg: OffPolicyCfg, env: Any, algo_name: str) -> None:
+    def __init__(self, cfg: OffPolicyCfg, env: VecEnv, algo_name: str) -> None:
         require_box_actions(env, algo_name)
         self.cfg = cfg
         self.device = torch.device(env.device)

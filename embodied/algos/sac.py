@@ -20,7 +20,7 @@ import torch
 
 from embodied.algos.offpolicy import OffPolicyBase, OffPolicyCfg, TrainBatch
 from embodied.config import ConfigError
-from embodied.env import ObsDict
+from embodied.env import ObsDict, VecEnv
 from embodied.policies.squashed_gaussian import SquashedGaussianActor
 
 
@@ -64,7 +64,7 @@ class SAC(OffPolicyBase):
     cfg: SACCfg
     policy: SquashedGaussianActor
 
-    def __init__(self, cfg: SACCfg, env: Any) -> None:
+    def __init__(self, cfg: SACCfg, env: VecEnv) -> None:
         super().__init__(cfg, env, "sac")
         self.policy = SquashedGaussianActor(
             self.obs_dim,
