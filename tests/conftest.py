@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -94,14 +95,19 @@ def trained_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             # with 1 on the same machine).
             torch_threads=1,
         )
-        partial = root / f"{name}.partial"
+        partial = root / f"{name}.partial-{os.getpid()}"  # one per process: two test runs may race
         shutil.rmtree(partial, ignore_errors=True)
         threads = torch.get_num_threads()
         try:
             Trainer(cfg, partial).train()
         finally:
             torch.set_num_threads(threads)  # the trainer applies trainer.torch_threads globally
-        partial.rename(run_dir)  # a run interrupted mid-training is never mistaken for a finished one
+        try:
+            partial.rename(run_dir)  # a run interrupted mid-training is never mistaken for a finished one
+        except OSError:
+            if not (run_dir / CHECKPOINT_FILE).is_file():
+                raise
+            shutil.rmtree(partial, ignore_errors=True)  # another test run finished the same one first
         built[name] = run_dir
         return run_dir
 
