@@ -15,7 +15,7 @@ out="$repo/build/wheel-check"
 rm -rf "$out"
 mkdir -p "$out/dist" "$out/work"
 
-.venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w "$out/dist" . >"$out/build.log" 2>&1 ||
+.venv/bin/python -m pip wheel -q --no-deps -w "$out/dist" . >"$out/build.log" 2>&1 ||
   { cat "$out/build.log"; exit 1; }
 wheel=$(ls "$out"/dist/embodied-*.whl)
 echo "wheel: $(basename "$wheel")"
