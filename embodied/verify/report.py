@@ -147,7 +147,7 @@ def run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None 
     for knob, values in options.sweep.items():
         for value in values:
             t0 = time.perf_counter()
-            kwargs = {knob: int(round(value)) if knob == "obs_delay_steps" else float(value)}
+            kwargs = {knob: round(value) if knob == "obs_delay_steps" else float(value)}
             result = run_episodes(
                 policy,
                 spec,
