@@ -261,8 +261,9 @@ class MujocoCrazyflie:
         self.motor_rpm = np.array(np.broadcast_to(motor_rpm, (n, NUM_ROTORS)), dtype=np.float64)
         p = self.perturbation
         mismatch = rng.uniform(1.0 - p.thrust_mismatch, 1.0 + p.thrust_mismatch, size=(n, NUM_ROTORS))
-        self.thrust_coef = self.params.thrust_coef_n_per_rpm2 * (mismatch if p.thrust_mismatch > 0.0 else 1.0)
-        self.thrust_coef = np.broadcast_to(self.thrust_coef, (n, NUM_ROTORS)).copy()
+        if p.thrust_mismatch == 0.0:
+            mismatch[:] = 1.0  # exactly nominal (the draw above keeps the random stream aligned)
+        self.thrust_coef = self.params.thrust_coef_n_per_rpm2 * mismatch
         self.force_w = np.zeros((n, 3)) if force_w is None else np.array(force_w, dtype=np.float64)
         self.torque_b = np.zeros((n, 3)) if torque_b is None else np.array(torque_b, dtype=np.float64)
         if p.yaw_torque_nm != 0.0:

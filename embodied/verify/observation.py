@@ -17,9 +17,7 @@ Any other name is an error that names the field and the file.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -164,18 +162,3 @@ class ObservationLayout:
                 value = prev_actions
             parts.append(value * f.scale if f.scale != 1.0 else value)
         return np.concatenate(parts, axis=1).astype(np.float32)
-
-
-def yaw_of(rot_wb: np.ndarray) -> np.ndarray:
-    """``[N, 3, 3]`` -> ``[N]`` heading (yaw of the body x axis projected on the ground)."""
-    return np.arctan2(rot_wb[:, 1, 0], rot_wb[:, 0, 0])
-
-
-def describe_fields(spec: IOSpec) -> list[dict[str, Any]]:
-    """Names and sizes of the fields, for reports."""
-    return [{"name": f.name, "size": f.size} for f in spec.obs_fields]
-
-
-def wrap_angle(angle_rad: np.ndarray) -> np.ndarray:
-    """Angles wrapped into ``[-pi, pi)``."""
-    return (angle_rad + math.pi) % (2.0 * math.pi) - math.pi

@@ -144,8 +144,8 @@ def run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None 
     t0 = time.perf_counter()
     done("firmware", _torch_task_eval(run_dir, "c", options.episodes, options.seed), t0)
     sweep_rows: list[dict[str, Any]] = []
-    for knob, values in options.sweep.items():
-        for value in values:
+    for knob, levels in options.sweep.items():
+        for value in levels:
             t0 = time.perf_counter()
             kwargs = {knob: round(value) if knob == "obs_delay_steps" else float(value)}
             result = run_episodes(
@@ -162,7 +162,7 @@ def run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None 
             sweep_rows.append({"knob": knob, "value": value, "success_rate": result.success_rate})
     rates = {name: float(c["success_rate"]) for name, c in checks.items()}
     sweep_min = min((r["success_rate"] for r in sweep_rows), default=math.nan)
-    values = {
+    values: dict[str, float] = {
         "torch_success_min": rates["torch"],
         "mujoco_success_min": rates["mujoco"],
         "firmware_success_min": rates["firmware"],
