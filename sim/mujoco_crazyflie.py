@@ -200,6 +200,11 @@ class MujocoCrazyflie:
         # Layout of a full-physics state vector: time, qpos (7), qvel (6), then empty act/plugin.
         self._state = np.zeros((num_envs, self._nstate))
         self.motor_rpm = np.zeros((num_envs, NUM_ROTORS))
+        self.diverged = np.zeros(num_envs, dtype=bool)
+        """``[N]`` envs whose simulation blew up (MuJoCo reset them internally); they are frozen
+        from then on and their state is meaningless: end their episodes."""
+        self._frozen = np.zeros(num_envs, dtype=bool)
+        self._frozen_state = np.zeros((num_envs, self._nstate))
         self.thrust_coef = np.full((num_envs, NUM_ROTORS), params.thrust_coef_n_per_rpm2)
         """``[N, 4]`` per-motor thrust coefficient (nominal times the episode's mismatch)."""
         self.force_w = np.zeros((num_envs, 3))
@@ -254,6 +259,8 @@ class MujocoCrazyflie:
         n = self.num_envs
         quat = np.asarray(quat_wb, dtype=np.float64)
         self._state[:] = 0.0
+        self.diverged[:] = False
+        self._frozen[:] = False
         self._state[:, 1:4] = position_w
         self._state[:, 4:8] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
         self._state[:, 8:11] = lin_vel_w
@@ -279,11 +286,29 @@ class MujocoCrazyflie:
         control[:, :, :NUM_ROTORS] = self.thrust_coef[:, None, :] * rpm * rpm
         control[:, :, 4:7] = self.force_w[:, None, :]
         control[:, :, 7:10] = self.torque_b[:, None, :]
+        expected_time_s = self._state[:, 0] + self.dt_s
         states, _ = rollout.rollout(
             self.model, self._datas, self._state, control, nstep=self.substeps, skip_checks=False
         )
         self._state = np.ascontiguousarray(states[:, -1, :])
         self.motor_rpm = cmd[:, 0, :] + (self.motor_rpm - cmd[:, 0, :]) * self._decay_end
+        # MuJoCo resets an env whose velocities blow up (qpos0: hovering at rest, which would
+        # look like success); its clock restarting gives it away.
+        blew_up = np.abs(self._state[:, 0] - expected_time_s) > 0.5 * self.model.opt.timestep
+        if blew_up.any():
+            self.diverged |= blew_up
+            self.freeze(blew_up)  # MuJoCo's reset state (at rest) is a quiet state to hold
+        if self._frozen.any():
+            self._state[self._frozen] = self._frozen_state[self._frozen]
+
+    def freeze(self, mask: np.ndarray) -> None:
+        """Stop simulating the envs where ``mask [N]`` (ended episodes): their state stays as it is
+        now, so a vehicle that left the box does not tumble on until MuJoCo flags it unstable."""
+        new = mask & ~self._frozen
+        self._frozen_state[new] = self._state[new]
+        self._frozen_state[new, 8:14] = 0.0
+        self._frozen_state[new, 4:8] = (1.0, 0.0, 0.0, 0.0)
+        self._frozen |= mask
 
     def rotor_thrust_n(self) -> np.ndarray:
         """``[N, 4]`` current rotor thrusts (N)."""

@@ -304,3 +304,18 @@ def test_episodes_score_like_the_task() -> None:
     rot_hb = first[:, 3:12].reshape(-1, 3, 3)
     yaw_h = np.arctan2(rot_hb[:, 1, 0], rot_hb[:, 0, 0])
     assert np.ptp(yaw_h) > 1.0, "initial headings relative to the setpoint must spread over ±180°"
+
+
+def test_blown_up_envs_are_flagged_and_frozen() -> None:
+    """MuJoCo silently resets an env whose velocities blow up (to a vehicle at rest, which would
+    score as a hover); the simulator flags it instead, and frozen envs stay where they ended."""
+    sim = _sim(2)
+    _reset(sim, _hover_rpm())
+    sim._state[0, 11] = 1e12  # body rate far beyond MuJoCo's mjMAXVAL
+    sim.step(np.full((2, 4), _hover_rpm()))
+    assert sim.diverged.tolist() == [True, False]
+    sim.freeze(np.array([False, True]))
+    before = sim.position_w.copy()
+    for _ in range(5):
+        sim.step(np.zeros((2, 4)))
+    np.testing.assert_array_equal(sim.position_w, before)

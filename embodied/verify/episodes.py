@@ -261,9 +261,10 @@ def run_episodes(
             integral = layout.integral_rule.update(integral, terms[layout.integral_source])
         delayed.append(terms)
         delayed.popleft()
-        out = ~np.all(np.abs(pos_err_w) <= rules.position_bound_m, axis=1)  # NaN counts as out
+        out = ~np.all(np.abs(pos_err_w) <= rules.position_bound_m, axis=1) | sim.diverged  # NaN counts as out
         ended_now = alive & out
         alive &= ~out
+        sim.freeze(ended_now)
         length += alive | ended_now
         traj[:, step] = np.where(alive[:k, None], pos_err_w[:k], np.nan)
         if not alive.any():
