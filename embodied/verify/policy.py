@@ -24,7 +24,12 @@ def load_exported_policy(export_dir: Path) -> tuple[ArrayPolicy, PolicyIO]:
     if not path.is_file():
         raise EmbodiedError(f"{path}: not found; run `embodied export RUN_DIR --format onnx`")
     try:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        # One thread: a 64-wide MLP gains nothing from more, and spinning worker threads slow
+        # everything else down on a small, shared CPU.
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own types for corrupt or foreign files
         raise EmbodiedError(f"{path}: not a loadable ONNX model ({type(err).__name__}: {err})") from None
     check_model_hash(session.get_modelmeta().custom_metadata_map, policy_io, path)
