@@ -213,9 +213,10 @@ class MujocoCrazyflie:
         """``[N, 3]`` constant disturbance torque per episode, body (N m)."""
         tau = params.motor_tau_s * self.perturbation.motor_tau_scale
         h = dt_s / substeps
-        # Exact lag over each substep: rpm_k = cmd + (rpm_0 - cmd) * exp(-k h / tau). The thrust
-        # held during substep k is the one at its start (what MuJoCo's explicit actuator sees).
-        self._decay = np.exp(-h * np.arange(substeps) / tau)[None, :, None]  # [1, S, 1]
+        # Exact lag: rpm(t) = cmd + (rpm_0 - cmd) * exp(-t / tau). MuJoCo holds a control over a
+        # step, so substep k gets the thrust at its midpoint (t = (k + 1/2) h): second-order
+        # accurate, where the value at the start of the step lags the motor by h / 2.
+        self._decay = np.exp(-h * (np.arange(substeps) + 0.5) / tau)[None, :, None]  # [1, S, 1]
         self._decay_end = math.exp(-dt_s / tau)
 
     # ------------------------------------------------------------------ state
