@@ -142,7 +142,7 @@ def write_plot(
             ax.plot(t, np.linalg.norm(traj_torch[i], axis=1), "-", color=color, label="torch" if i == 0 else None)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("distance to setpoint (m)")
-    ax.set_title("same starts: torch (solid) vs MuJoCo (dashed)")
+    ax.set_title("same starts, torch vs MuJoCo")
     ax.legend()
     for ax in flat[panels:]:
         ax.axis("off")
