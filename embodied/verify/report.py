@@ -15,6 +15,7 @@ export that was verified), ``options`` and ``seconds``.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import math
@@ -122,6 +123,9 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
     from embodied.verify.episodes import run_episodes
     from embodied.verify.policy import load_exported_policy
 
+    for module, extra in (("mujoco", "mujoco"), ("onnxruntime", "export")):
+        if importlib.util.find_spec(module) is None:
+            raise EmbodiedError(f"embodied verify needs {module}: pip install 'embodied[{extra}]'")
     if not (run_dir / CONFIG_FILE).is_file():
         raise EmbodiedError(
             f"{run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
