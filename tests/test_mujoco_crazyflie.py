@@ -48,20 +48,21 @@ def _hover_rpm(params: CrazyflieParams = P) -> float:
     return math.sqrt(params.hover_thrust_n / params.thrust_coef_n_per_rpm2)
 
 
+THRUST_ACTION = ActionField("motor_thrust", 4, "N", scale=T_MAX / 2, offset=T_MAX / 2)
+"""The C2 action: per-motor thrust command in newtons."""
+
+
+def _spec(fields: dict[str, int], **extra: object) -> IOSpec:
+    """A thrust-command interface with the given ``name -> size`` observation fields."""
+    obs = tuple(ObsField(name, size) for name, size in fields.items())
+    return IOSpec(obs, (THRUST_ACTION,), 0.01, extra=dict(extra))
+
+
 def _thrust_spec(**extra: object) -> IOSpec:
-    """A C2-style interface: thrust command in newtons, world-frame observation, H = 1."""
-    return IOSpec(
-        obs_fields=(
-            ObsField("pos_err_w", 3),
-            ObsField("rot_wb", 9),
-            ObsField("lin_vel_w", 3),
-            ObsField("ang_vel_b", 3),
-            ObsField("prev_actions", 4),
-        ),
-        action_fields=(ActionField("motor_thrust", 4, "N", scale=T_MAX / 2, offset=T_MAX / 2),),
-        control_period_s=0.01,
-        extra={"max_thrust_per_motor_n": T_MAX, "min_thrust_per_motor_n": 0.02, "rotor_spin": [-1, 1, -1, 1], **extra},
-    )
+    """World-frame observation, H = 1, the C2 extras."""
+    world = {"pos_err_w": 3, "rot_wb": 9, "lin_vel_w": 3, "ang_vel_b": 3, "prev_actions": 4}
+    c2 = {"max_thrust_per_motor_n": T_MAX, "min_thrust_per_motor_n": 0.02, "rotor_spin": [-1, 1, -1, 1]}
+    return _spec(world, **c2, **extra)
 
 
 def test_hover_command_holds_the_vehicle_still() -> None:
@@ -212,19 +213,9 @@ def test_observation_assembly_equals_the_torch_task() -> None:
 
 
 def _heading_spec() -> IOSpec:
-    return IOSpec(
-        obs_fields=(
-            ObsField("pos_err_h", 3),
-            ObsField("rot_hb", 9),
-            ObsField("lin_vel_h", 3),
-            ObsField("ang_vel_b", 3),
-            ObsField("pos_err_int_h", 3),
-            ObsField("prev_actions", 8),
-        ),
-        action_fields=(ActionField("motor_thrust", 4, "N", scale=T_MAX / 2, offset=T_MAX / 2),),
-        control_period_s=0.01,
-        extra={"heading_frame": "setpoint_yaw", "action_history": 2},
-    )
+    """C3 heading-frame observation with the integral and H = 2."""
+    fields = {"pos_err_h": 3, "rot_hb": 9, "lin_vel_h": 3, "ang_vel_b": 3, "pos_err_int_h": 3, "prev_actions": 8}
+    return _spec(fields, heading_frame="setpoint_yaw", action_history=2)
 
 
 def test_heading_frame_observation_is_invariant_to_a_common_yaw() -> None:
