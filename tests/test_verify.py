@@ -139,3 +139,21 @@ def test_gate_and_sweep_parsing(tmp_path: Path) -> None:
         parse_sweep_overrides(["wind=1"])
     results = {g.name: g for g in check_gates({"a_min": 0.9, "b_max": 0.05}, {"a_min": 0.95, "b_max": float("nan")})}
     assert results["a_min"].passed and not results["b_max"].passed, "a NaN value never passes"
+
+
+def test_check_verified_accepts_only_a_passing_report_of_the_current_export(tiny_run: Path, tmp_path: Path) -> None:
+    from embodied.verify.report import check_verified
+
+    run = _copy_run(tiny_run, tmp_path)
+    with pytest.raises(EmbodiedError, match=r"verify\.json: not found"):
+        check_verified(run)
+    assert main(["verify", str(run), *QUICK, *QUICK_SWEEP, *LENIENT, "--no-plot"]) == 0
+    assert check_verified(run)["gates_passed"] is True
+    report = json.loads((run / "verify.json").read_text())
+    (run / "verify.json").write_text(json.dumps(report | {"model_sha256": "f" * 64}))
+    with pytest.raises(EmbodiedError, match="verified another export"):
+        check_verified(run)
+    failed = report | {"gates_passed": False, "gate_results": [{"name": "mujoco_success_min", "passed": False}]}
+    (run / "verify.json").write_text(json.dumps(failed))
+    with pytest.raises(EmbodiedError, match=r"failed verification \(gates: mujoco_success_min\)"):
+        check_verified(run)

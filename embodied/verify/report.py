@@ -220,3 +220,32 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
     return value
+
+
+def check_verified(run_dir: Path) -> dict[str, Any]:
+    """The run's ``verify.json`` when it passed every gate for the export now in ``RUN_DIR/export``.
+
+    Raises :class:`EmbodiedError` saying what to do when the report is missing, unreadable,
+    failed, or was made for other weights than the current export (for ``embodied flash``).
+    """
+    from embodied.export.bundle import export_dir
+    from embodied.export.policy_io import read_policy_io
+
+    path = Path(run_dir) / VERIFY_JSON
+    if not path.is_file():
+        raise EmbodiedError(f"{path}: not found; run `embodied verify {run_dir}` first (or pass --force)")
+    try:
+        report = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise EmbodiedError(f"{path}: not valid JSON ({err}); run `embodied verify {run_dir}` again") from None
+    if not isinstance(report, dict) or report.get("gates_passed") is not True:
+        failed = (
+            [g.get("name") for g in report.get("gate_results", []) if not g.get("passed")]
+            if isinstance(report, dict)
+            else []
+        )
+        raise EmbodiedError(f"{path}: the run failed verification (gates: {', '.join(map(str, failed)) or 'unknown'})")
+    current = read_policy_io(export_dir(run_dir)).model_sha256
+    if report.get("model_sha256") != current:
+        raise EmbodiedError(f"{path}: verified another export than the one in {export_dir(run_dir)}; run verify again")
+    return report
