@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from pathlib import Path
 
 EPILOG = """\
@@ -35,15 +36,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "verify",
         help="pre-flight report: torch, MuJoCo sim-to-sim, firmware-in-the-loop, perturbation sweep, gates",
-        description="Verify a trained quadrotor run before it flies: evaluate it in its own torch task, in an "
-        "independent MuJoCo Crazyflie, with the firmware's C controller in the loop, and across a sweep of "
-        "vehicle perturbations; compare against gates; write RUN_DIR/verify.json and RUN_DIR/verify.png. "
-        "Exports the policy first when RUN_DIR/export is missing.",
+        description=textwrap.fill(
+            "Verify a trained quadrotor run before it flies: evaluate it in its own torch task, in an "
+            "independent MuJoCo Crazyflie, with the firmware's C controller in the loop, and across a sweep of "
+            "vehicle perturbations; compare against gates; write RUN_DIR/verify.json and RUN_DIR/verify.png. "
+            "Exports the policy first when RUN_DIR/export is missing.",
+            width=92,
+        ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a quad-hover run printed by `embodied train`")
-    p.add_argument("--episodes", type=int, default=1000, help="episodes of the torch, MuJoCo and firmware checks")
+    p.add_argument(
+        "--episodes", type=int, default=1000, help="episodes of the torch, MuJoCo and firmware checks (default: 1000)"
+    )
     p.add_argument("--sweep-episodes", type=int, default=100, help="episodes per perturbation point (default: 100)")
     p.add_argument("--seed", type=int, default=12345, help="evaluation seed (default: 12345)")
     p.add_argument("--gate", action="append", default=[], metavar="NAME=VALUE", help="override one gate (repeatable)")
