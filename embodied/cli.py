@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "export",
     "firmware",
     "flash",
+    "verify",
     "deploy",
     "sim_robot",
 )
