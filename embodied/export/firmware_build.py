@@ -20,17 +20,15 @@ from embodied.errors import EmbodiedError
 
 log = logging.getLogger(__name__)
 
-STRICT_CFLAGS: tuple[str, ...] = (
-    "-std=c99",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-Wdouble-promotion",
-    # Pinned so host and target round the same way outside the explicit vfma kernel.
-    "-ffp-contract=off",
-)
+FLIGHT_CFLAGS: tuple[str, ...] = ("-std=gnu11", "-Os")
+"""What crazyflie-firmware's Kbuild compiles apps with; float contraction stays at GCC's default
+(fused multiply-adds on the Cortex-M4F), so every build here is the flown build."""
+STRICT_CFLAGS: tuple[str, ...] = (*FLIGHT_CFLAGS, "-Wall", "-Wextra", "-Werror", "-Wdouble-promotion")
 ARM_CFLAGS: tuple[str, ...] = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
 HOST_LIBRARY = "libembodied_policy.so"
+SHIM_FIRMWARES = (202512, 202604, 202608)
+"""crazyflie-firmware releases (YYYYMM) whose motor constants firmware/shim models."""
+SHIM_FIRMWARE_DEFAULT = 202512
 QEMU_ELF = "policy_bench.elf"
 QEMU_MACHINE = "netduinoplus2"
 QEMU_FORWARD_PASSES = 20
@@ -84,11 +82,15 @@ def _require_generated(c_dir: Path) -> None:
             raise EmbodiedError(f"{Path(c_dir) / name} not found; run `embodied export RUN_DIR --format c` first")
 
 
-def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc") -> Path:
+def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc", firmware: int = SHIM_FIRMWARE_DEFAULT) -> Path:
     """``out_dir/libembodied_policy.so``: policy + portable controller (+ the Crazyflie app on the shim).
 
-    Exposes ``sil_*`` (see ``firmware/host/sil_api.c``) and, for quad policies, ``cfh_tick``.
+    Exposes ``sil_*`` (see ``firmware/host/sil_api.c``) and, for quad policies, ``cfh_*``
+    (``firmware/host/cf_harness.c``). ``firmware`` (YYYYMM) picks the crazyflie-firmware release
+    whose motor constants the shim models (``firmware/shim/platform_defaults.h``).
     """
+    if firmware not in SHIM_FIRMWARES:
+        raise EmbodiedError(f"firmware={firmware}: the shim models crazyflie-firmware {sorted(SHIM_FIRMWARES)} only")
     _require_generated(c_dir)
     fw = firmware_dir()
     out_dir = Path(out_dir)
@@ -105,7 +107,8 @@ def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc") -> Path:
         ]
         includes.append(fw / "shim")
     out = out_dir / HOST_LIBRARY
-    cmd = [require_tool(cc), *STRICT_CFLAGS, "-O2", "-fPIC", "-shared", "-fvisibility=default"]
+    cmd = [require_tool(cc), *STRICT_CFLAGS, f"-DSHIM_CF_FIRMWARE={firmware}", "-fPIC", "-shared"]
+    cmd += ["-fvisibility=default"]
     cmd += [f"-I{p}" for p in includes] + [str(s) for s in sources] + ["-o", str(out), "-lm"]
     run_checked(cmd)
     return out
@@ -123,7 +126,7 @@ def build_qemu_elf(c_dir: Path, out_dir: Path, passes: int = QEMU_FORWARD_PASSES
     if is_quad_policy(c_dir):
         sources.append(fw / "common" / "quad_ctrl.c")
         defines.append("-DBENCH_QUAD_CTRL")
-    cmd = [require_tool("arm-none-eabi-gcc"), *ARM_CFLAGS, *STRICT_CFLAGS, "-O2", *defines]
+    cmd = [require_tool("arm-none-eabi-gcc"), *ARM_CFLAGS, *STRICT_CFLAGS, *defines]
     cmd += [f"-I{c_dir}", f"-I{fw / 'common'}", "-nostartfiles", "--specs=rdimon.specs"]
     cmd += [f"-T{fw / 'qemu' / 'stm32f405.ld'}", "-Wl,--gc-sections", "-ffunction-sections", "-fdata-sections"]
     cmd += [str(s) for s in sources] + ["-o", str(out), "-lm"]
@@ -241,7 +244,7 @@ def build_crazyflie_shim(staged_app: Path, out_dir: Path) -> tuple[Path, Footpri
     objects = []
     for name in ("controller_policy.c", "quad_ctrl.c", "policy.c"):
         obj = out_dir / name.replace(".c", ".o")
-        cmd = [gcc, *ARM_CFLAGS, *STRICT_CFLAGS, "-O2", "-ffunction-sections", "-fdata-sections"]
+        cmd = [gcc, *ARM_CFLAGS, *STRICT_CFLAGS, "-ffunction-sections", "-fdata-sections"]
         cmd += [f"-I{src}", f"-I{fw / 'shim'}", "-c", str(src / name), "-o", str(obj)]
         run_checked(cmd)
         objects.append(obj)
@@ -250,41 +253,90 @@ def build_crazyflie_shim(staged_app: Path, out_dir: Path) -> tuple[Path, Footpri
     return app, arm_size(app)
 
 
-def check_crazyflie_tree(base: Path) -> str:
-    """Validate a crazyflie-firmware checkout; return a short description (version)."""
-    base = Path(base)
-    if not base.is_dir():
-        raise EmbodiedError(f"--crazyflie-base {base}: not a directory")
-    oot = base / "tools" / "make" / "oot.mk"
-    if not oot.is_file():
-        raise EmbodiedError(
-            f"--crazyflie-base {base}: no tools/make/oot.mk; this is not a crazyflie-firmware checkout "
-            "(or one older than 2022, before out-of-tree builds)"
-        )
-    iface = base / "src" / "modules" / "interface" / "controller" / "controller.h"
-    if not iface.is_file() or "controllerOutOfTree" not in iface.read_text(errors="replace"):
-        raise EmbodiedError(f"--crazyflie-base {base}: {iface} lacks controllerOutOfTree; use a newer firmware")
-    if "stabilizerStep_t" not in iface.read_text(errors="replace"):
-        raise EmbodiedError(
-            f"--crazyflie-base {base}: controllerOutOfTree takes a uint32_t tick there; this app needs the "
-            "stabilizerStep_t interface (crazyflie-firmware 2023.02 or newer)"
-        )
-    freertos = base / "vendor" / "FreeRTOS"
-    if not freertos.is_dir() or not any(freertos.iterdir()):
-        raise EmbodiedError(
-            f"--crazyflie-base {base}: vendor/FreeRTOS is empty; run `git submodule update --init --recursive` there"
-        )
+ACCEPTED_FIRMWARE = "2025.12 or newer"
+CHECKED_FIRMWARE: tuple[str, ...] = ("2025.12", "2026.04", "2026.08")
+"""Releases whose motor path (controlModeForce -> battery compensation -> PWM) was built and checked."""
+_MIN_FIRMWARE = (2025, 12)
+_FORCE_MODE_FILE = Path("src/modules/src/power_distribution_quadrotor.c")
+_MOTORS_FILE = Path("src/drivers/src/motors.c")
+
+
+def c_function_body(source: str, name: str) -> str | None:
+    """The text of C function ``name``'s definition (signature to closing brace), or None."""
+    match = re.search(rf"^[\w \t\*]*\b{re.escape(name)}\s*\([^;{{]*\)\s*\{{", source, flags=re.MULTILINE)
+    if match is None:
+        return None
+    depth, i = 0, match.end() - 1
+    while i < len(source):
+        depth += {"{": 1, "}": -1}.get(source[i], 0)
+        if depth == 0:
+            return source[match.start() : i + 1]
+        i += 1
+    return None
+
+
+def firmware_version(base: Path) -> str:
+    """``git describe --tags`` of a crazyflie-firmware checkout, or ``"unknown version"``."""
     try:
-        version = subprocess.run(
+        out = subprocess.run(
             ["git", "-C", str(base), "describe", "--tags", "--always"],
             capture_output=True,
             text=True,
             timeout=10,
             check=False,
         ).stdout.strip()
-    except OSError:
-        version = ""
-    return version or "unknown version"
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return out or "unknown version"
+
+
+def _read(base: Path, rel: Path) -> str:
+    path = base / rel
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def check_crazyflie_tree(base: Path) -> str:
+    """Validate a crazyflie-firmware checkout for the app; return its version (``git describe``).
+
+    Accepted: crazyflie-firmware 2025.12 or newer, recognised by what the app relies on (a
+    feature probe, so a tree without git history is judged too): ``controlModeForce`` implemented
+    in the power distribution, battery-compensated thrust with ``THRUST_MAX``, the
+    ``stabilizerStep_t`` out-of-tree interface; and, where git names the version, not older than
+    2025.12.
+    """
+    base = Path(base)
+    if not base.is_dir():
+        raise EmbodiedError(f"--crazyflie-base {base}: not a directory")
+    if not (base / "tools" / "make" / "oot.mk").is_file():
+        raise EmbodiedError(
+            f"--crazyflie-base {base}: no tools/make/oot.mk; this is not a crazyflie-firmware checkout "
+            f"(this app needs crazyflie-firmware {ACCEPTED_FIRMWARE})"
+        )
+    version = firmware_version(base)
+    where = f"--crazyflie-base {base} (crazyflie-firmware {version})"
+    accepted = f"accepted: crazyflie-firmware {ACCEPTED_FIRMWARE} (checked: {', '.join(CHECKED_FIRMWARE)})"
+    iface = _read(base, Path("src/modules/interface/controller/controller.h"))
+    if "controllerOutOfTree" not in iface or "stabilizerStep_t" not in iface:
+        raise EmbodiedError(f"{where}: controller.h lacks the stabilizerStep_t controllerOutOfTree interface; {accepted}")
+    force = c_function_body(_read(base, _FORCE_MODE_FILE), "powerDistributionForce")
+    if force is None or "normalizedForces" not in force:
+        raise EmbodiedError(
+            f"{where}: controlModeForce is not implemented there (powerDistributionForce in {_FORCE_MODE_FILE} "
+            f"ignores normalizedForces), so the motors would never get the policy's command; {accepted}"
+        )
+    compensate = c_function_body(_read(base, _MOTORS_FILE), "motorsCompensateBatteryVoltage")
+    if compensate is None or "THRUST_MAX" not in compensate or "CONFIG_ENABLE_THRUST_BAT_COMPENSATED" not in compensate:
+        raise EmbodiedError(
+            f"{where}: motorsCompensateBatteryVoltage in {_MOTORS_FILE} does not map thrust through THRUST_MAX "
+            f"with battery compensation, which the policy's thrust command relies on; {accepted}"
+        )
+    found = re.match(r"(\d{4})\.(\d{2})", version)
+    if found is not None and (int(found.group(1)), int(found.group(2))) < _MIN_FIRMWARE:
+        raise EmbodiedError(f"{where}: too old, controlModeForce first works in 2025.12; {accepted}")
+    freertos = base / "vendor" / "FreeRTOS"
+    if not freertos.is_dir() or not any(freertos.iterdir()):
+        raise EmbodiedError(f"{where}: vendor/FreeRTOS is empty; run `git submodule update --init --recursive` there")
+    return version
 
 
 def build_crazyflie_real(staged_app: Path, base: Path, jobs: int = 2) -> Path:
