@@ -8,6 +8,7 @@ uses the strict flags below so what CI compiles is what flies.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import re
@@ -76,6 +77,12 @@ def is_quad_policy(c_dir: Path) -> bool:
     return header.is_file() and "POLICY_OBS_POS_ERR_W_START" in header.read_text()
 
 
+def flies_thrust(c_dir: Path) -> bool:
+    """Whether the generated policy commands per-motor thrust (``motor_thrust``, contract C2),
+    the only action the Crazyflie app flies."""
+    return "POLICY_ACTION_MOTOR_THRUST_START" in (Path(c_dir) / "policy.h").read_text()
+
+
 def _require_generated(c_dir: Path) -> None:
     for name in ("policy.h", "policy.c"):
         if not (Path(c_dir) / name).is_file():
@@ -98,13 +105,11 @@ def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc", firmware: in
     sources = [Path(c_dir) / "policy.c", fw / "host" / "policy_api.c"]
     includes = [Path(c_dir), fw / "common"]
     if is_quad_policy(c_dir):
-        sources += [
-            fw / "common" / "quad_ctrl.c",
-            fw / "host" / "sil_api.c",
-            fw / "crazyflie_app" / "src" / "controller_policy.c",
-            fw / "shim" / "shim.c",
-            fw / "host" / "cf_harness.c",
-        ]
+        sources += [fw / "common" / "quad_ctrl.c", fw / "host" / "sil_api.c"]
+    if is_quad_policy(c_dir) and flies_thrust(c_dir):
+        # The Crazyflie app on the shim; it needs the thrust action (contract C2).
+        app = fw / "crazyflie_app" / "src" / "controller_policy.c"
+        sources += [app, fw / "shim" / "shim.c", fw / "host" / "cf_harness.c"]
         includes.append(fw / "shim")
     out = out_dir / HOST_LIBRARY
     cmd = [require_tool(cc), *STRICT_CFLAGS, f"-DSHIM_CF_FIRMWARE={firmware}", "-fPIC", "-shared"]
@@ -218,6 +223,12 @@ def stage_crazyflie_app(c_dir: Path, dest: Path) -> Path:
             f"{c_dir}/policy.h has no quad-hover observation layout (pos_err_w, rot_wb, lin_vel_w, "
             "ang_vel_b); the Crazyflie app flies quad-hover policies only"
         )
+    if not flies_thrust(c_dir):
+        raise EmbodiedError(
+            f"{c_dir}/policy.h has no motor_thrust action: the Crazyflie app flies per-motor thrust commands "
+            "(policy_io.json action motor_thrust with extra max/min_thrust_per_motor_n); retrain with a "
+            "task that exports them"
+        )
     fw = firmware_dir()
     dest = Path(dest)
     if dest.exists():
@@ -295,6 +306,20 @@ def _read(base: Path, rel: Path) -> str:
     return path.read_text(errors="replace") if path.is_file() else ""
 
 
+def app_console_formats(staged_app: Path, cc: str = "gcc") -> list[str]:
+    """Every ``DEBUG_PRINT`` format string of the staged app, its macros expanded (``cc -E``
+    against the shim, whose ``debug.h`` marks each format under ``SHIM_LIST_FORMATS``)."""
+    src = Path(staged_app) / "src"
+    cmd = [require_tool(cc), "-E", "-P", "-DSHIM_LIST_FORMATS", f"-I{src}", f"-I{firmware_dir() / 'shim'}"]
+    out = run_checked([*cmd, str(src / "controller_policy.c")])
+    literal = r'"(?:[^"\\]|\\.)*"'
+    formats = []
+    for mark in re.finditer(rf"@\s*embodied_console_format\s*@\s*\(((?:\s*{literal})+)\s*\)", out):
+        pieces = re.findall(rf"{literal}", mark.group(1))
+        formats.append(codecs.decode("".join(p[1:-1] for p in pieces), "unicode_escape"))
+    return formats
+
+
 def check_crazyflie_tree(base: Path) -> str:
     """Validate a crazyflie-firmware checkout for the app; return its version (``git describe``).
 
@@ -317,7 +342,9 @@ def check_crazyflie_tree(base: Path) -> str:
     accepted = f"accepted: crazyflie-firmware {ACCEPTED_FIRMWARE} (checked: {', '.join(CHECKED_FIRMWARE)})"
     iface = _read(base, Path("src/modules/interface/controller/controller.h"))
     if "controllerOutOfTree" not in iface or "stabilizerStep_t" not in iface:
-        raise EmbodiedError(f"{where}: controller.h lacks the stabilizerStep_t controllerOutOfTree interface; {accepted}")
+        raise EmbodiedError(
+            f"{where}: controller.h lacks the stabilizerStep_t controllerOutOfTree interface; {accepted}"
+        )
     force = c_function_body(_read(base, _FORCE_MODE_FILE), "powerDistributionForce")
     if force is None or "normalizedForces" not in force:
         raise EmbodiedError(

@@ -53,6 +53,9 @@ class HostPolicyLib:
             lib.sil_assemble_obs.argtypes = [_P, ctypes.c_int, _P, _P, _P]
             lib.sil_assemble_obs.restype = ctypes.c_uint32
             lib.sil_step.argtypes = [_P, ctypes.c_int, _P, _P, _P]
+        # The Crazyflie app on the shim (cfh_*), built in for thrust-action quad policies.
+        self.has_app = hasattr(lib, "cfh_tick")
+        if self.has_app:
             lib.cfh_tick.argtypes = [ctypes.c_uint32, _P, _P, _P, ctypes.c_float, ctypes.c_uint32, ctypes.c_int]
             lib.cfh_tick.argtypes += [ctypes.c_float, _P, _P]
             lib.cfh_tick.restype = ctypes.c_int
@@ -120,6 +123,10 @@ class HostPolicyLib:
 
     def cf_init(self) -> bool:
         """``controllerOutOfTreeInit()`` then ``controllerOutOfTreeTest()`` of the Crazyflie app."""
+        if not self.has_app:
+            raise EmbodiedError(
+                f"{self.path} has no Crazyflie app built in: the policy lacks the motor_thrust action (contract C2)"
+            )
         self._lib.controllerOutOfTreeInit()
         return bool(self._lib.controllerOutOfTreeTest())
 

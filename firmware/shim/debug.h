@@ -14,6 +14,11 @@
 #endif
 
 void shim_debug_print(const char *fmt, ...);
+#ifdef SHIM_LIST_FORMATS
+/* For `gcc -E` only: marks every console format, macros expanded, for the format checks. */
+#define DEBUG_PRINT(fmt, ...) @embodied_console_format@(DEBUG_FMT(fmt))
+#else
 #define DEBUG_PRINT(fmt, ...) shim_debug_print(DEBUG_FMT(fmt), ##__VA_ARGS__)
+#endif
 
 #endif
