@@ -22,6 +22,7 @@ from export_support import (
     HOVER_ACTION,
     MAX_THRUST_N,
     MIN_THRUST_N,
+    near_hover_policy,
     needs_arm,
     needs_gcc,
     quad_io_spec,
@@ -42,16 +43,6 @@ FORCE, LEGACY = 2, 0  # control modes: the policy flies / the PID flies
 THRUST_MAX_N = {202512: 0.1125, 202604: 0.12, 202608: 0.12}  # each release's platform_defaults_cf2.h
 SETPOINT = np.array([0.1, -0.2, 1.0], dtype=np.float32)
 LEVEL = np.array([0.1, -0.2, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=np.float32)
-
-
-def near_hover_policy(obs_dim: int, hover: float, seed: int = 0) -> ExportedPolicy:
-    """A random policy whose output stays near hover, so it flies a while instead of tumbling."""
-    module = random_policy(obs_dim=obs_dim, seed=seed)
-    with torch.no_grad():
-        last = [m for m in module.modules() if isinstance(m, torch.nn.Linear)][-1]
-        last.weight.mul_(0.05)
-        last.bias.fill_(hover)
-    return module
 
 
 def build_app_lib(out: Path, module: ExportedPolicy, spec: IOSpec, firmware: int = 202512) -> HostPolicyLib:

@@ -89,12 +89,20 @@ def _require_generated(c_dir: Path) -> None:
             raise EmbodiedError(f"{Path(c_dir) / name} not found; run `embodied export RUN_DIR --format c` first")
 
 
-def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc", firmware: int = SHIM_FIRMWARE_DEFAULT) -> Path:
+def build_host_library(
+    c_dir: Path,
+    out_dir: Path,
+    cc: str = "gcc",
+    firmware: int = SHIM_FIRMWARE_DEFAULT,
+    platform_dir: Path | None = None,
+) -> Path:
     """``out_dir/libembodied_policy.so``: policy + portable controller (+ the Crazyflie app on the shim).
 
     Exposes ``sil_*`` (see ``firmware/host/sil_api.c``) and, for quad policies, ``cfh_*``
     (``firmware/host/cf_harness.c``). ``firmware`` (YYYYMM) picks the crazyflie-firmware release
-    whose motor constants the shim models (``firmware/shim/platform_defaults.h``).
+    whose motor constants the shim models (``firmware/shim/platform_defaults.h``);
+    ``platform_dir`` (a firmware tree's ``src/platform/interface``) makes the app use that tree's
+    own ``platform_defaults.h`` instead.
     """
     if firmware not in SHIM_FIRMWARES:
         raise EmbodiedError(f"firmware={firmware}: the shim models crazyflie-firmware {sorted(SHIM_FIRMWARES)} only")
@@ -110,6 +118,7 @@ def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc", firmware: in
         # The Crazyflie app on the shim; it needs the thrust action (contract C2).
         app = fw / "crazyflie_app" / "src" / "controller_policy.c"
         sources += [app, fw / "shim" / "shim.c", fw / "host" / "cf_harness.c"]
+        includes += [Path(platform_dir)] if platform_dir is not None else []
         includes.append(fw / "shim")
     out = out_dir / HOST_LIBRARY
     cmd = [require_tool(cc), *STRICT_CFLAGS, f"-DSHIM_CF_FIRMWARE={firmware}", "-fPIC", "-shared"]

@@ -64,6 +64,7 @@ class HostPolicyLib:
             lib.controllerOutOfTreeTest.restype = ctypes.c_bool
             lib.shim_eprintf_problem.argtypes = [ctypes.c_char_p]
             lib.shim_eprintf_problem.restype = ctypes.c_char_p
+            lib.cfh_motor_chain.argtypes = [ctypes.c_int, _P, _P, _P, _P]
 
     # ------------------------------------------------------------------ network only
     def policy_step(self, obs: np.ndarray, action_dim: int) -> np.ndarray:
@@ -191,3 +192,14 @@ class HostPolicyLib:
         """Why the firmware's eprintf cannot print ``fmt`` (the shim's model), or None."""
         problem = self._lib.shim_eprintf_problem(fmt.encode())
         return None if problem is None else bytes(problem).decode()
+
+    def motor_chain(self, forces: np.ndarray, supply_voltage_v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The shim's model of the firmware's force-mode motor chain: ``forces [n, 4]`` (0..1) at
+        supply voltages ``[n]`` -> ``(pwm [n, 4] in 0..65535, thrust per motor [n, 4] in N)``."""
+        n = forces.shape[0]
+        f = _f32(forces, (n, 4), "forces")
+        v = _f32(supply_voltage_v, (n,), "supply_voltage_v")
+        pwm = np.zeros((n, 4), dtype=np.uint16)
+        thrust = np.zeros((n, 4), dtype=np.float32)
+        self._lib.cfh_motor_chain(n, _ptr(f), _ptr(v), _ptr(pwm), _ptr(thrust))
+        return pwm, thrust

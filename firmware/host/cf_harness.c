@@ -20,6 +20,7 @@ int cfh_tick(uint32_t tick, const float *estimate10, const float *gyro_deg_s, co
              float setpoint_yaw_deg, uint32_t setpoint_timestamp_ms, int position_mode, float supply_voltage_v,
              float *forces, float *thrust_n);
 int cfh_param_set(const char *name, double value);
+void cfh_motor_chain(int n, const float *forces, const float *supply_voltage_v, uint16_t *pwm, float *thrust_n);
 int cfh_log_get(const char *name, double *value);
 
 static void set_vec(vector_t *v, const float *xyz)
@@ -111,4 +112,18 @@ int cfh_log_get(const char *name, double *value)
         return 0;
     }
     return -1;
+}
+
+/* The modelled motor chain alone for n force-mode commands: forces [n][4], supply voltages [n]
+   -> pwm [n][4] and thrust per motor [n][4] (N). */
+void cfh_motor_chain(int n, const float *forces, const float *supply_voltage_v, uint16_t *pwm, float *thrust_n)
+{
+    control_t control;
+    int i;
+    memset(&control, 0, sizeof(control));
+    control.controlMode = controlModeForce;
+    for (i = 0; i < n; ++i) {
+        memcpy(control.normalizedForces, forces + 4 * i, 4 * sizeof(float));
+        shim_motor_chain(&control, supply_voltage_v[i], pwm + 4 * i, thrust_n + 4 * i);
+    }
 }
