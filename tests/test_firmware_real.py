@@ -63,12 +63,12 @@ def _require_tree(tree: Path) -> None:
         pytest.skip(f"{tree} (from CRAZYFLIE_BASE) does not exist")
 
 
-def _accepted(tree: Path) -> bool:
+def _require_accepted_tree(tree: Path) -> None:
+    _require_tree(tree)
     try:
         fb.check_crazyflie_tree(tree)
     except EmbodiedError:
-        return False
-    return True
+        pytest.skip(f"{tree}: refused by the version check (covered by its own test)")
 
 
 def _release(tree: Path) -> int | None:
@@ -123,9 +123,7 @@ def _symbols(path: Path, undefined: bool) -> set[str]:
 @needs_arm
 @pytest.mark.parametrize("tree", TREES, ids=_tree_id)
 def test_app_builds_inside_the_real_tree(tree: Path, tmp_path: Path) -> None:
-    _require_tree(tree)
-    if not _accepted(tree):
-        pytest.skip(f"{tree}: refused by the version check (covered above)")
+    _require_accepted_tree(tree)
     staged = fb.stage_crazyflie_app(_policy(tmp_path), tmp_path / "app")
     env = dict(os.environ, PWD=str(staged))
     start = time.monotonic()
@@ -301,9 +299,7 @@ def _run_chain(exe: Path, forces: np.ndarray, volts: np.ndarray) -> tuple[np.nda
 @needs_gcc
 @pytest.mark.parametrize("tree", TREES, ids=_tree_id)
 def test_motor_command_for_known_observations_equals_the_simulators_thrust(tree: Path, tmp_path: Path) -> None:
-    _require_tree(tree)
-    if not _accepted(tree):
-        pytest.skip(f"{tree}: refused by the version check (covered above)")
+    _require_accepted_tree(tree)
     release = _release(tree) or max(fb.SHIM_FIRMWARES)
     c_out = _policy(tmp_path)
     module = near_hover_policy(146, HOVER_ACTION, seed=21)
