@@ -169,9 +169,12 @@ void controllerOutOfTreeInit(void)
     controllerPidInit();
     qc_selftest_ok = (uint8_t)policy_selftest();
     qc_usable = 0;
+    qc_enable = 0; /* disarmed at every (re)initialisation, not only at boot */
     qc_active = 0;
+    qc_was_out = 0;
     qc_fault = QC_FAULT_NONE;
     qc_policy_steps = 0;
+    qc_engagements = 0;
     qc_reset(&qc_ctx, QC_INITIAL_ACTION);
     if (!qc_selftest_ok) {
         qc_fault = QC_FAULT_SELFTEST;
