@@ -217,7 +217,7 @@ def test_console_formats_through_the_real_eprintf(tree: Path, tmp_path: Path) ->
         assert proc.returncode == 0, f"the real eprintf hangs on the app's format {fmt!r}"
         assert proc.stdout.decode() == fmt  # no conversions: printed verbatim
     # The shim's eprintf model agrees with the real eprintf on what hangs (int-only probes).
-    for probe in ("%.12d", "%-3d", "%+d", "% d", "end %", "%d", "%05d", "%x", "%.3d", "%5.2d", "%u%%"):
+    for probe in ("model %.12s\n", "%.12d", "%-3d", "%+d", "% d", "end %", "%d", "%05d", "%x", "%.3d", "%5.2d", "%u%%"):
         hangs = run(probe).returncode == 3
         model = lib.eprintf_problem(probe)
         assert hangs == (model is not None and "loops forever" in model), (probe, hangs, model)
