@@ -375,15 +375,18 @@ def check_crazyflie_tree(base: Path) -> str:
     return version
 
 
-def build_crazyflie_real(staged_app: Path, base: Path, jobs: int = 2) -> Path:
-    """``make`` the staged app against a firmware checkout; returns ``build/cf2.bin``."""
+def build_crazyflie_real(staged_app: Path, base: Path, jobs: int = 2, keep_going: bool = False) -> Path:
+    """``make`` the staged app against a firmware checkout (its own Kbuild and flags); returns
+    ``build/cf2.bin``. ``keep_going`` (``make -k``) still compiles the app's objects in
+    ``staged_app/src`` when something else in the tree fails to build."""
     check_crazyflie_tree(base)
     require_tool("arm-none-eabi-gcc")
     make = require_tool("make")
     staged = Path(staged_app).resolve()
     # The app Makefile names its config via $(PWD), which make takes from the environment.
     env = dict(os.environ, PWD=str(staged))
-    run_checked([make, f"CRAZYFLIE_BASE={Path(base).resolve()}", f"-j{jobs}"], cwd=staged, timeout_s=1800, env=env)
+    cmd = [make, f"CRAZYFLIE_BASE={Path(base).resolve()}", f"-j{jobs}", *(["-k"] if keep_going else [])]
+    run_checked(cmd, cwd=staged, timeout_s=3600, env=env)
     binary = Path(staged_app) / "build" / "cf2.bin"
     if not binary.is_file():
         raise EmbodiedError(f"make finished but {binary} is missing")
