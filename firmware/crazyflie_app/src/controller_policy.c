@@ -175,6 +175,9 @@ void controllerOutOfTreeInit(void)
     qc_fault = QC_FAULT_NONE;
     qc_policy_steps = 0;
     qc_engagements = 0;
+    qc_last_setpoint_ts = 0;
+    qc_last_fresh_tick = 0;
+    qc_last_change_tick = 0;
     qc_reset(&qc_ctx, QC_INITIAL_ACTION);
     if (!qc_selftest_ok) {
         qc_fault = QC_FAULT_SELFTEST;
