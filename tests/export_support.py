@@ -13,7 +13,11 @@ from embodied.export.policy_io import weights_sha256, write_policy_io
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.policies.mlp import ExportedPolicy, mlp
 
-MAX_RPM = 21702.0
+MAX_THRUST_N = 0.1125
+"""Contract C2: per-motor thrust command T = (a + 1) / 2 * MAX_THRUST_N."""
+MIN_THRUST_N = 0.02
+HOVER_ACTION = 2.0 * (0.027 * 9.81 / 4.0) / MAX_THRUST_N - 1.0
+ENVELOPE = {"pos_err_m": 0.6, "tilt_rad": 1.6, "ang_vel_rad_s": 10.0, "lin_vel_m_s": 3.0}
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="host gcc not installed")
 needs_arm = pytest.mark.skipif(
@@ -32,7 +36,14 @@ def quad_io_spec(
     """The quad-hover interface of docs/conventions.md (146 inputs with H = 32; 149 with the
     position-error integral, whose constants go into ``extra`` as the task writes them)."""
     integral = (ObsField("pos_err_int_w", 3, "m*s", "world"),) if pos_err_integral else ()
-    extra: dict[str, float] = {"action_history": history}
+    extra: dict[str, object] = {
+        "action_history": history,
+        "max_thrust_per_motor_n": MAX_THRUST_N,
+        "min_thrust_per_motor_n": MIN_THRUST_N,
+        "hover_action": HOVER_ACTION,
+        "rotor_spin": [-1, 1, -1, 1],
+        "envelope": dict(ENVELOPE),
+    }
     if pos_err_integral:
         extra |= {"pos_err_int_decay": 0.995, "pos_err_int_limit_ms": 0.5, "pos_err_int_dt_s": period_s}
     return IOSpec(
@@ -44,7 +55,7 @@ def quad_io_spec(
             *integral,
             ObsField("prev_actions", 4 * history, "", ""),
         ),
-        action_fields=(ActionField("motor_rpm", 4, "rpm", scale=MAX_RPM / 2, offset=MAX_RPM / 2),),
+        action_fields=(ActionField("motor_thrust", 4, "N", scale=MAX_THRUST_N / 2, offset=MAX_THRUST_N / 2),),
         control_period_s=period_s,
         extra=extra,
     )
@@ -80,3 +91,13 @@ def random_policy(
 
 def write_io(module: nn.Module, spec: IOSpec, out_dir: Path) -> Path:
     return write_policy_io(out_dir, spec, weights_sha256(module), source_run="tests")
+
+
+def near_hover_policy(obs_dim: int, hover: float, seed: int = 0) -> ExportedPolicy:
+    """A random policy whose output stays near hover, so it flies a while instead of tumbling."""
+    module = random_policy(obs_dim=obs_dim, seed=seed)
+    with torch.no_grad():
+        last = [m for m in module.modules() if isinstance(m, torch.nn.Linear)][-1]
+        last.weight.mul_(0.05)
+        last.bias.fill_(hover)
+    return module

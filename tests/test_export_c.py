@@ -128,6 +128,24 @@ def test_pos_err_integral_defines_come_from_policy_io(tmp_path: Path) -> None:
         assert f"#define POLICY_{define}" in header, define
 
 
+def test_envelope_and_thrust_extras_become_defines(tmp_path: Path) -> None:
+    """Contract C2/C4 constants reach policy.h: numbers, and one level of dicts (``envelope``)."""
+    module = random_policy()
+    c_out = _export(module, quad_io_spec(history=32), tmp_path)
+    header = (c_out / "policy.h").read_text().splitlines()
+    for define in (
+        "ENVELOPE_POS_ERR_M 6.000000238e-01f",
+        "ENVELOPE_TILT_RAD 1.600000024e+00f",
+        "ENVELOPE_ANG_VEL_RAD_S 1.000000000e+01f",
+        "ENVELOPE_LIN_VEL_M_S 3.000000000e+00f",
+        "MAX_THRUST_PER_MOTOR_N 1.124999970e-01f",
+        "MIN_THRUST_PER_MOTOR_N 1.999999955e-02f",
+        "ACTION_MOTOR_THRUST_SCALE 5.624999851e-02f",
+    ):
+        assert f"#define POLICY_{define}" in header, define
+    assert not any("ROTOR_SPIN" in line for line in header)  # lists stay in policy_io.json
+
+
 @needs_gcc
 def test_strict_compile_flags_are_applied(tmp_path: Path) -> None:
     """The build fails on warnings: a double-promotion slipped into the source must not compile."""
@@ -145,7 +163,7 @@ def test_strict_compile_flags_are_applied(tmp_path: Path) -> None:
 def test_arm_cross_compile_strict(quad_export: tuple[ExportedPolicy, Path, HostPolicyLib], tmp_path: Path) -> None:
     _, c_out, _ = quad_export
     obj = tmp_path / "policy.o"
-    cmd = ["arm-none-eabi-gcc", *ARM_CFLAGS, *STRICT_CFLAGS, "-O2", "-c", str(c_out / "policy.c"), "-o", str(obj)]
+    cmd = ["arm-none-eabi-gcc", *ARM_CFLAGS, *STRICT_CFLAGS, "-c", str(c_out / "policy.c"), "-o", str(obj)]
     subprocess.run(cmd, check=True, capture_output=True)
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(obj)], check=True, capture_output=True, text=True)
     assert "vfma.f32" in dis.stdout and "vldmia" in dis.stdout  # the Cortex-M4F kernel was used

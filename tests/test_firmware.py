@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib.util
-import math
+import json
 import sys
 from pathlib import Path
 
@@ -145,53 +146,63 @@ def test_non_finite_and_out_of_range_inputs_are_clamped(quad: tuple[ExportedPoli
     assert np.all(np.isfinite(actions)) and np.all(np.abs(actions) <= 1.0)
 
 
-@needs_gcc
-def test_crazyflie_controller_units_decimation_and_fallback(tmp_path: Path) -> None:
-    module = random_policy(seed=2)
-    c_out = _quad_c(tmp_path, module)
-    lib = HostPolicyLib(fb.build_host_library(c_out, tmp_path / "build"))
-    assert lib.cf_init()  # self-test passed, PID test passed
-    ref_ctx = lib.new_contexts(1, initial_action=0.0)
-    state = _random_states(1, seed=9)[0]
-    setpoint = np.array([0.1, -0.2, 1.0], dtype=np.float32)
-    gyro_deg_s = state[10:13] * np.float32(180.0 / math.pi)
+def _fake_tree(root: Path, force_body: str, version_tag: str | None = None) -> Path:
+    """A directory shaped like a crazyflie-firmware checkout (only the files the check reads)."""
+    (root / "tools" / "make").mkdir(parents=True)
+    (root / "tools" / "make" / "oot.mk").write_text("# oot\n")
+    iface = root / "src" / "modules" / "interface" / "controller"
+    iface.mkdir(parents=True)
+    (iface / "controller.h").write_text(
+        "void controllerOutOfTree(control_t *c, const setpoint_t *s, const sensorData_t *d, const state_t *t, "
+        "const stabilizerStep_t stabilizerStep);\n"
+    )
+    (root / "src" / "modules" / "src").mkdir(parents=True)
+    (root / "src" / "modules" / "src" / "power_distribution_quadrotor.c").write_text(
+        "static void powerDistributionForce(const control_t *control, motors_thrust_uncapped_t* m) {\n"
+        f"  {force_body}\n}}\n"
+    )
+    (root / "src" / "drivers" / "src").mkdir(parents=True)
+    (root / "src" / "drivers" / "src" / "motors.c").write_text(
+        "float motorsCompensateBatteryVoltage(uint32_t id, float iThrust, float supplyVoltage)\n{\n"
+        "  #ifdef CONFIG_ENABLE_THRUST_BAT_COMPENSATED\n  float thrust = (iThrust / 65535.0f) * THRUST_MAX;\n"
+        "  #endif\n  return iThrust;\n}\n"
+    )
+    (root / "vendor" / "FreeRTOS").mkdir(parents=True)
+    (root / "vendor" / "FreeRTOS" / "tasks.c").write_text("\n")
+    if version_tag is not None:
+        import subprocess
 
-    mode, forces = lib.cf_tick(0, state, gyro_deg_s, setpoint, setpoint_timestamp_ms=1)
-    assert mode == 1
-    ref = lib.step(ref_ctx, state[None], setpoint[None])[0]
-    np.testing.assert_allclose(forces, np.clip((ref + 1) / 2, 0, 1), atol=2e-6)
-
-    # Between policy steps (every 10 ticks at 1 kHz for a 10 ms period) the command is held.
-    moved = _random_states(1, seed=10)[0]
-    for tick in range(1, 10):
-        mode, held = lib.cf_tick(tick, moved, moved[10:13] * 57.29578, setpoint, setpoint_timestamp_ms=1 + tick)
-        assert mode == 1
-        np.testing.assert_array_equal(held, forces)
-    mode, new = lib.cf_tick(10, moved, moved[10:13] * 57.29578, setpoint, setpoint_timestamp_ms=11)
-    assert mode == 1 and not np.array_equal(new, forces)
-
-    # Setpoints stop: after 200 ms without a new timestamp the PID controller takes over.
-    for tick in range(11, 211):
-        mode, _ = lib.cf_tick(tick, moved, moved[10:13], setpoint, setpoint_timestamp_ms=11)
-    assert mode == 1
-    mode, _ = lib.cf_tick(212, moved, moved[10:13], setpoint, setpoint_timestamp_ms=11)
-    assert mode == 0
-    # A fresh setpoint that is not an absolute position also goes to PID.
-    mode, _ = lib.cf_tick(213, moved, moved[10:13], setpoint, setpoint_timestamp_ms=300, position_mode=False)
-    assert mode == 0
-    mode, _ = lib.cf_tick(220, moved, moved[10:13], setpoint, setpoint_timestamp_ms=301)
-    assert mode == 1
+        git = ["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t"]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", "tree"], check=True)
+        subprocess.run([*git, "tag", version_tag], check=True)
+    return root
 
 
 def test_crazyflie_tree_validation(tmp_path: Path) -> None:
-    with pytest.raises(EmbodiedError, match=r"oot\.mk"):
-        fb.check_crazyflie_tree(tmp_path)
-    (tmp_path / "tools" / "make").mkdir(parents=True)
-    (tmp_path / "tools" / "make" / "oot.mk").write_text("# stub\n")
-    with pytest.raises(EmbodiedError, match="controllerOutOfTree"):
-        fb.check_crazyflie_tree(tmp_path)
     with pytest.raises(EmbodiedError, match="not a directory"):
         fb.check_crazyflie_tree(tmp_path / "missing")
+    with pytest.raises(EmbodiedError, match=r"oot\.mk.*2025\.12 or newer"):
+        fb.check_crazyflie_tree(tmp_path)
+    implemented = "for (int i = 0; i < 4; i++) { m->list[i] = control->normalizedForces[i] * UINT16_MAX; }"
+    assert fb.check_crazyflie_tree(_fake_tree(tmp_path / "new", implemented)) == "unknown version"
+
+
+def test_crazyflie_tree_without_force_mode_is_refused_naming_the_version(tmp_path: Path) -> None:
+    stub = _fake_tree(tmp_path / "old", "// Not implemented yet", version_tag="2025.09")
+    with pytest.raises(EmbodiedError) as err:
+        fb.check_crazyflie_tree(stub)
+    text = str(err.value)
+    assert "crazyflie-firmware 2025.09" in text  # the version found
+    assert "controlModeForce is not implemented" in text  # why
+    assert "2025.12 or newer" in text and "2026.08" in text  # what is accepted
+
+
+def test_crazyflie_tree_older_by_its_tag_is_refused(tmp_path: Path) -> None:
+    implemented = "m->list[0] = control->normalizedForces[0];"
+    with pytest.raises(EmbodiedError, match=r"2025\.06\).*too old.*2025\.12"):
+        fb.check_crazyflie_tree(_fake_tree(tmp_path / "t", implemented, version_tag="2025.06"))
 
 
 @needs_gcc
@@ -333,16 +344,44 @@ def test_firmware_commands_on_a_run(tiny_run: Path, capsys: pytest.CaptureFixtur
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["selftest_passed"] is True
     assert out["instructions_per_forward"] > 0 and out["instructions_per_mac"] > 1.0
-    assert firmware.run_build(argparse.Namespace(run_dir=tiny_run, crazyflie_base=None)) == 0
+    build = argparse.Namespace(run_dir=tiny_run, crazyflie_base=None)
+    if not fb.flies_thrust(tiny_run / "export" / "c"):
+        # A task still exporting the rpm action (before contract C2): refused with the reason.
+        with pytest.raises(EmbodiedError, match="no motor_thrust action"):
+            firmware.run_build(build)
+        return
+    assert firmware.run_build(build) == 0
     assert "app footprint: flash" in capsys.readouterr().out
 
 
-def test_flash_explains_what_is_missing(tmp_path: Path) -> None:
-    import argparse
+def _flash_args(run_dir: Path, **kw: object) -> argparse.Namespace:
+    base = dict(
+        run_dir=run_dir, uri="radio://0/80/2M", crazyflie_base=None, python="python3", enable=False, force=False
+    )
+    return argparse.Namespace(**(base | kw))
 
+
+def test_flash_refuses_an_unverified_or_failed_run(tmp_path: Path) -> None:
     from embodied.commands import flash
 
-    args = argparse.Namespace(run_dir=tmp_path, uri="radio://0/80/2M", crazyflie_base=None, python="python3")
+    with pytest.raises(EmbodiedError, match=r"verify\.json not found.*embodied verify"):
+        flash.run(_flash_args(tmp_path))
+    (tmp_path / "verify.json").write_text(json.dumps({"gates_passed": False, "success_rate": {"mujoco": 0.4}}))
+    with pytest.raises(EmbodiedError, match=r"gates failed \(success: mujoco 40%\).*--force"):
+        flash.run(_flash_args(tmp_path))
+    (tmp_path / "verify.json").write_text("{not json")
+    with pytest.raises(EmbodiedError, match="not readable JSON"):
+        flash.run(_flash_args(tmp_path))
+    # --force skips the gate: the next thing missing is the firmware tree.
+    with pytest.raises(EmbodiedError, match="no crazyflie-firmware tree"):
+        flash.run(_flash_args(tmp_path, force=True))
+
+
+def test_flash_explains_what_is_missing(tmp_path: Path) -> None:
+    from embodied.commands import flash
+
+    (tmp_path / "verify.json").write_text(json.dumps({"gates_passed": True, "success_rate": {}}))
+    args = _flash_args(tmp_path)
     with pytest.raises(EmbodiedError, match="no crazyflie-firmware tree"):
         flash.run(args)
     args.crazyflie_base = tmp_path
@@ -351,5 +390,42 @@ def test_flash_explains_what_is_missing(tmp_path: Path) -> None:
         flash.run(args)
     if importlib.util.find_spec("cfloader") is None:
         args.python = sys.executable
-        with pytest.raises(EmbodiedError, match="cfloader is not importable"):
+        with pytest.raises(EmbodiedError, match="cfloader not importable"):
             flash.run(args)
+
+
+def test_flash_enable_wiring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--enable`` flashes, then sets embodied.enable over the radio with cflib.
+
+    Stand-ins, because no Crazyradio or firmware build is reachable here: ``--python`` is a
+    script that records its arguments instead of running cfloader/cflib, and the tree check,
+    export and build return fixed paths. The real path (cfloader flash, then cflib's
+    param.set_value through SyncCrazyflie) is what ``embodied flash`` runs otherwise.
+    """
+    from embodied.commands import firmware, flash
+
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "fakepython"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {calls}\nexit 0\n')
+    fake.chmod(0o755)
+    binary = tmp_path / "cf2.bin"
+    monkeypatch.setattr(fb, "check_crazyflie_tree", lambda base: "2026.08")
+    monkeypatch.setattr(firmware, "ensure_c_export", lambda run_dir: tmp_path)
+    monkeypatch.setattr(fb, "stage_crazyflie_app", lambda c_dir, dest: tmp_path)
+    monkeypatch.setattr(fb, "build_crazyflie_real", lambda staged, base: binary)
+    (tmp_path / "verify.json").write_text(json.dumps({"gates_passed": True, "success_rate": {"torch": 1.0}}))
+    args = _flash_args(tmp_path, crazyflie_base=tmp_path, python=str(fake), enable=True, uri="radio://0/60/2M/E7")
+    assert flash.run(args) == 0
+    lines = calls.read_text().splitlines()
+    assert lines[0] == "-c import cfloader, cflib"
+    assert lines[1] == f"-m cfloader flash {binary} stm32-fw -w radio://0/60/2M/E7"
+    assert lines[2] == "-c " and "param.set_value" in calls.read_text()  # the cflib script (multi-line)
+    assert lines[-1].endswith("radio://0/60/2M/E7 embodied.enable")
+    assert "armed" in capsys.readouterr().out
+    # Without --enable nothing is armed, and the output says how to arm.
+    calls.unlink()
+    assert flash.run(_flash_args(tmp_path, crazyflie_base=tmp_path, python=str(fake))) == 0
+    assert len(calls.read_text().splitlines()) == 2
+    assert "cfclient" in capsys.readouterr().out

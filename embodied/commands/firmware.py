@@ -28,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="a crazyflie-firmware checkout with submodules: run its real out-of-tree `make` "
-        "(produces build/cf2.bin); without it the app is compiled against firmware/shim/",
+        help="a crazyflie-firmware checkout (2025.12 or newer, the first release whose controlModeForce "
+        "drives the motors) with submodules: run its real out-of-tree `make` (produces build/cf2.bin); "
+        "without it the app is compiled against firmware/shim/",
     )
     b.set_defaults(func=run_build)
     e = sub.add_parser("emulate", help="self-test + instruction count on QEMU (STM32F405)")

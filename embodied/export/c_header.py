@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 import torch
@@ -92,6 +93,22 @@ def _field_defines(group: str, fields: Sequence[ObsField | ActionField], floats:
     return lines
 
 
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _numeric_extra(extra: Mapping[str, object]) -> dict[str, int | float]:
+    """Numeric ``extra`` entries, one level of dicts flattened with ``_`` (``envelope.pos_err_m``
+    becomes ``envelope_pos_err_m``, i.e. ``POLICY_ENVELOPE_POS_ERR_M``); lists and strings stay out."""
+    flat: dict[str, int | float] = {}
+    for key, value in extra.items():
+        if _is_number(value):
+            flat[key] = value
+        elif isinstance(value, Mapping):
+            flat |= {f"{key}_{sub}": v for sub, v in value.items() if _is_number(v)}
+    return flat
+
+
 def _header(policy_io: PolicyIO, arrays: MlpArrays) -> str:
     spec = policy_io.io_spec
     period_us = round(spec.control_period_s * 1e6)
@@ -116,7 +133,7 @@ def _header(policy_io: PolicyIO, arrays: MlpArrays) -> str:
     lines += _field_defines("OBS", spec.obs_fields, ("scale",))
     lines.append("/* Action fields: physical command = action * SCALE + OFFSET, action in [LOW, HIGH]. */")
     lines += _field_defines("ACTION", spec.action_fields, ("scale", "offset", "low", "high"))
-    numeric_extra = {k: v for k, v in spec.extra.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    numeric_extra = _numeric_extra(spec.extra)
     if numeric_extra:
         lines.append("/* Task constants (policy_io.json: extra). */")
     for key, value in sorted(numeric_extra.items()):

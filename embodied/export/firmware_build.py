@@ -8,6 +8,7 @@ uses the strict flags below so what CI compiles is what flies.
 
 from __future__ import annotations
 
+import codecs
 import importlib.resources
 import logging
 import os
@@ -21,17 +22,15 @@ from embodied.errors import EmbodiedError
 
 log = logging.getLogger(__name__)
 
-STRICT_CFLAGS: tuple[str, ...] = (
-    "-std=c99",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-Wdouble-promotion",
-    # Pinned so host and target round the same way outside the explicit vfma kernel.
-    "-ffp-contract=off",
-)
+FLIGHT_CFLAGS: tuple[str, ...] = ("-std=gnu11", "-Os")
+"""What crazyflie-firmware's Kbuild compiles apps with; float contraction stays at GCC's default
+(fused multiply-adds on the Cortex-M4F), so every build here is the flown build."""
+STRICT_CFLAGS: tuple[str, ...] = (*FLIGHT_CFLAGS, "-Wall", "-Wextra", "-Werror", "-Wdouble-promotion")
 ARM_CFLAGS: tuple[str, ...] = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
 HOST_LIBRARY = "libembodied_policy.so"
+SHIM_FIRMWARES = (202512, 202604, 202608)
+"""crazyflie-firmware releases (YYYYMM) whose motor constants firmware/shim models."""
+SHIM_FIRMWARE_DEFAULT = 202512
 QEMU_ELF = "policy_bench.elf"
 QEMU_MACHINE = "netduinoplus2"
 QEMU_FORWARD_PASSES = 20
@@ -80,17 +79,35 @@ def is_quad_policy(c_dir: Path) -> bool:
     return header.is_file() and "POLICY_OBS_POS_ERR_W_START" in header.read_text()
 
 
+def flies_thrust(c_dir: Path) -> bool:
+    """Whether the generated policy commands per-motor thrust (``motor_thrust``, contract C2),
+    the only action the Crazyflie app flies."""
+    return "POLICY_ACTION_MOTOR_THRUST_START" in (Path(c_dir) / "policy.h").read_text()
+
+
 def _require_generated(c_dir: Path) -> None:
     for name in ("policy.h", "policy.c"):
         if not (Path(c_dir) / name).is_file():
             raise EmbodiedError(f"{Path(c_dir) / name} not found; run `embodied export RUN_DIR --format c` first")
 
 
-def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc") -> Path:
+def build_host_library(
+    c_dir: Path,
+    out_dir: Path,
+    cc: str = "gcc",
+    firmware: int = SHIM_FIRMWARE_DEFAULT,
+    platform_dir: Path | None = None,
+) -> Path:
     """``out_dir/libembodied_policy.so``: policy + portable controller (+ the Crazyflie app on the shim).
 
-    Exposes ``sil_*`` (see ``firmware/host/sil_api.c``) and, for quad policies, ``cfh_tick``.
+    Exposes ``sil_*`` (see ``firmware/host/sil_api.c``) and, for quad policies, ``cfh_*``
+    (``firmware/host/cf_harness.c``). ``firmware`` (YYYYMM) picks the crazyflie-firmware release
+    whose motor constants the shim models (``firmware/shim/platform_defaults.h``);
+    ``platform_dir`` (a firmware tree's ``src/platform/interface``) makes the app use that tree's
+    own ``platform_defaults.h`` instead.
     """
+    if firmware not in SHIM_FIRMWARES:
+        raise EmbodiedError(f"firmware={firmware}: the shim models crazyflie-firmware {sorted(SHIM_FIRMWARES)} only")
     _require_generated(c_dir)
     fw = firmware_dir()
     out_dir = Path(out_dir)
@@ -98,16 +115,16 @@ def build_host_library(c_dir: Path, out_dir: Path, cc: str = "gcc") -> Path:
     sources = [Path(c_dir) / "policy.c", fw / "host" / "policy_api.c"]
     includes = [Path(c_dir), fw / "common"]
     if is_quad_policy(c_dir):
-        sources += [
-            fw / "common" / "quad_ctrl.c",
-            fw / "host" / "sil_api.c",
-            fw / "crazyflie_app" / "src" / "controller_policy.c",
-            fw / "shim" / "shim.c",
-            fw / "host" / "cf_harness.c",
-        ]
+        sources += [fw / "common" / "quad_ctrl.c", fw / "host" / "sil_api.c"]
+    if is_quad_policy(c_dir) and flies_thrust(c_dir):
+        # The Crazyflie app on the shim; it needs the thrust action (contract C2).
+        app = fw / "crazyflie_app" / "src" / "controller_policy.c"
+        sources += [app, fw / "shim" / "shim.c", fw / "host" / "cf_harness.c"]
+        includes += [Path(platform_dir)] if platform_dir is not None else []
         includes.append(fw / "shim")
     out = out_dir / HOST_LIBRARY
-    cmd = [require_tool(cc), *STRICT_CFLAGS, "-O2", "-fPIC", "-shared", "-fvisibility=default"]
+    cmd = [require_tool(cc), *STRICT_CFLAGS, f"-DSHIM_CF_FIRMWARE={firmware}", "-fPIC", "-shared"]
+    cmd += ["-fvisibility=default"]
     cmd += [f"-I{p}" for p in includes] + [str(s) for s in sources] + ["-o", str(out), "-lm"]
     run_checked(cmd)
     return out
@@ -125,7 +142,7 @@ def build_qemu_elf(c_dir: Path, out_dir: Path, passes: int = QEMU_FORWARD_PASSES
     if is_quad_policy(c_dir):
         sources.append(fw / "common" / "quad_ctrl.c")
         defines.append("-DBENCH_QUAD_CTRL")
-    cmd = [require_tool("arm-none-eabi-gcc"), *ARM_CFLAGS, *STRICT_CFLAGS, "-O2", *defines]
+    cmd = [require_tool("arm-none-eabi-gcc"), *ARM_CFLAGS, *STRICT_CFLAGS, *defines]
     cmd += [f"-I{c_dir}", f"-I{fw / 'common'}", "-nostartfiles", "--specs=rdimon.specs"]
     cmd += [f"-T{fw / 'qemu' / 'stm32f405.ld'}", "-Wl,--gc-sections", "-ffunction-sections", "-fdata-sections"]
     cmd += [str(s) for s in sources] + ["-o", str(out), "-lm"]
@@ -217,6 +234,12 @@ def stage_crazyflie_app(c_dir: Path, dest: Path) -> Path:
             f"{c_dir}/policy.h has no quad-hover observation layout (pos_err_w, rot_wb, lin_vel_w, "
             "ang_vel_b); the Crazyflie app flies quad-hover policies only"
         )
+    if not flies_thrust(c_dir):
+        raise EmbodiedError(
+            f"{c_dir}/policy.h has no motor_thrust action: the Crazyflie app flies per-motor thrust commands "
+            "(policy_io.json action motor_thrust with extra max/min_thrust_per_motor_n); retrain with a "
+            "task that exports them"
+        )
     fw = firmware_dir()
     dest = Path(dest)
     if dest.exists():
@@ -243,7 +266,7 @@ def build_crazyflie_shim(staged_app: Path, out_dir: Path) -> tuple[Path, Footpri
     objects = []
     for name in ("controller_policy.c", "quad_ctrl.c", "policy.c"):
         obj = out_dir / name.replace(".c", ".o")
-        cmd = [gcc, *ARM_CFLAGS, *STRICT_CFLAGS, "-O2", "-ffunction-sections", "-fdata-sections"]
+        cmd = [gcc, *ARM_CFLAGS, *STRICT_CFLAGS, "-ffunction-sections", "-fdata-sections"]
         cmd += [f"-I{src}", f"-I{fw / 'shim'}", "-c", str(src / name), "-o", str(obj)]
         run_checked(cmd)
         objects.append(obj)
@@ -252,52 +275,120 @@ def build_crazyflie_shim(staged_app: Path, out_dir: Path) -> tuple[Path, Footpri
     return app, arm_size(app)
 
 
-def check_crazyflie_tree(base: Path) -> str:
-    """Validate a crazyflie-firmware checkout; return a short description (version)."""
-    base = Path(base)
-    if not base.is_dir():
-        raise EmbodiedError(f"--crazyflie-base {base}: not a directory")
-    oot = base / "tools" / "make" / "oot.mk"
-    if not oot.is_file():
-        raise EmbodiedError(
-            f"--crazyflie-base {base}: no tools/make/oot.mk; this is not a crazyflie-firmware checkout "
-            "(or one older than 2022, before out-of-tree builds)"
-        )
-    iface = base / "src" / "modules" / "interface" / "controller" / "controller.h"
-    if not iface.is_file() or "controllerOutOfTree" not in iface.read_text(errors="replace"):
-        raise EmbodiedError(f"--crazyflie-base {base}: {iface} lacks controllerOutOfTree; use a newer firmware")
-    if "stabilizerStep_t" not in iface.read_text(errors="replace"):
-        raise EmbodiedError(
-            f"--crazyflie-base {base}: controllerOutOfTree takes a uint32_t tick there; this app needs the "
-            "stabilizerStep_t interface (crazyflie-firmware 2023.02 or newer)"
-        )
-    freertos = base / "vendor" / "FreeRTOS"
-    if not freertos.is_dir() or not any(freertos.iterdir()):
-        raise EmbodiedError(
-            f"--crazyflie-base {base}: vendor/FreeRTOS is empty; run `git submodule update --init --recursive` there"
-        )
+ACCEPTED_FIRMWARE = "2025.12 or newer"
+CHECKED_FIRMWARE: tuple[str, ...] = ("2025.12", "2026.04", "2026.08")
+"""Releases whose motor path (controlModeForce -> battery compensation -> PWM) was built and checked."""
+_MIN_FIRMWARE = (2025, 12)
+_FORCE_MODE_FILE = Path("src/modules/src/power_distribution_quadrotor.c")
+_MOTORS_FILE = Path("src/drivers/src/motors.c")
+
+
+def c_function_body(source: str, name: str) -> str | None:
+    """The text of C function ``name``'s definition (signature to closing brace), or None."""
+    match = re.search(rf"^[\w \t\*]*\b{re.escape(name)}\s*\([^;{{]*\)\s*\{{", source, flags=re.MULTILINE)
+    if match is None:
+        return None
+    depth, i = 0, match.end() - 1
+    while i < len(source):
+        depth += {"{": 1, "}": -1}.get(source[i], 0)
+        if depth == 0:
+            return source[match.start() : i + 1]
+        i += 1
+    return None
+
+
+def firmware_version(base: Path) -> str:
+    """``git describe --tags`` of a crazyflie-firmware checkout, or ``"unknown version"``."""
     try:
-        version = subprocess.run(
+        out = subprocess.run(
             ["git", "-C", str(base), "describe", "--tags", "--always"],
             capture_output=True,
             text=True,
             timeout=10,
             check=False,
         ).stdout.strip()
-    except OSError:
-        version = ""
-    return version or "unknown version"
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return out or "unknown version"
 
 
-def build_crazyflie_real(staged_app: Path, base: Path, jobs: int = 2) -> Path:
-    """``make`` the staged app against a firmware checkout; returns ``build/cf2.bin``."""
+def _read(base: Path, rel: Path) -> str:
+    path = base / rel
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def app_console_formats(staged_app: Path, cc: str = "gcc") -> list[str]:
+    """Every ``DEBUG_PRINT`` format string of the staged app, its macros expanded (``cc -E``
+    against the shim, whose ``debug.h`` marks each format under ``SHIM_LIST_FORMATS``)."""
+    src = Path(staged_app) / "src"
+    cmd = [require_tool(cc), "-E", "-P", "-DSHIM_LIST_FORMATS", f"-I{src}", f"-I{firmware_dir() / 'shim'}"]
+    out = run_checked([*cmd, str(src / "controller_policy.c")])
+    literal = r'"(?:[^"\\]|\\.)*"'
+    formats = []
+    for mark in re.finditer(rf"@\s*embodied_console_format\s*@\s*\(((?:\s*{literal})+)\s*\)", out):
+        pieces = re.findall(rf"{literal}", mark.group(1))
+        formats.append(codecs.decode("".join(p[1:-1] for p in pieces), "unicode_escape"))
+    return formats
+
+
+def check_crazyflie_tree(base: Path) -> str:
+    """Validate a crazyflie-firmware checkout for the app; return its version (``git describe``).
+
+    Accepted: crazyflie-firmware 2025.12 or newer, recognised by what the app relies on (a
+    feature probe, so a tree without git history is judged too): ``controlModeForce`` implemented
+    in the power distribution, battery-compensated thrust with ``THRUST_MAX``, the
+    ``stabilizerStep_t`` out-of-tree interface; and, where git names the version, not older than
+    2025.12.
+    """
+    base = Path(base)
+    if not base.is_dir():
+        raise EmbodiedError(f"--crazyflie-base {base}: not a directory")
+    if not (base / "tools" / "make" / "oot.mk").is_file():
+        raise EmbodiedError(
+            f"--crazyflie-base {base}: no tools/make/oot.mk; this is not a crazyflie-firmware checkout "
+            f"(this app needs crazyflie-firmware {ACCEPTED_FIRMWARE})"
+        )
+    version = firmware_version(base)
+    where = f"--crazyflie-base {base} (crazyflie-firmware {version})"
+    accepted = f"accepted: crazyflie-firmware {ACCEPTED_FIRMWARE} (checked: {', '.join(CHECKED_FIRMWARE)})"
+    iface = _read(base, Path("src/modules/interface/controller/controller.h"))
+    if "controllerOutOfTree" not in iface or "stabilizerStep_t" not in iface:
+        raise EmbodiedError(
+            f"{where}: controller.h lacks the stabilizerStep_t controllerOutOfTree interface; {accepted}"
+        )
+    force = c_function_body(_read(base, _FORCE_MODE_FILE), "powerDistributionForce")
+    if force is None or "normalizedForces" not in force:
+        raise EmbodiedError(
+            f"{where}: controlModeForce is not implemented there (powerDistributionForce in {_FORCE_MODE_FILE} "
+            f"ignores normalizedForces), so the motors would never get the policy's command; {accepted}"
+        )
+    compensate = c_function_body(_read(base, _MOTORS_FILE), "motorsCompensateBatteryVoltage")
+    if compensate is None or "THRUST_MAX" not in compensate or "CONFIG_ENABLE_THRUST_BAT_COMPENSATED" not in compensate:
+        raise EmbodiedError(
+            f"{where}: motorsCompensateBatteryVoltage in {_MOTORS_FILE} does not map thrust through THRUST_MAX "
+            f"with battery compensation, which the policy's thrust command relies on; {accepted}"
+        )
+    found = re.match(r"(\d{4})\.(\d{2})", version)
+    if found is not None and (int(found.group(1)), int(found.group(2))) < _MIN_FIRMWARE:
+        raise EmbodiedError(f"{where}: too old, controlModeForce first works in 2025.12; {accepted}")
+    freertos = base / "vendor" / "FreeRTOS"
+    if not freertos.is_dir() or not any(freertos.iterdir()):
+        raise EmbodiedError(f"{where}: vendor/FreeRTOS is empty; run `git submodule update --init --recursive` there")
+    return version
+
+
+def build_crazyflie_real(staged_app: Path, base: Path, jobs: int = 2, keep_going: bool = False) -> Path:
+    """``make`` the staged app against a firmware checkout (its own Kbuild and flags); returns
+    ``build/cf2.bin``. ``keep_going`` (``make -k``) still compiles the app's objects in
+    ``staged_app/src`` when something else in the tree fails to build."""
     check_crazyflie_tree(base)
     require_tool("arm-none-eabi-gcc")
     make = require_tool("make")
     staged = Path(staged_app).resolve()
     # The app Makefile names its config via $(PWD), which make takes from the environment.
     env = dict(os.environ, PWD=str(staged))
-    run_checked([make, f"CRAZYFLIE_BASE={Path(base).resolve()}", f"-j{jobs}"], cwd=staged, timeout_s=1800, env=env)
+    cmd = [make, f"CRAZYFLIE_BASE={Path(base).resolve()}", f"-j{jobs}", *(["-k"] if keep_going else [])]
+    run_checked(cmd, cwd=staged, timeout_s=3600, env=env)
     binary = Path(staged_app) / "build" / "cf2.bin"
     if not binary.is_file():
         raise EmbodiedError(f"make finished but {binary} is missing")

@@ -53,9 +53,18 @@ class HostPolicyLib:
             lib.sil_assemble_obs.argtypes = [_P, ctypes.c_int, _P, _P, _P]
             lib.sil_assemble_obs.restype = ctypes.c_uint32
             lib.sil_step.argtypes = [_P, ctypes.c_int, _P, _P, _P]
-            lib.cfh_tick.argtypes = [ctypes.c_uint32, _P, _P, _P, ctypes.c_uint32, ctypes.c_int, _P]
+        # The Crazyflie app on the shim (cfh_*), built in for thrust-action quad policies.
+        self.has_app = hasattr(lib, "cfh_tick")
+        if self.has_app:
+            lib.cfh_tick.argtypes = [ctypes.c_uint32, _P, _P, _P, ctypes.c_float, ctypes.c_uint32, ctypes.c_int]
+            lib.cfh_tick.argtypes += [ctypes.c_float, _P, _P]
             lib.cfh_tick.restype = ctypes.c_int
+            lib.cfh_param_set.argtypes = [ctypes.c_char_p, ctypes.c_double]
+            lib.cfh_log_get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_double)]
             lib.controllerOutOfTreeTest.restype = ctypes.c_bool
+            lib.shim_eprintf_problem.argtypes = [ctypes.c_char_p]
+            lib.shim_eprintf_problem.restype = ctypes.c_char_p
+            lib.cfh_motor_chain.argtypes = [ctypes.c_int, _P, _P, _P, _P]
 
     # ------------------------------------------------------------------ network only
     def policy_step(self, obs: np.ndarray, action_dim: int) -> np.ndarray:
@@ -115,28 +124,82 @@ class HostPolicyLib:
 
     def cf_init(self) -> bool:
         """``controllerOutOfTreeInit()`` then ``controllerOutOfTreeTest()`` of the Crazyflie app."""
+        if not self.has_app:
+            raise EmbodiedError(
+                f"{self.path} has no Crazyflie app built in: the policy lacks the motor_thrust action (contract C2)"
+            )
         self._lib.controllerOutOfTreeInit()
         return bool(self._lib.controllerOutOfTreeTest())
 
     def cf_tick(
         self,
         tick: int,
-        state13: np.ndarray,
+        estimate10: np.ndarray,
         gyro_deg_s: np.ndarray,
         setpoint_w: np.ndarray,
         setpoint_timestamp_ms: int,
+        setpoint_yaw_deg: float = 0.0,
         position_mode: bool = True,
-    ) -> tuple[int, np.ndarray]:
-        """One 1 kHz stabilizer tick of the app; returns ``(1 policy | 0 PID, forces [4])``.
+        supply_voltage_v: float = 3.9,
+    ) -> tuple[int, np.ndarray, np.ndarray]:
+        """One 1 kHz stabilizer tick of the app, then the shim's motor chain.
 
-        ``state13`` is the estimator's state as packed in :data:`STATE_FLOATS` (its last three
-        entries are ignored: the app reads body rates from ``gyro_deg_s``, in deg/s).
+        ``estimate10`` is the estimator's pos_w (3), quat_wb w, x, y, z (4), lin_vel_w (3);
+        ``gyro_deg_s [3]`` the IMU's body rates in deg/s; the setpoint is a position (m) and yaw
+        (deg) stamped ``setpoint_timestamp_ms`` (absolute modes when ``position_mode``).
+        Returns ``(control mode: 2 force (policy) | 0 legacy (PID), normalizedForces [4],
+        thrust per motor [4] in N at ``supply_voltage_v``)``.
         """
-        s = _f32(state13, (STATE_FLOATS,), "state13")
+        s = _f32(estimate10, (10,), "estimate10")
         g = _f32(gyro_deg_s, (3,), "gyro_deg_s")
         sp = _f32(setpoint_w, (3,), "setpoint_w")
         forces = np.zeros(4, dtype=np.float32)
+        thrust_n = np.zeros(4, dtype=np.float32)
         mode = self._lib.cfh_tick(
-            tick, _ptr(s), _ptr(g), _ptr(sp), setpoint_timestamp_ms, int(position_mode), _ptr(forces)
+            tick,
+            _ptr(s),
+            _ptr(g),
+            _ptr(sp),
+            ctypes.c_float(setpoint_yaw_deg),
+            setpoint_timestamp_ms,
+            int(position_mode),
+            ctypes.c_float(supply_voltage_v),
+            _ptr(forces),
+            _ptr(thrust_n),
         )
-        return int(mode), forces
+        return int(mode), forces, thrust_n
+
+    def cf_param_set(self, name: str, value: float) -> None:
+        """Write parameter ``embodied.<name>`` as cfclient would."""
+        if self._lib.cfh_param_set(name.encode(), float(value)) != 0:
+            raise KeyError(f"no parameter embodied.{name}")
+
+    def cf_log(self, name: str) -> float:
+        """Read log variable ``embodied.<name>``."""
+        out = ctypes.c_double()
+        if self._lib.cfh_log_get(name.encode(), ctypes.byref(out)) != 0:
+            raise KeyError(f"no log variable embodied.{name}")
+        return float(out.value)
+
+    def console(self) -> str:
+        """Everything the app printed with DEBUG_PRINT so far (then cleared)."""
+        buf = (ctypes.c_char * 4096).in_dll(self._lib, "shim_console")
+        out = bytes(buf).split(b"\0", 1)[0].decode(errors="replace")
+        self._lib.shim_console_clear()
+        return out
+
+    def eprintf_problem(self, fmt: str) -> str | None:
+        """Why the firmware's eprintf cannot print ``fmt`` (the shim's model), or None."""
+        problem = self._lib.shim_eprintf_problem(fmt.encode())
+        return None if problem is None else bytes(problem).decode()
+
+    def motor_chain(self, forces: np.ndarray, supply_voltage_v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The shim's model of the firmware's force-mode motor chain: ``forces [n, 4]`` (0..1) at
+        supply voltages ``[n]`` -> ``(pwm [n, 4] in 0..65535, thrust per motor [n, 4] in N)``."""
+        n = forces.shape[0]
+        f = _f32(forces, (n, 4), "forces")
+        v = _f32(supply_voltage_v, (n,), "supply_voltage_v")
+        pwm = np.zeros((n, 4), dtype=np.uint16)
+        thrust = np.zeros((n, 4), dtype=np.float32)
+        self._lib.cfh_motor_chain(n, _ptr(f), _ptr(v), _ptr(pwm), _ptr(thrust))
+        return pwm, thrust

@@ -1,17 +1,27 @@
 /*
  * Drives the Crazyflie app's controllerOutOfTree() on the host through the firmware shim, so
- * tests exercise the app's own unit conversions, decimation and fallback logic.
+ * tests exercise the app's own unit conversions, decimation, handover and fallback logic, and
+ * the shim's model of what the firmware does with its command (shim_motor_chain).
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "controller.h"
+#include "log.h"
+#include "param.h"
 #include "stabilizer_types.h"
 
 extern uint32_t shim_pid_calls;
+extern shim_param_t shim_param_group_embodied[];
+extern const shim_log_t shim_log_group_embodied[];
+int shim_motor_chain(const control_t *control, float supply_voltage_v, uint16_t pwm[4], float thrust_n[4]);
 
-int cfh_tick(uint32_t tick, const float *state13, const float *gyro_deg_s, const float *setpoint_pos_w,
-             uint32_t setpoint_timestamp_ms, int position_mode, float *forces);
+int cfh_tick(uint32_t tick, const float *estimate10, const float *gyro_deg_s, const float *setpoint_pos_w,
+             float setpoint_yaw_deg, uint32_t setpoint_timestamp_ms, int position_mode, float supply_voltage_v,
+             float *forces, float *thrust_n);
+int cfh_param_set(const char *name, double value);
+void cfh_motor_chain(int n, const float *forces, const float *supply_voltage_v, uint16_t *pwm, float *thrust_n);
+int cfh_log_get(const char *name, double *value);
 
 static void set_vec(vector_t *v, const float *xyz)
 {
@@ -21,39 +31,99 @@ static void set_vec(vector_t *v, const float *xyz)
 }
 
 /*
- * One stabilizer tick. state13: pos_w, quat (w,x,y,z), vel_w as the estimator reports them;
- * gyro_deg_s [3] body rates as the IMU reports them; setpoint_pos_w [3] with its commander
- * timestamp (ms). Writes the four normalized forces (valid when 1 is returned) and returns
- * 1 when the policy flew this tick, 0 when the PID controller did.
+ * One stabilizer tick. estimate10: pos_w, quat (w, x, y, z), vel_w as the estimator reports
+ * them; gyro_deg_s [3] body rates as the IMU reports them; the setpoint's position [3] (m) and
+ * yaw (deg) with its commander timestamp (ms); position_mode 1 sets x, y, z and yaw to modeAbs
+ * (a position setpoint), 0 to velocity modes. Runs the controller, then the modelled motor chain
+ * at supply_voltage_v. Writes normalizedForces [4] (valid in force mode) and the motors' thrust
+ * [4] (N); returns the control mode (controlModeForce 2 while the policy flies, controlModeLegacy
+ * 0 from the PID).
  */
-int cfh_tick(uint32_t tick, const float *state13, const float *gyro_deg_s, const float *setpoint_pos_w,
-             uint32_t setpoint_timestamp_ms, int position_mode, float *forces)
+int cfh_tick(uint32_t tick, const float *estimate10, const float *gyro_deg_s, const float *setpoint_pos_w,
+             float setpoint_yaw_deg, uint32_t setpoint_timestamp_ms, int position_mode, float supply_voltage_v,
+             float *forces, float *thrust_n)
 {
     control_t control;
     setpoint_t setpoint;
     sensorData_t sensors;
     state_t state;
-    const uint32_t pid_before = shim_pid_calls;
+    uint16_t pwm[4];
     memset(&control, 0, sizeof(control));
     memset(&setpoint, 0, sizeof(setpoint));
     memset(&sensors, 0, sizeof(sensors));
     memset(&state, 0, sizeof(state));
-    set_vec(&state.position, state13);
-    state.attitudeQuaternion.w = state13[3];
-    state.attitudeQuaternion.x = state13[4];
-    state.attitudeQuaternion.y = state13[5];
-    state.attitudeQuaternion.z = state13[6];
-    set_vec(&state.velocity, state13 + 7);
+    set_vec(&state.position, estimate10);
+    state.attitudeQuaternion.w = estimate10[3];
+    state.attitudeQuaternion.x = estimate10[4];
+    state.attitudeQuaternion.y = estimate10[5];
+    state.attitudeQuaternion.z = estimate10[6];
+    set_vec(&state.velocity, estimate10 + 7);
     sensors.gyro.x = gyro_deg_s[0];
     sensors.gyro.y = gyro_deg_s[1];
     sensors.gyro.z = gyro_deg_s[2];
     setpoint.timestamp = setpoint_timestamp_ms;
     set_vec(&setpoint.position, setpoint_pos_w);
+    setpoint.attitude.yaw = setpoint_yaw_deg;
     setpoint.mode.x = setpoint.mode.y = setpoint.mode.z = position_mode ? modeAbs : modeVelocity;
+    setpoint.mode.yaw = position_mode ? modeAbs : modeVelocity;
     controllerOutOfTree(&control, &setpoint, &sensors, &state, tick);
-    if (shim_pid_calls != pid_before) {
+    memcpy(forces, control.normalizedForces, 4 * sizeof(float));
+    shim_motor_chain(&control, supply_voltage_v, pwm, thrust_n);
+    return (int)control.controlMode;
+}
+
+/* Write parameter embodied.<name> as cfclient would; returns 0, or -1 for an unknown name. */
+int cfh_param_set(const char *name, double value)
+{
+    shim_param_t *p;
+    for (p = shim_param_group_embodied; p->name != NULL; ++p) {
+        if (strcmp(p->name, name) != 0) {
+            continue;
+        }
+        if (p->type == PARAM_FLOAT) {
+            *(float *)p->address = (float)value;
+        } else if (p->type == PARAM_UINT8) {
+            *(uint8_t *)p->address = (uint8_t)value;
+        } else {
+            return -1;
+        }
         return 0;
     }
-    memcpy(forces, control.normalizedForces, 4 * sizeof(float));
-    return control.controlMode == controlModeForce ? 1 : -1;
+    return -1;
+}
+
+/* Read log variable embodied.<name>; returns 0, or -1 for an unknown name. */
+int cfh_log_get(const char *name, double *value)
+{
+    const shim_log_t *l;
+    for (l = shim_log_group_embodied; l->name != NULL; ++l) {
+        if (strcmp(l->name, name) != 0) {
+            continue;
+        }
+        if (l->type == LOG_FLOAT) {
+            *value = (double)*(const float *)l->address;
+        } else if (l->type == LOG_UINT8) {
+            *value = *(const uint8_t *)l->address;
+        } else if (l->type == LOG_UINT32) {
+            *value = *(const uint32_t *)l->address;
+        } else {
+            return -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* The modelled motor chain alone for n force-mode commands: forces [n][4], supply voltages [n]
+   -> pwm [n][4] and thrust per motor [n][4] (N). */
+void cfh_motor_chain(int n, const float *forces, const float *supply_voltage_v, uint16_t *pwm, float *thrust_n)
+{
+    control_t control;
+    int i;
+    memset(&control, 0, sizeof(control));
+    control.controlMode = controlModeForce;
+    for (i = 0; i < n; ++i) {
+        memcpy(control.normalizedForces, forces + 4 * i, 4 * sizeof(float));
+        shim_motor_chain(&control, supply_voltage_v[i], pwm + 4 * i, thrust_n + 4 * i);
+    }
 }

@@ -1,4 +1,5 @@
-/* Shim of the firmware's parameter table macros: entries land in a readable static table. */
+/* Shim of the firmware's parameter table macros: entries land in a readable static table
+   (shim_param_group_<GROUP>), which the host harness reads and writes by name as cfclient does. */
 #ifndef SHIM_PARAM_H
 #define SHIM_PARAM_H
 

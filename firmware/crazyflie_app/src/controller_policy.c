@@ -1,24 +1,36 @@
 /*
  * Crazyflie out-of-tree controller running an exported embodied policy.
  *
- * Every stabilizer tick (RATE_MAIN_LOOP, 1 kHz) the controller decides who flies:
- *   - the policy, when its self-test passed, the `embodied.enable` parameter is set, the
- *     setpoint asks for an absolute position on x, y and z, and a new setpoint arrived within
- *     QC_SETPOINT_TIMEOUT_MS;
- *   - otherwise the stock PID controller (which the commander also drives to a stop when
- *     setpoints cease).
- * The policy runs once per POLICY_CONTROL_PERIOD_US (decimating the 1 kHz loop); between
- * policy steps the last motor commands are held.
+ * Who flies, every stabilizer tick (RATE_MAIN_LOOP, 1 kHz):
+ *   - the policy, when its self-test passed and the policy fits this firmware's motor chain (at
+ *     init), the `embodied.enable` parameter is 1 (default 0), the setpoint asks for an absolute
+ *     position on x, y, z and an absolute yaw, a new setpoint arrived within
+ *     QC_SETPOINT_TIMEOUT_MS, the estimate is finite and fresh, and the vehicle is inside the
+ *     flight envelope the policy was trained in (policy_io.json extra.envelope, overridable by
+ *     parameters);
+ *   - otherwise the stock PID controller. The PID runs every tick, also while the policy flies
+ *     (into a scratch command), so a handover back to it is immediate and finds its filters warm.
+ * Engagement runs the policy on that very tick (its history freshly reset, like the start of a
+ * simulated episode); afterwards it steps once per POLICY_CONTROL_PERIOD_US, counted from the
+ * engagement tick, and the command is held in between. A non-finite or stale estimate, or leaving
+ * the envelope while flying, hands over to the PID and clears `embodied.enable` (re-arm by
+ * setting it to 1 again); `embodied.fault` says why.
  *
  * Observation: assembled by the portable quad_ctrl.c exactly as the simulator does
- * (docs/conventions.md): position error vs the setpoint (world, m), R_wb from the estimator's
- * quaternion, world velocity (m/s), gyro converted from deg/s to rad/s (body FLU, which is the
- * Crazyflie body frame), and the action history.
+ * (docs/conventions.md) from the estimator's position, quaternion and velocity, the gyro
+ * converted from deg/s to rad/s (body FLU, the Crazyflie body frame), the action history, and
+ * the setpoint: position (m) and yaw (setpoint->attitude.yaw, degrees -> rad; contract C3).
  *
- * Output: controlModeForce with normalizedForces[i] = rpm_i / max_rpm in [0, 1] (M1..M4). The
- * stabilizer's power distribution turns that ratio into the 16-bit motor command (ratio *
- * 65535, the same value motorsSetRatio takes), so arming, the supervisor and emergency stop
- * keep working.
+ * Output (contract C2): per-motor thrust T_i = (a_i + 1) / 2 * POLICY_MAX_THRUST_PER_MOTOR_N,
+ * zero below POLICY_MIN_THRUST_PER_MOTOR_N (as the simulator cuts it), sent as controlModeForce
+ * with normalizedForces[i] = T_i / THRUST_MAX, THRUST_MAX being this firmware's own macro. The
+ * firmware turns f back into f * THRUST_MAX newtons, inverts its motor-voltage thrust curve with
+ * the filtered battery voltage and writes the PWM ratio (motorsCompensateBatteryVoltage), so the
+ * thrust is the trained one on every accepted version. Arming, the supervisor and emergency stop
+ * keep working because the command goes through the stabilizer's power distribution.
+ *
+ * Console output is plain text without conversions: the firmware's eprintf supports only a
+ * small printf subset and loops forever on some formats (e.g. a two-digit precision).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -28,17 +40,50 @@
 #include "app.h"
 #include "controller.h"
 #include "controller_pid.h"
-#include "debug.h"
 #include "log.h"
 #include "param.h"
+#include "platform_defaults.h"
 #include "task.h"
 
+#define DEBUG_MODULE "EMBODIED"
+#include "debug.h"
+
 #include "quad_ctrl.h"
+
+#ifndef CONFIG_ENABLE_THRUST_BAT_COMPENSATED
+#error "CONFIG_ENABLE_THRUST_BAT_COMPENSATED is off: controlModeForce then skips the thrust curve and the policy's thrust commands would mean something else; enable it (default y) in the firmware config"
+#endif
+#if !defined(THRUST_MAX) || !defined(THRUST_MIN)
+#error "this firmware's platform_defaults.h defines no THRUST_MAX / THRUST_MIN (crazyflie-firmware 2025.12 or newer, cf2 platform)"
+#endif
+#if !defined(POLICY_ACTION_MOTOR_THRUST_START) || !defined(POLICY_MAX_THRUST_PER_MOTOR_N) || \
+    !defined(POLICY_MIN_THRUST_PER_MOTOR_N)
+#error "policy.h lacks the motor_thrust action and extra max/min_thrust_per_motor_n (policy_io.json, contract C2); export a policy trained with the thrust action"
+#endif
 
 #define QC_DEG_TO_RAD 0.017453292519943295f
 
 #ifndef QC_SETPOINT_TIMEOUT_MS
 #define QC_SETPOINT_TIMEOUT_MS 200
+#endif
+#ifndef QC_STALE_ESTIMATE_MS
+#define QC_STALE_ESTIMATE_MS 100 /* the Kalman filter predicts at 100 Hz: 10 missed updates */
+#endif
+
+/* Flight envelope (contract C4): policy_io.json extra.envelope, else the training box. */
+#if defined(POLICY_ENVELOPE_POS_ERR_M) && defined(POLICY_ENVELOPE_TILT_RAD) && defined(POLICY_ENVELOPE_ANG_VEL_RAD_S) && \
+    defined(POLICY_ENVELOPE_LIN_VEL_M_S)
+#define QC_ENVELOPE_FROM_POLICY 1
+#define QC_ENV_POS_ERR_M POLICY_ENVELOPE_POS_ERR_M
+#define QC_ENV_TILT_RAD POLICY_ENVELOPE_TILT_RAD
+#define QC_ENV_ANG_VEL_RAD_S POLICY_ENVELOPE_ANG_VEL_RAD_S
+#define QC_ENV_LIN_VEL_M_S POLICY_ENVELOPE_LIN_VEL_M_S
+#else
+#define QC_ENVELOPE_FROM_POLICY 0
+#define QC_ENV_POS_ERR_M 0.6f
+#define QC_ENV_TILT_RAD 1.6f
+#define QC_ENV_ANG_VEL_RAD_S 10.0f
+#define QC_ENV_LIN_VEL_M_S 3.0f
 #endif
 
 /* Main-loop ticks per policy step, from policy_io.json's control period. */
@@ -54,42 +99,106 @@
 #define QC_INITIAL_ACTION 0.0f
 #endif
 
+/* quad_ctrl's observation assembly takes the setpoint yaw once it rotates into the heading
+   frame (contract C3; quad_ctrl.h then defines QC_HAS_SETPOINT_YAW). */
+#ifdef QC_HAS_SETPOINT_YAW
+#define QC_STEP(CTX, STATE, SP_W, YAW_RAD, ACTION) qc_step((CTX), (STATE), (SP_W), (YAW_RAD), (ACTION))
+#else
+#define QC_STEP(CTX, STATE, SP_W, YAW_RAD, ACTION) ((void)(YAW_RAD), qc_step((CTX), (STATE), (SP_W), (ACTION)))
+#endif
+
+/* Why the policy is not flying (log embodied.fault); the last one that happened. */
+enum {
+    QC_FAULT_NONE = 0,
+    QC_FAULT_SELFTEST = 1,     /* policy_selftest() failed at init: PID only until reboot */
+    QC_FAULT_MOTOR_CHAIN = 2,  /* policy thrust range does not fit THRUST_MIN..THRUST_MAX */
+    QC_FAULT_NON_FINITE = 3,   /* NaN/inf in the estimate, gyro or setpoint */
+    QC_FAULT_STALE = 4,        /* the estimate stopped changing */
+    QC_FAULT_ENVELOPE = 5,     /* left the flight envelope while flying */
+};
+
 /* All state static: the stabilizer task stack is small (~1.8 kB). */
 static qc_ctx_t qc_ctx;
+static qc_state_t qc_state;
+static control_t qc_pid_scratch;
 static float qc_action[POLICY_ACTION_DIM];
-static float qc_ratio[POLICY_ACTION_DIM];
-static uint8_t qc_enable = 1;      /* param: let the policy fly */
-static uint8_t qc_selftest_ok;     /* log: policy_selftest() result at init */
-static uint8_t qc_active;          /* log: 1 while the policy flies */
+static float qc_forces[POLICY_ACTION_DIM]; /* log: normalizedForces sent, 0..1 of THRUST_MAX */
+static uint8_t qc_enable;                  /* param: 1 lets the policy fly (default 0) */
+static uint8_t qc_usable;                  /* 1 when self-test and motor-chain checks passed */
+static uint8_t qc_selftest_ok;             /* log */
+static uint8_t qc_active;                  /* log: 1 while the policy flies */
+static uint8_t qc_fault;                   /* log: QC_FAULT_* */
+static uint8_t qc_was_out;                 /* 1 while waiting outside the envelope (not a fault) */
+static float qc_env_pos_err_m = QC_ENV_POS_ERR_M;         /* param */
+static float qc_env_tilt_rad = QC_ENV_TILT_RAD;           /* param */
+static float qc_env_ang_vel_rad_s = QC_ENV_ANG_VEL_RAD_S; /* param */
+static float qc_env_lin_vel_m_s = QC_ENV_LIN_VEL_M_S;     /* param */
+static uint32_t qc_engage_tick;
 static uint32_t qc_last_setpoint_ts;
 static uint32_t qc_last_fresh_tick;
-static uint32_t qc_policy_steps;   /* log */
-static uint32_t qc_clamped_inputs; /* log */
-static uint32_t qc_clamped_outputs;/* log */
+static uint32_t qc_last_change_tick;
+static float qc_yaw_sp_rad;         /* log */
+static uint32_t qc_policy_steps;    /* log */
+static uint32_t qc_engagements;     /* log */
+static uint32_t qc_clamped_inputs;  /* log */
+static uint32_t qc_clamped_outputs; /* log */
 
 void appMain(void)
 {
-    DEBUG_PRINT("embodied policy controller, model %.12s\n", POLICY_MODEL_SHA256);
+    DEBUG_PRINT("policy controller, model " POLICY_MODEL_SHA256 "\n");
+    if (!QC_ENVELOPE_FROM_POLICY) {
+        DEBUG_PRINT("policy_io.json has no envelope: using the training-box defaults\n");
+    }
     while (1) {
         vTaskDelay(M2T(2000));
     }
+}
+
+/* Whether the policy's thrust range is what this firmware's force path can apply exactly. */
+static bool qc_motor_chain_fits(void)
+{
+    const float t_max = (float)POLICY_MAX_THRUST_PER_MOTOR_N;
+    const float t_min = (float)POLICY_MIN_THRUST_PER_MOTOR_N;
+    /* Above THRUST_MAX the firmware clips f at 1; above the policy's minimum it would cut
+       commands the policy expects to fly. */
+    return t_max <= THRUST_MAX * 1.000001f && THRUST_MIN <= t_min * 1.000001f && t_min < t_max;
 }
 
 void controllerOutOfTreeInit(void)
 {
     controllerPidInit();
     qc_selftest_ok = (uint8_t)policy_selftest();
-    qc_reset(&qc_ctx, QC_INITIAL_ACTION);
+    qc_usable = 0;
+    qc_enable = 0; /* disarmed at every (re)initialisation, not only at boot */
     qc_active = 0;
+    qc_was_out = 0;
+    qc_fault = QC_FAULT_NONE;
     qc_policy_steps = 0;
+    qc_engagements = 0;
+    qc_last_setpoint_ts = 0;
+    qc_last_fresh_tick = 0;
+    qc_last_change_tick = 0;
+    qc_reset(&qc_ctx, QC_INITIAL_ACTION);
     if (!qc_selftest_ok) {
-        DEBUG_PRINT("policy self-test FAILED (max err %f): PID only\n", (double)policy_selftest_error());
+        qc_fault = QC_FAULT_SELFTEST;
+        DEBUG_PRINT("policy self-test failed: the PID controller flies\n");
+    } else if (!qc_motor_chain_fits()) {
+        qc_fault = QC_FAULT_MOTOR_CHAIN;
+        DEBUG_PRINT("policy thrust range outside THRUST_MIN..THRUST_MAX: the PID controller flies\n");
+    } else {
+        qc_usable = 1;
     }
 }
 
 bool controllerOutOfTreeTest(void)
 {
-    return controllerPidTest() && qc_selftest_ok;
+    /* A failed policy self-test must not fail the system test: the PID still flies. */
+    return controllerPidTest();
+}
+
+static bool qc_finite(float v)
+{
+    return v == v && fabsf(v) <= 3.0e38f;
 }
 
 static bool qc_setpoint_usable(const setpoint_t *setpoint, stabilizerStep_t tick)
@@ -101,46 +210,178 @@ static bool qc_setpoint_usable(const setpoint_t *setpoint, stabilizerStep_t tick
     if ((uint32_t)(tick - qc_last_fresh_tick) > QC_TIMEOUT_TICKS) {
         return false;
     }
-    return setpoint->mode.x == modeAbs && setpoint->mode.y == modeAbs && setpoint->mode.z == modeAbs;
+    return setpoint->mode.x == modeAbs && setpoint->mode.y == modeAbs && setpoint->mode.z == modeAbs &&
+           setpoint->mode.yaw == modeAbs;
+}
+
+/* The estimate, gyro and setpoint of this tick: pos_w, quat (w, x, y, z), lin_vel_w, gyro
+   (deg/s), setpoint position (m) and yaw (deg). */
+#define QC_INPUTS 17
+#define QC_ESTIMATE_INPUTS 10 /* pos, quat, vel: what a running estimator keeps changing */
+static float qc_in[QC_INPUTS];
+static float qc_prev_estimate[QC_ESTIMATE_INPUTS];
+
+/* Copy the inputs into qc_state (gyro deg/s -> rad/s); false when anything is non-finite. */
+static bool qc_read_state(const sensorData_t *sensors, const state_t *state, const setpoint_t *setpoint)
+{
+    int i;
+    qc_in[0] = state->position.x;
+    qc_in[1] = state->position.y;
+    qc_in[2] = state->position.z;
+    qc_in[3] = state->attitudeQuaternion.w;
+    qc_in[4] = state->attitudeQuaternion.x;
+    qc_in[5] = state->attitudeQuaternion.y;
+    qc_in[6] = state->attitudeQuaternion.z;
+    qc_in[7] = state->velocity.x;
+    qc_in[8] = state->velocity.y;
+    qc_in[9] = state->velocity.z;
+    qc_in[10] = sensors->gyro.x;
+    qc_in[11] = sensors->gyro.y;
+    qc_in[12] = sensors->gyro.z;
+    qc_in[13] = setpoint->position.x;
+    qc_in[14] = setpoint->position.y;
+    qc_in[15] = setpoint->position.z;
+    qc_in[16] = setpoint->attitude.yaw;
+    for (i = 0; i < QC_INPUTS; ++i) {
+        if (!qc_finite(qc_in[i])) {
+            return false;
+        }
+    }
+    for (i = 0; i < 3; ++i) {
+        qc_state.pos_w[i] = qc_in[i];
+        qc_state.lin_vel_w[i] = qc_in[7 + i];
+        qc_state.ang_vel_b[i] = qc_in[10 + i] * QC_DEG_TO_RAD;
+    }
+    for (i = 0; i < 4; ++i) {
+        qc_state.quat_wb[i] = qc_in[3 + i];
+    }
+    qc_yaw_sp_rad = qc_in[16] * QC_DEG_TO_RAD;
+    return true;
+}
+
+/* False once position, attitude and velocity have not changed for QC_STALE_ESTIMATE_MS. */
+static bool qc_estimate_fresh(stabilizerStep_t tick)
+{
+    bool changed = false;
+    int i;
+    for (i = 0; i < QC_ESTIMATE_INPUTS; ++i) {
+        if (qc_in[i] != qc_prev_estimate[i]) {
+            changed = true;
+            qc_prev_estimate[i] = qc_in[i];
+        }
+    }
+    if (changed) {
+        qc_last_change_tick = tick;
+    }
+    return (uint32_t)(tick - qc_last_change_tick) <= (uint32_t)((QC_STALE_ESTIMATE_MS * RATE_MAIN_LOOP) / 1000);
+}
+
+/* Inside the envelope: every heading-frame position-error axis, the tilt, |body rate| and
+   |velocity| below their bounds (a unit quaternion is assumed; quad_ctrl renormalizes). */
+static bool qc_inside_envelope(const float setpoint_w[3])
+{
+    const float ex = qc_state.pos_w[0] - setpoint_w[0];
+    const float ey = qc_state.pos_w[1] - setpoint_w[1];
+    const float ez = qc_state.pos_w[2] - setpoint_w[2];
+    const float c = cosf(qc_yaw_sp_rad), s = sinf(qc_yaw_sp_rad);
+    const float *q = qc_state.quat_wb;
+    const float n2 = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
+    /* R_wb[2][2] = cos(tilt) for a unit quaternion; divided by |q|^2 for any other. */
+    const float cos_tilt = (q[0] * q[0] - q[1] * q[1] - q[2] * q[2] + q[3] * q[3]) / (n2 > 0.0f ? n2 : 1.0f);
+    const float *w = qc_state.ang_vel_b;
+    const float *v = qc_state.lin_vel_w;
+    const float bound = qc_env_pos_err_m;
+    if (fabsf(c * ex + s * ey) > bound || fabsf(-s * ex + c * ey) > bound || fabsf(ez) > bound) {
+        return false;
+    }
+    if (!(n2 > 0.25f) || cos_tilt < cosf(qc_env_tilt_rad)) {
+        return false;
+    }
+    if (w[0] * w[0] + w[1] * w[1] + w[2] * w[2] > qc_env_ang_vel_rad_s * qc_env_ang_vel_rad_s) {
+        return false;
+    }
+    return v[0] * v[0] + v[1] * v[1] + v[2] * v[2] <= qc_env_lin_vel_m_s * qc_env_lin_vel_m_s;
+}
+
+/* Stop flying the policy because of `fault`; the operator re-arms with embodied.enable = 1. */
+static void qc_disengage(uint8_t fault)
+{
+    qc_active = 0;
+    qc_enable = 0;
+    qc_fault = fault;
+    if (fault == QC_FAULT_NON_FINITE) {
+        DEBUG_PRINT("non-finite estimate: PID flies, set embodied.enable to re-arm\n");
+    } else if (fault == QC_FAULT_STALE) {
+        DEBUG_PRINT("stale estimate: PID flies, set embodied.enable to re-arm\n");
+    } else {
+        DEBUG_PRINT("left the flight envelope: PID flies, set embodied.enable to re-arm\n");
+    }
+}
+
+/* The motor command of action a in [-1, 1] (contract C2): T / THRUST_MAX, 0 below the cut. */
+static float qc_force_of_action(float a)
+{
+    const float thrust_n = 0.5f * (a + 1.0f) * (float)POLICY_MAX_THRUST_PER_MOTOR_N;
+    if (!(thrust_n >= (float)POLICY_MIN_THRUST_PER_MOTOR_N)) {
+        return 0.0f;
+    }
+    return thrust_n / THRUST_MAX;
+}
+
+/* Who flies this tick: 1 the policy, 0 the PID; disengages (with a fault) where needed. */
+static bool qc_decide(const setpoint_t *setpoint, const sensorData_t *sensors, const state_t *state,
+                      stabilizerStep_t tick, float setpoint_w[3])
+{
+    const bool finite = qc_read_state(sensors, state, setpoint);
+    const bool fresh = finite && qc_estimate_fresh(tick);
+    const bool wanted = qc_enable && qc_usable && qc_setpoint_usable(setpoint, tick);
+    if (!wanted) {
+        qc_active = 0; /* disarmed, setpoints stopped or changed mode: a plain handover */
+        return false;
+    }
+    if (!finite || !fresh) {
+        if (qc_active) {
+            qc_disengage(finite ? QC_FAULT_STALE : QC_FAULT_NON_FINITE);
+        }
+        return false;
+    }
+    setpoint_w[0] = qc_in[13];
+    setpoint_w[1] = qc_in[14];
+    setpoint_w[2] = qc_in[15];
+    if (!qc_inside_envelope(setpoint_w)) {
+        if (qc_active) {
+            qc_disengage(QC_FAULT_ENVELOPE);
+        }
+        qc_was_out = 1; /* not engaged yet: the PID brings it in, then the policy takes over */
+        return false;
+    }
+    qc_was_out = 0;
+    if (!qc_active) {
+        /* Engage: fresh history (the start of a simulated episode) and a policy step now. */
+        qc_reset(&qc_ctx, QC_INITIAL_ACTION);
+        qc_active = 1;
+        qc_fault = QC_FAULT_NONE;
+        qc_engage_tick = tick;
+        ++qc_engagements;
+    }
+    return true;
 }
 
 void controllerOutOfTree(control_t *control, const setpoint_t *setpoint, const sensorData_t *sensors,
                          const state_t *state, const stabilizerStep_t stabilizerStep)
 {
+    float setpoint_w[3];
     int i;
-    const bool fly = qc_enable && qc_selftest_ok && qc_setpoint_usable(setpoint, stabilizerStep);
-    if (!fly) {
-        qc_active = 0;
-        controllerPid(control, setpoint, sensors, state, stabilizerStep);
+    const bool policy_flies = qc_decide(setpoint, sensors, state, stabilizerStep, setpoint_w);
+    /* The PID runs every tick, into a scratch command while the policy flies. */
+    controllerPid(policy_flies ? &qc_pid_scratch : control, setpoint, sensors, state, stabilizerStep);
+    if (!policy_flies) {
         return;
     }
-    if (!qc_active) {
-        /* (Re)engaging: start from a fresh history, like the start of a simulated episode. */
-        qc_reset(&qc_ctx, QC_INITIAL_ACTION);
-        qc_active = 1;
-    }
-    if ((stabilizerStep % QC_DECIMATION) == 0) {
-        static qc_state_t s; /* static: keep the stabilizer stack free */
-        float setpoint_w[3];
-        s.pos_w[0] = state->position.x;
-        s.pos_w[1] = state->position.y;
-        s.pos_w[2] = state->position.z;
-        s.quat_wb[0] = state->attitudeQuaternion.w;
-        s.quat_wb[1] = state->attitudeQuaternion.x;
-        s.quat_wb[2] = state->attitudeQuaternion.y;
-        s.quat_wb[3] = state->attitudeQuaternion.z;
-        s.lin_vel_w[0] = state->velocity.x;
-        s.lin_vel_w[1] = state->velocity.y;
-        s.lin_vel_w[2] = state->velocity.z;
-        s.ang_vel_b[0] = sensors->gyro.x * QC_DEG_TO_RAD;
-        s.ang_vel_b[1] = sensors->gyro.y * QC_DEG_TO_RAD;
-        s.ang_vel_b[2] = sensors->gyro.z * QC_DEG_TO_RAD;
-        setpoint_w[0] = setpoint->position.x;
-        setpoint_w[1] = setpoint->position.y;
-        setpoint_w[2] = setpoint->position.z;
-        qc_step(&qc_ctx, &s, setpoint_w, qc_action);
+    if (((uint32_t)(stabilizerStep - qc_engage_tick) % QC_DECIMATION) == 0) {
+        QC_STEP(&qc_ctx, &qc_state, setpoint_w, qc_yaw_sp_rad, qc_action);
         for (i = 0; i < POLICY_ACTION_DIM; ++i) {
-            qc_ratio[i] = qc_action_to_ratio(qc_action[i]);
+            qc_forces[i] = qc_force_of_action(qc_action[i]);
         }
         ++qc_policy_steps;
         qc_clamped_inputs = qc_ctx.clamped_inputs;
@@ -148,22 +389,30 @@ void controllerOutOfTree(control_t *control, const setpoint_t *setpoint, const s
     }
     control->controlMode = controlModeForce;
     for (i = 0; i < STABILIZER_NR_OF_MOTORS; ++i) {
-        control->normalizedForces[i] = qc_ratio[i];
+        control->normalizedForces[i] = qc_forces[i];
     }
 }
 
 PARAM_GROUP_START(embodied)
 PARAM_ADD(PARAM_UINT8, enable, &qc_enable)
+PARAM_ADD(PARAM_FLOAT, envPos, &qc_env_pos_err_m)
+PARAM_ADD(PARAM_FLOAT, envTilt, &qc_env_tilt_rad)
+PARAM_ADD(PARAM_FLOAT, envAngVel, &qc_env_ang_vel_rad_s)
+PARAM_ADD(PARAM_FLOAT, envLinVel, &qc_env_lin_vel_m_s)
 PARAM_GROUP_STOP(embodied)
 
 LOG_GROUP_START(embodied)
 LOG_ADD(LOG_UINT8, active, &qc_active)
 LOG_ADD(LOG_UINT8, selftest, &qc_selftest_ok)
+LOG_ADD(LOG_UINT8, fault, &qc_fault)
+LOG_ADD(LOG_UINT8, waitEnv, &qc_was_out)
 LOG_ADD(LOG_UINT32, steps, &qc_policy_steps)
+LOG_ADD(LOG_UINT32, engaged, &qc_engagements)
 LOG_ADD(LOG_UINT32, clampIn, &qc_clamped_inputs)
 LOG_ADD(LOG_UINT32, clampOut, &qc_clamped_outputs)
-LOG_ADD(LOG_FLOAT, m1, &qc_ratio[0])
-LOG_ADD(LOG_FLOAT, m2, &qc_ratio[1])
-LOG_ADD(LOG_FLOAT, m3, &qc_ratio[2])
-LOG_ADD(LOG_FLOAT, m4, &qc_ratio[3])
+LOG_ADD(LOG_FLOAT, yawSp, &qc_yaw_sp_rad)
+LOG_ADD(LOG_FLOAT, f1, &qc_forces[0])
+LOG_ADD(LOG_FLOAT, f2, &qc_forces[1])
+LOG_ADD(LOG_FLOAT, f3, &qc_forces[2])
+LOG_ADD(LOG_FLOAT, f4, &qc_forces[3])
 LOG_GROUP_STOP(embodied)
