@@ -2,7 +2,8 @@
 
 Frames follow ``docs/conventions.md``: world z up, body FLU, quaternion ``(w, x, y, z)``
 rotating body vectors into the world, motors M1..M4 = front-right, back-right, back-left,
-front-left with M1/M3 spinning clockwise (reaction torque +z on the body).
+front-left; M1/M3 spin counter-clockwise seen from above (reaction torque -z on the body),
+M2/M4 clockwise (+z), as on the real Crazyflie 2.x.
 
 The state of ``N`` vehicles is one packed float32 tensor ``[N, 17]``::
 
@@ -37,6 +38,10 @@ ANG_VEL = slice(10, 13)
 RPM = slice(13, 17)
 
 RPM_TO_RAD_S = 2.0 * math.pi / 60.0
+
+ROTOR_SPIN: tuple[float, float, float, float] = (-1.0, 1.0, -1.0, 1.0)
+"""Sign of each rotor's reaction (drag) torque about body z, M1..M4: M1/M3 spin counter-clockwise
+seen from above (-z on the body), M2/M4 clockwise (+z). Crazyflie 2.x, docs/conventions.md."""
 
 
 @dataclass(frozen=True)
@@ -250,13 +255,12 @@ def mixer_matrix(params: QuadrotorParams) -> torch.Tensor:
     """``[4, 4]`` map from rotor thrusts (M1..M4, N) to ``(thrust_z, tau_x, tau_y, tau_z)`` in body.
 
     Row i is rotor i. Rotor i at body ``(r_x, r_y, 0)`` pushing ``(0, 0, f)`` gives torque
-    ``(r_y f, -r_x f, 0)``; clockwise rotors (M1, M3) react with ``+ratio * f`` about z.
+    ``(r_y f, -r_x f, 0)`` and a reaction torque ``ROTOR_SPIN[i] * ratio * f`` about z.
     """
     d = params.arm_length_m / math.sqrt(2.0)
     k = params.torque_to_thrust_m
     pos_xy = [(d, -d), (-d, -d), (-d, d), (d, d)]
-    yaw_sign = [1.0, -1.0, 1.0, -1.0]
-    rows = [[1.0, ry, -rx, k * s] for (rx, ry), s in zip(pos_xy, yaw_sign)]
+    rows = [[1.0, ry, -rx, k * s] for (rx, ry), s in zip(pos_xy, ROTOR_SPIN)]
     return torch.tensor(rows, dtype=torch.float64)
 
 

@@ -63,7 +63,7 @@ CONVENTIONS: dict[str, str] = {
     "rotation_matrix": "R_wb (body -> world), row-major",
     "lin_vel": "world frame, m/s",
     "ang_vel": "body frame, rad/s",
-    "motor_order": "M1 front-right CW, M2 back-right CCW, M3 back-left CW, M4 front-left CCW",
+    "motor_order": "M1 front-right CCW, M2 back-right CW, M3 back-left CCW, M4 front-left CW (seen from above)",
     "action": "rpm = (a + 1) / 2 * max_rpm per motor, M1..M4",
 }
 

@@ -67,7 +67,7 @@ def _angular_acc_after_one_step(rpm: list[float]) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     ("faster", "axis"),
-    [((2, 3), 0), ((1, 2), 1), ((0, 2), 2)],  # left M3+M4 -> +x; back M2+M3 -> +y; CW M1+M3 -> +z
+    [((2, 3), 0), ((1, 2), 1), ((1, 3), 2)],  # left M3+M4 -> +x; back M2+M3 -> +y; CW M2+M4 -> +z
 )
 def test_torque_signs_follow_motor_layout(faster: tuple[int, int], axis: int) -> None:
     p = QuadrotorParams()
@@ -84,6 +84,16 @@ def test_torque_signs_follow_motor_layout(faster: tuple[int, int], axis: int) ->
     lever = p.torque_to_thrust_m if axis == 2 else p.arm_length_m / math.sqrt(2.0)
     expected = delta_f * lever / p.inertia_kgm2[axis]
     assert alpha[axis].item() == pytest.approx(expected, rel=1e-3)
+
+
+def test_yaw_torque_pattern_of_the_crazyflie_mixer() -> None:
+    """The firmware's positive yaw command raises M2/M4 and lowers M1/M3 (C1): +z acceleration."""
+    base, delta = 14000.0, 800.0
+    alpha = _angular_acc_after_one_step([base - delta, base + delta, base - delta, base + delta])
+    assert alpha[2].item() > 0.0
+    assert alpha[:2].abs().max().item() < 1e-3 * alpha[2].item()
+    mirrored = _angular_acc_after_one_step([base + delta, base - delta, base + delta, base - delta])
+    assert mirrored[2].item() == pytest.approx(-alpha[2].item(), rel=1e-3)
 
 
 def test_motor_lag_reaches_63_percent_at_tau() -> None:
