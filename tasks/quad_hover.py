@@ -42,6 +42,8 @@ from embodied.sim.quadrotor import (
     QuadrotorCfg,
     Tables,
     apply_bilinear,
+    ROTOR_SPIN,
+    action_to_rpm_cmd,
     rk4_step,
 )
 
@@ -64,7 +66,8 @@ CONVENTIONS: dict[str, str] = {
     "lin_vel": "world frame, m/s",
     "ang_vel": "body frame, rad/s",
     "motor_order": "M1 front-right CCW, M2 back-right CW, M3 back-left CCW, M4 front-left CW (seen from above)",
-    "action": "rpm = (a + 1) / 2 * max_rpm per motor, M1..M4",
+    "action": "thrust command T = (a + 1) / 2 * max_thrust_per_motor_n per motor (N), M1..M4; "
+    "T < min_thrust_per_motor_n gives no thrust",
 }
 
 
@@ -249,6 +252,10 @@ class QuadHover:
             dt_s=cfg.sim.dt_s,
             substeps=cfg.sim.substeps,
             rpm_per_action=self._rpm_per_action,
+            max_thrust_n=p.max_thrust_per_motor_n,
+            min_thrust_n=p.min_thrust_per_motor_n,
+            inv_thrust_coef=1.0 / p.thrust_coef_n_per_rpm2,
+            max_rpm=p.max_rpm,
             hover_action=self.hover_action,
             k_pos=k * cfg.pos_weight,
             pos_bonus=cfg.pos_bonus_weight,
@@ -381,12 +388,15 @@ class QuadHover:
                 ),
             )
         action = ActionField(
-            "motor_rpm",
+            "motor_thrust",
             4,
-            "rpm",
-            scale=0.5 * p.max_rpm,
-            offset=0.5 * p.max_rpm,
-            description="motor speed setpoints M1..M4",
+            "N",
+            scale=0.5 * p.max_thrust_per_motor_n,
+            offset=0.5 * p.max_thrust_per_motor_n,
+            description=(
+                "per-motor thrust commands M1..M4 (firmware: normalizedForces = T / THRUST_MAX); "
+                "below min_thrust_per_motor_n the motor stops"
+            ),
         )
         extra: dict[str, Any] = {
             "action_history": cfg.action_history,
@@ -394,6 +404,9 @@ class QuadHover:
             "max_rpm": p.max_rpm,
             "hover_rpm": p.hover_rpm,
             "hover_action": p.hover_action,
+            "max_thrust_per_motor_n": p.max_thrust_per_motor_n,
+            "min_thrust_per_motor_n": p.min_thrust_per_motor_n,
+            "rotor_spin": list(ROTOR_SPIN),
             "mass_kg": p.mass_kg,
             "inertia_kgm2": list(p.inertia_kgm2),
             "arm_length_m": p.arm_length_m,
@@ -605,6 +618,10 @@ class CoreConsts(NamedTuple):
     dt_s: float
     substeps: int
     rpm_per_action: float
+    max_thrust_n: float
+    min_thrust_n: float
+    inv_thrust_coef: float
+    max_rpm: float
     hover_action: float
     k_pos: float
     pos_bonus: float
@@ -668,7 +685,8 @@ def step_core(
     ``policy`` and ``critic``.
     """
     action = action.clamp(-1.0, 1.0)
-    state = rk4_step(state, action * c.rpm_per_action + c.rpm_per_action, *physics, c.dt_s, c.substeps)
+    rpm_cmd = action_to_rpm_cmd(action, c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
+    state = rk4_step(state, rpm_cmd, *physics, c.dt_s, c.substeps)
     episode_step = episode_step + 1
     if c.history > 0:
         action_hist = torch.cat((action, action_hist[:, :-4]), dim=1)

@@ -42,7 +42,11 @@ def test_shapes_and_spec(history: int) -> None:
     assert spec.control_period_s == env.dt == 0.01
     assert spec.extra["action_history"] == history
     assert spec.extra["hover_action"] == pytest.approx(env.hover_action)
-    assert spec.action_fields[0].scale * (env.hover_action + 1.0) == pytest.approx(spec.extra["hover_rpm"])
+    hover_thrust_n = spec.action_fields[0].scale * env.hover_action + spec.action_fields[0].offset
+    assert hover_thrust_n == pytest.approx(0.027 * 9.81 / 4, rel=1e-6)
+    assert spec.action_fields[0].name == "motor_thrust" and spec.action_fields[0].units == "N"
+    assert spec.extra["rotor_spin"] == [-1.0, 1.0, -1.0, 1.0]
+    assert spec.extra["max_thrust_per_motor_n"] == 0.1125 and spec.extra["min_thrust_per_motor_n"] == 0.02
     assert [f.name for f in spec.obs_fields][:4] == ["pos_err_w", "rot_wb", "lin_vel_w", "ang_vel_b"]
     new_obs, reward, terminated, truncated, info = env.step(torch.zeros(8, 4))
     assert new_obs["policy"].dtype == torch.float32
@@ -296,7 +300,7 @@ def _cascaded_controller(policy_obs: torch.Tensor, spec: IOSpec) -> torch.Tensor
     """Position PD -> thrust direction -> attitude PD -> rotor thrusts, reading only the policy
     observation and ``policy_io`` constants, as the firmware would."""
     ex = spec.extra
-    mass, g, kf, max_rpm = ex["mass_kg"], ex["gravity_mps2"], ex["thrust_coef_n_per_rpm2"], ex["max_rpm"]
+    mass, g, max_thrust_n = ex["mass_kg"], ex["gravity_mps2"], ex["max_thrust_per_motor_n"]
     inertia = torch.tensor(ex["inertia_kgm2"])
     pos_err, rot = policy_obs[:, 0:3], policy_obs[:, 3:12].reshape(-1, 3, 3)
     vel, omega = policy_obs[:, 12:15], policy_obs[:, 15:18]
@@ -309,14 +313,16 @@ def _cascaded_controller(policy_obs: torch.Tensor, spec: IOSpec) -> torch.Tensor
     torque = inertia * (wn**2 * tilt_err_b - 2 * 0.8 * wn * omega)
     d = ex["arm_length_m"] / math.sqrt(2.0)
     k = ex["torque_to_thrust_m"]
-    # Rotor thrusts from (thrust, torque) by the conventions.md layout, solved by hand.
+    # Rotor thrusts from (thrust, torque) by the conventions.md layout, solved by hand; the yaw
+    # torque's sign per rotor comes from policy_io's rotor_spin.
     t, tx, ty, tz = (thrust[:, 0], torque[:, 0], torque[:, 1], torque[:, 2])
-    f1 = t / 4 - tx / (4 * d) - ty / (4 * d) + tz / (4 * k)
-    f2 = t / 4 - tx / (4 * d) + ty / (4 * d) - tz / (4 * k)
-    f3 = t / 4 + tx / (4 * d) + ty / (4 * d) + tz / (4 * k)
-    f4 = t / 4 + tx / (4 * d) - ty / (4 * d) - tz / (4 * k)
-    rpm = torch.sqrt(torch.stack((f1, f2, f3, f4), dim=1).clamp(min=0.0) / kf)
-    return (2.0 * rpm / max_rpm - 1.0).clamp(-1.0, 1.0)
+    s1, s2, s3, s4 = ex["rotor_spin"]
+    f1 = t / 4 - tx / (4 * d) - ty / (4 * d) + s1 * tz / (4 * k)
+    f2 = t / 4 - tx / (4 * d) + ty / (4 * d) + s2 * tz / (4 * k)
+    f3 = t / 4 + tx / (4 * d) + ty / (4 * d) + s3 * tz / (4 * k)
+    f4 = t / 4 + tx / (4 * d) - ty / (4 * d) + s4 * tz / (4 * k)
+    thrust_cmd_n = torch.stack((f1, f2, f3, f4), dim=1)
+    return (2.0 * thrust_cmd_n / max_thrust_n - 1.0).clamp(-1.0, 1.0)
 
 
 def _success_rate(env: QuadHover, policy: object, steps: int) -> float:
@@ -334,7 +340,9 @@ def test_task_is_solvable_from_the_policy_observation() -> None:
     """End-to-end check of frames, mixer signs, noise and success metric: a hand-written
     controller that sees only the noisy policy observation succeeds; holding hover does not."""
     env = QuadHover(QuadHoverCfg(), 128, CPU, seed=0)
-    assert _success_rate(env, _cascaded_controller, 550) > 0.8
+    # ~70 %: with the firmware's 0.1125 N per motor (thrust-to-weight 1.7) this controller, which
+    # does not prioritize attitude over thrust when the motors saturate, loses some 90° starts.
+    assert _success_rate(env, _cascaded_controller, 550) > 0.6
     assert _success_rate(env, lambda obs, spec: torch.full((obs.shape[0], 4), spec.extra["hover_action"]), 550) < 0.2
 
 
