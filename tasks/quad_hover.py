@@ -59,11 +59,12 @@ from embodied.tasks.quad_terms import (
     heading_cos_sin,
     noise_std_row,
     obs_fields,
-    orientation_cost,
     policy_terms,
     rot_wb_to_hb,
     terms_dim,
+    tilt_cost,
     vec_w_to_h,
+    yaw_cost,
 )
 
 POLICY_STATE_DIM = STATE_DIM
@@ -151,7 +152,10 @@ class QuadHoverCfg:
     pos_bonus_radius_m: float = 0.05
     """Width r of the precision bonus (m)."""
     orientation_weight: float = 5.0
-    """Weight of 1 - q_w^2 (0 level and heading-aligned, 1 at 180°)."""
+    """Weight of the tilt cost q_x^2 + q_y^2 of R_hb ((1 - cos tilt) / 2: 0 level, 1 upside down)."""
+    yaw_weight: float = 5.0
+    """Weight of the heading error to the setpoint yaw, ``q_z²`` of R_hb (0 aligned, 1 at 180°).
+    Equal to ``orientation_weight`` this is L2F's ``1 - q_w²`` cost."""
     lin_vel_weight: float = 0.1
     """Weight of ||lin_vel_w||^2."""
     action_weight: float = 0.1
@@ -205,6 +209,7 @@ class QuadHoverCfg:
                 "pos_bonus_weight",
                 "pos_bonus_radius_m",
                 "orientation_weight",
+                "yaw_weight",
                 "lin_vel_weight",
                 "action_weight",
                 "termination_penalty",
@@ -338,6 +343,7 @@ class QuadHover:
             pos_bonus=cfg.pos_bonus_weight,
             pos_bonus_inv_2r2=1.0 / (2.0 * cfg.pos_bonus_radius_m**2),
             k_ori=k * cfg.orientation_weight,
+            k_yaw=k * cfg.yaw_weight,
             k_vel=k * cfg.lin_vel_weight,
             k_act=k * cfg.action_weight,
             alive=cfg.reward_constant,
@@ -713,6 +719,7 @@ class CoreConsts(NamedTuple):
     pos_bonus: float
     pos_bonus_inv_2r2: float
     k_ori: float
+    k_yaw: float
     k_vel: float
     k_act: float
     alive: float
@@ -820,7 +827,8 @@ def step_core(
     rot_hb = rot_wb_to_hb(apply_bilinear(quat, quat, *rot_tables), heading)
     reward_terms = {
         "position": pos_err_h.square().sum(dim=1) * c.k_pos,
-        "orientation": orientation_cost(rot_hb) * c.k_ori,
+        "orientation": tilt_cost(rot_hb) * c.k_ori,
+        "yaw": yaw_cost(rot_hb) * c.k_yaw,
         "velocity": state[:, LIN_VEL].square().sum(dim=1) * c.k_vel,
         "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,
         "alive": torch.full_like(episode_step, c.alive, dtype=state.dtype),

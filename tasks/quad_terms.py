@@ -128,7 +128,13 @@ def rot_wb_to_hb(rot_wb: torch.Tensor, heading: torch.Tensor) -> torch.Tensor:
     return torch.cat((c * row0 + s * row1, c * row1 - s * row0, row2), dim=1)
 
 
-def orientation_cost(rot_hb: torch.Tensor) -> torch.Tensor:
-    """``[N]``: ``1 - q_w²`` of the body-to-heading rotation, ``(3 - trace R_hb) / 4``: 0 level
-    and aligned with the setpoint heading, 1 at a 180° rotation (tilt and heading error alike)."""
-    return (3.0 - (rot_hb[:, 0] + rot_hb[:, 4] + rot_hb[:, 8])) * 0.25
+def tilt_cost(rot_hb: torch.Tensor) -> torch.Tensor:
+    """``[N]``: ``(1 - cos tilt) / 2 = q_x² + q_y²`` of the body-to-heading rotation (0 level, 1 upside down)."""
+    return (1.0 - rot_hb[:, 8]) * 0.5
+
+
+def yaw_cost(rot_hb: torch.Tensor) -> torch.Tensor:
+    """``[N]``: ``q_z² = (1 + r22 - r00 - r11) / 4`` of the body-to-heading rotation: ``(1 - cos ψ) / 2``
+    for a pure heading error ψ (0 aligned with the setpoint yaw, 1 at 180°). With
+    :func:`tilt_cost` it sums to ``1 - q_w²``, L2F's orientation cost."""
+    return (1.0 + rot_hb[:, 8] - rot_hb[:, 0] - rot_hb[:, 4]) * 0.25

@@ -215,7 +215,7 @@ def test_reward_terms_sum_to_reward() -> None:
     for _ in range(30):
         _, reward, terminated, _, info = env.step(torch.rand(64, 4, generator=gen) * 2 - 1)
         terms = info["reward_terms"]
-        assert set(terms) == {"position", "orientation", "velocity", "action", "alive", "termination"}
+        assert set(terms) == {"position", "orientation", "yaw", "velocity", "action", "alive", "termination"}
         assert torch.allclose(sum(terms.values()), reward, atol=1e-5)
         assert torch.equal(terms["termination"] != 0, terminated)
 
