@@ -53,6 +53,7 @@ from embodied.sim.quadrotor import (
     require_finite,
     rk4_step,
 )
+from embodied.tasks.quad_gaps import QuadGapCfg, QuadGaps
 from embodied.tasks.quad_terms import (
     STATE_DIM,
     assemble,
@@ -110,6 +111,9 @@ class QuadHoverCfg:
 
     sim: QuadrotorCfg = field(default_factory=QuadrotorCfg)
     """Simulator: physical parameters, randomization, integration, ground, compile."""
+    gaps: QuadGapCfg = field(default_factory=QuadGapCfg)
+    """Reality-gap models (delays, estimator and gyro errors, thrust mismatch, battery sag,
+    ground effect, body drag; ``tasks/quad_gaps.py``), all off by default."""
     episode_steps: int = 500
     """Control steps per episode (5 s at the 10 ms control period)."""
     setpoint_w: tuple[float, float, float] = (0.0, 0.0, 1.0)
@@ -375,6 +379,14 @@ class QuadHover:
         self.yaw_sp_rad = torch.zeros(self.num_envs, dtype=f32, device=self.device)
         """``[N]`` setpoint yaw of each env's episode (rad, world)."""
         self.heading = heading_cos_sin(self.yaw_sp_rad)
+        self.gaps = (
+            QuadGaps(
+                cfg.gaps, self.num_envs, cfg.episode_steps, STATE_DIM, self.hover_action, self.device, self.generator
+            )
+            if cfg.gaps.enabled
+            else None
+        )
+        """Reality-gap state, or None when every gap model is off."""
         self.reset(seed)
 
     # ------------------------------------------------------------------ VecEnv
@@ -399,9 +411,20 @@ class QuadHover:
         where truncated after a full episode and close to the setpoint and level).
         """
         obs_noise = self._draw_obs_noise()
+        action = self.in_layout(action.to(self.device, torch.float32))
+        physics = self.sim.physics_inputs()
+        gaps, motor_action, rpm_limits = self.gaps, None, None
+        if gaps is not None:
+            motor_action = gaps.motor_action(action.clamp(-1.0, 1.0))
+            rpm_limits = gaps.rpm_limits(self.episode_step, self.cfg.sim.params.max_rpm)
+            extra_acc = gaps.extra_acc_w(self.sim.state, self.sim.rot_wb(), self.sim.thrust_coef, self.sim.inv_mass)
+            if extra_acc is not None:  # drag and ground effect join gravity and the disturbance
+                physics = (*physics[:5], self.in_layout(physics[5] + extra_acc), *physics[6:])
         out = self._core(
             self.sim.state,
-            self.in_layout(action.to(self.device, torch.float32)),
+            action,
+            motor_action,
+            rpm_limits,
             self.action_hist,
             self.episode_step,
             self.pos_err_int_h,
@@ -410,7 +433,7 @@ class QuadHover:
             self._setpoint_w,
             self.heading,
             self._terms,
-            self.sim.physics_inputs(),
+            physics,
             self.sim.rot_tables,
             self._consts,
         )
@@ -418,7 +441,11 @@ class QuadHover:
         self.action_hist, self.pos_err_int_h = out["action_hist"], out["pos_err_int_h"]
         terms: dict[str, torch.Tensor] = out["terms"]
         reward, terminated, truncated = out["reward"], out["terminated"], out["truncated"]
-        obs = final_obs = {"policy": out["policy"], "critic": out["critic"]}
+        policy = out["policy"]
+        if gaps is not None:
+            gaps.push(policy[:, :STATE_DIM])
+            policy = gaps.view(policy, STATE_DIM)
+        obs = final_obs = {"policy": policy, "critic": out["critic"]}
         success = self._no_success.expand(self.num_envs)
         done = terminated | truncated
         # On CPU a host check is free and skips the reset on most steps; on accelerators the
@@ -439,6 +466,8 @@ class QuadHover:
             # The step's noise draw is reused: rows of envs that did not end stay identical to
             # final_obs, and the restarted ones get noise independent of their new state.
             obs = self._observe(obs_noise)
+            if gaps is not None:  # restarted envs see their fresh state; the others keep theirs
+                obs["policy"] = torch.where(done.unsqueeze(1), gaps.view(obs["policy"], STATE_DIM), policy)
         info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success}
         return obs, reward, terminated, truncated, info
 
@@ -503,6 +532,7 @@ class QuadHover:
             "episode_step": self.episode_step.clone(),
             "pos_err_int_h": self.pos_err_int_h.clone(),
             "yaw_sp_rad": self.yaw_sp_rad.clone(),
+            "gaps": {} if self.gaps is None else self.gaps.state_dict(),
             "rng": self.generator.get_state(),
             "init_pool": self._pool[self._pool_cursor :].clone(),
         }
@@ -521,6 +551,8 @@ class QuadHover:
         self.pos_err_int_h = integral.to(self.device, torch.float32).clone()
         self.yaw_sp_rad = state.get("yaw_sp_rad", torch.zeros_like(self.yaw_sp_rad)).to(self.device, torch.float32)
         self.heading = heading_cos_sin(self.yaw_sp_rad)
+        if self.gaps is not None:
+            self.gaps.load_state_dict(state.get("gaps", {}))
         self.generator.set_state(state["rng"])
         self._pool = state["init_pool"].to(self.device, torch.float32).clone()
         self._pool_cursor = 0
@@ -531,8 +563,12 @@ class QuadHover:
 
     # ------------------------------------------------------------------ helpers
     def observe(self, noise: bool = True) -> ObsDict:
-        """Observation of the current state (draws observation noise when ``noise``)."""
-        return self._observe(self._draw_obs_noise() if noise else None)
+        """Observation of the current state (draws observation noise when ``noise``); with gap
+        models on, the policy part is what the vehicle sees (delayed, with estimator errors)."""
+        obs = self._observe(self._draw_obs_noise() if noise else None)
+        if self.gaps is not None:
+            obs["policy"] = self.gaps.view(obs["policy"], STATE_DIM)
+        return obs
 
     def _observe(self, obs_noise: torch.Tensor | None) -> ObsDict:
         state = self.sim.state
@@ -702,6 +738,8 @@ class QuadHover:
             self.yaw_sp_rad = torch.where(mask, rows[:, YAW_SP_COL], self.yaw_sp_rad)
             self.heading = heading_cos_sin(self.yaw_sp_rad)
         self._refresh_critic_static()
+        if self.gaps is not None:  # new per-episode draws; delay buffers start at the fresh state
+            self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM])
 
 
 class CoreConsts(NamedTuple):
@@ -790,6 +828,8 @@ def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def step_core(
     state: torch.Tensor,
     action: torch.Tensor,
+    motor_action: torch.Tensor | None,
+    rpm_limits: tuple[torch.Tensor, torch.Tensor] | None,
     action_hist: torch.Tensor,
     episode_step: torch.Tensor,
     pos_err_int_h: torch.Tensor,
@@ -805,14 +845,20 @@ def step_core(
     """Physics, observation, reward terms and termination of one step, as a pure function
     (no randomness, no data-dependent branches) so it can run compiled; resets stay outside.
 
-    ``state [N, 17]``, ``action [N, 4]``, ``action_hist [N, 4H]``, ``episode_step [N]``,
+    ``state [N, 17]``, ``action [N, 4]`` (sent: history and action cost), ``motor_action [N, 4]``
+    (what the motors get, delayed by the gap models; None: ``action``), ``rpm_limits``
+    (``[N, 4]`` setpoint scale and ``[N, 1]`` cap of the gap models, or None),
+    ``action_hist [N, 4H]``, ``episode_step [N]``,
     ``pos_err_int_h [N, 3]``, ``critic_static [N, 12]``, ``setpoint_w [3]``, ``heading [N, 2]``;
     returns the new state, history, counters and integral (updated by the module docstring's
     rule when ``c.integral``), ``pos_err_h``, ``rot_hb``, ``terms`` (dict of ``[N]``),
     ``reward``, ``terminated``, ``truncated``, ``policy`` and ``critic``.
     """
     action = action.clamp(-1.0, 1.0)
-    rpm_cmd = action_to_rpm_cmd(action, c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
+    applied = action if motor_action is None else motor_action
+    rpm_cmd = action_to_rpm_cmd(applied, c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
+    if rpm_limits is not None:  # thrust mismatch (scale) and battery sag (cap) of the gap models
+        rpm_cmd = torch.minimum(rpm_cmd * rpm_limits[0], rpm_limits[1])
     state = rk4_step(state, rpm_cmd, *physics, c.dt_s, c.substeps)
     episode_step = episode_step + 1
     if c.history > 0:
