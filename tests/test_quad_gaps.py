@@ -159,3 +159,6 @@ def test_robust_preset_loads_and_enables_every_model() -> None:
     assert env.step(torch.zeros(4, 4))[0]["policy"].shape == (4, cfg.env.obs_dim)
     with pytest.raises(ConfigError, match="robust"):
         preset_file("quad-hover", "ppo", "nonexistent")
+    from embodied.commands.train import list_presets
+
+    assert "quad_hover: ppo.robust" in list_presets()  # what `embodied train --help` lists
