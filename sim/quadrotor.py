@@ -2,7 +2,8 @@
 
 Frames follow ``docs/conventions.md``: world z up, body FLU, quaternion ``(w, x, y, z)``
 rotating body vectors into the world, motors M1..M4 = front-right, back-right, back-left,
-front-left with M1/M3 spinning clockwise (reaction torque +z on the body).
+front-left; M1/M3 spin counter-clockwise seen from above (reaction torque -z on the body),
+M2/M4 clockwise (+z), as on the real Crazyflie 2.x.
 
 The state of ``N`` vehicles is one packed float32 tensor ``[N, 17]``::
 
@@ -38,6 +39,23 @@ RPM = slice(13, 17)
 
 RPM_TO_RAD_S = 2.0 * math.pi / 60.0
 
+ROTOR_SPIN: tuple[float, float, float, float] = (-1.0, 1.0, -1.0, 1.0)
+"""Sign of each rotor's reaction (drag) torque about body z, M1..M4: M1/M3 spin counter-clockwise
+seen from above (-z on the body), M2/M4 clockwise (+z). Crazyflie 2.x, docs/conventions.md."""
+
+
+def require_finite(where: str, values: dict[str, Any], *, positive: bool = False, non_negative: bool = False) -> None:
+    """Raise :class:`ConfigError` naming the first entry of ``values`` (scalars or tuples of
+    them) that is NaN/inf, or not > 0 (``positive``) / not >= 0 (``non_negative``)."""
+    for name, value in values.items():
+        for v in value if isinstance(value, tuple | list) else (value,):
+            if not isinstance(v, int | float) or not math.isfinite(v):
+                raise ConfigError(f"{where}: {name} must be a finite number, got {value!r}")
+            if positive and not v > 0.0:
+                raise ConfigError(f"{where}: {name} must be > 0, got {value!r}")
+            if non_negative and not v >= 0.0:
+                raise ConfigError(f"{where}: {name} must be >= 0, got {value!r}")
+
 
 @dataclass(frozen=True)
 class QuadrotorParams:
@@ -52,9 +70,15 @@ class QuadrotorParams:
     thrust_coef_n_per_rpm2: float = 3.16e-10
     """Rotor thrust = coef * rpm^2 (N)."""
     torque_to_thrust_m: float = 0.005964
-    """Rotor drag (yaw) torque = ratio * thrust (N m per N)."""
+    """Rotor drag (yaw) torque = ratio * thrust (N m per N), sign per rotor from ROTOR_SPIN."""
     max_rpm: float = 21702.0
-    """Motor speed at full command; commands map linearly from [-1, 1] to [0, max_rpm]."""
+    """Motor speed limit; ``thrust_coef * max_rpm^2`` (0.149 N) must reach ``max_thrust_per_motor_n``."""
+    max_thrust_per_motor_n: float = 0.1125
+    """Thrust command at action +1 (the firmware's THRUST_MAX; the smallest of the accepted
+    firmware versions, docs/conventions.md)."""
+    min_thrust_per_motor_n: float = 0.02
+    """Thrust commands below this produce no thrust (the firmware's THRUST_MIN cut in its
+    battery compensation; the largest of the accepted firmware versions)."""
     motor_tau_s: float = 0.05
     """First-order motor time constant. L2F's code uses 0.15 s, which is deliberately slow;
     the Crazyflie's brushed 7 mm coreless motors with 45 mm propellers spin up in a few tens of
@@ -63,30 +87,72 @@ class QuadrotorParams:
     """Magnitude of gravity, acting along world -z."""
 
     def __post_init__(self) -> None:
-        positive = {
-            "mass_kg": self.mass_kg,
-            "arm_length_m": self.arm_length_m,
-            "thrust_coef_n_per_rpm2": self.thrust_coef_n_per_rpm2,
-            "max_rpm": self.max_rpm,
-            "motor_tau_s": self.motor_tau_s,
-        }
-        for name, value in positive.items():
-            if not value > 0.0:
-                raise ConfigError(f"quadrotor params: {name} must be > 0, got {value!r}")
-        if len(self.inertia_kgm2) != 3 or min(self.inertia_kgm2) <= 0.0:
-            raise ConfigError(f"quadrotor params: inertia_kgm2 needs 3 positive values, got {self.inertia_kgm2}")
-        if self.gravity_mps2 < 0.0:
-            raise ConfigError(f"quadrotor params: gravity_mps2 must be >= 0, got {self.gravity_mps2}")
+        where = "quadrotor params"
+        require_finite(
+            where,
+            {
+                "mass_kg": self.mass_kg,
+                "inertia_kgm2": tuple(self.inertia_kgm2),
+                "arm_length_m": self.arm_length_m,
+                "thrust_coef_n_per_rpm2": self.thrust_coef_n_per_rpm2,
+                "max_rpm": self.max_rpm,
+                "max_thrust_per_motor_n": self.max_thrust_per_motor_n,
+                "motor_tau_s": self.motor_tau_s,
+            },
+            positive=True,
+        )
+        require_finite(
+            where,
+            {
+                "torque_to_thrust_m": self.torque_to_thrust_m,
+                "min_thrust_per_motor_n": self.min_thrust_per_motor_n,
+                "gravity_mps2": self.gravity_mps2,
+            },
+            non_negative=True,
+        )
+        if len(self.inertia_kgm2) != 3:
+            raise ConfigError(f"{where}: inertia_kgm2 needs 3 positive values, got {self.inertia_kgm2}")
+        if not self.min_thrust_per_motor_n < self.max_thrust_per_motor_n:
+            raise ConfigError(
+                f"{where}: min_thrust_per_motor_n ({self.min_thrust_per_motor_n}) must be below "
+                f"max_thrust_per_motor_n ({self.max_thrust_per_motor_n})"
+            )
+        if self.thrust_coef_n_per_rpm2 * self.max_rpm**2 < self.max_thrust_per_motor_n:
+            raise ConfigError(
+                f"{where}: the motors cannot reach max_thrust_per_motor_n = {self.max_thrust_per_motor_n} N: "
+                f"thrust_coef_n_per_rpm2 * max_rpm^2 = {self.thrust_coef_n_per_rpm2 * self.max_rpm**2:.4g} N"
+            )
+
+    @property
+    def hover_thrust_per_motor_n(self) -> float:
+        """Thrust per rotor that carries the nominal weight (m g / 4)."""
+        return self.mass_kg * self.gravity_mps2 / 4.0
 
     @property
     def hover_rpm(self) -> float:
         """Motor speed at which four rotors carry the nominal weight."""
-        return math.sqrt(self.mass_kg * self.gravity_mps2 / (4.0 * self.thrust_coef_n_per_rpm2))
+        return math.sqrt(self.hover_thrust_per_motor_n / self.thrust_coef_n_per_rpm2)
 
     @property
     def hover_action(self) -> float:
-        """Normalized command in [-1, 1] that produces :attr:`hover_rpm` (0.334 for the defaults)."""
-        return 2.0 * self.hover_rpm / self.max_rpm - 1.0
+        """Action in [-1, 1] whose thrust command carries the nominal weight:
+        ``2 (m g / 4) / max_thrust - 1`` (0.177 for the defaults)."""
+        return 2.0 * self.hover_thrust_per_motor_n / self.max_thrust_per_motor_n - 1.0
+
+
+def action_to_rpm_cmd(
+    action: torch.Tensor, max_thrust_n: float, min_thrust_n: float, inv_thrust_coef: float, max_rpm: float
+) -> torch.Tensor:
+    """Policy action ``[N, 4]`` in [-1, 1] -> motor speed setpoints ``[N, 4]`` (rpm), pure.
+
+    The thrust command ``T = (a + 1) / 2 * max_thrust_n`` (what the firmware applies), zero
+    below ``min_thrust_n`` (the firmware's cut), then ``rpm = sqrt(T / k_f)`` with the nominal
+    thrust coefficient (the firmware's thrust-to-PWM curve knows no per-vehicle deviation; a
+    randomized or mismatched ``k_f`` in the physics then gives a different real thrust).
+    """
+    thrust_n = (action.clamp(-1.0, 1.0) + 1.0) * (0.5 * max_thrust_n)
+    rpm = torch.sqrt(thrust_n * inv_thrust_coef).clamp(max=max_rpm)
+    return torch.where(thrust_n >= min_thrust_n, rpm, torch.zeros_like(rpm))
 
 
 @dataclass(frozen=True)
@@ -106,6 +172,7 @@ class RandomizationCfg:
     def __post_init__(self) -> None:
         for name in ("mass_scale", "inertia_scale", "thrust_coef_scale", "motor_tau_scale"):
             low, high = getattr(self, name)
+            require_finite("quadrotor randomization", {name: (low, high)})
             if not 0.0 < low <= high:
                 raise ConfigError(f"quadrotor randomization: {name} needs 0 < low <= high, got {(low, high)}")
 
@@ -141,8 +208,9 @@ class QuadrotorCfg:
     compiles its whole step (physics, observation, reward, termination)."""
 
     def __post_init__(self) -> None:
-        if not self.dt_s > 0.0:
-            raise ConfigError(f"quadrotor: dt_s must be > 0, got {self.dt_s}")
+        require_finite("quadrotor", {"dt_s": self.dt_s}, positive=True)
+        if self.ground_z_m is not None:
+            require_finite("quadrotor", {"ground_z_m": self.ground_z_m})
         if self.substeps < 1:
             raise ConfigError(f"quadrotor: substeps must be >= 1, got {self.substeps}")
         fastest_tau_s = self.params.motor_tau_s * self.randomization.motor_tau_scale[0]
@@ -256,13 +324,12 @@ def mixer_matrix(params: QuadrotorParams) -> torch.Tensor:
     """``[4, 4]`` map from rotor thrusts (M1..M4, N) to ``(thrust_z, tau_x, tau_y, tau_z)`` in body.
 
     Row i is rotor i. Rotor i at body ``(r_x, r_y, 0)`` pushing ``(0, 0, f)`` gives torque
-    ``(r_y f, -r_x f, 0)``; clockwise rotors (M1, M3) react with ``+ratio * f`` about z.
+    ``(r_y f, -r_x f, 0)`` and a reaction torque ``ROTOR_SPIN[i] * ratio * f`` about z.
     """
     d = params.arm_length_m / math.sqrt(2.0)
     k = params.torque_to_thrust_m
     pos_xy = [(d, -d), (-d, -d), (-d, d), (d, d)]
-    yaw_sign = [1.0, -1.0, 1.0, -1.0]
-    rows = [[1.0, ry, -rx, k * s] for (rx, ry), s in zip(pos_xy, yaw_sign)]
+    rows = [[1.0, ry, -rx, k * s] for (rx, ry), s in zip(pos_xy, ROTOR_SPIN)]
     return torch.tensor(rows, dtype=torch.float64)
 
 
@@ -596,6 +663,13 @@ class Quadrotor:
         return self.state[:, 2] <= self.cfg.ground_z_m
 
     # ----------------------------------------------------------------- stepping
+    def rpm_cmd_from_action(self, action: torch.Tensor) -> torch.Tensor:
+        """``[N, 4]`` rpm setpoints for policy actions ``[N, 4]`` (:func:`action_to_rpm_cmd`)."""
+        p = self.cfg.params
+        return action_to_rpm_cmd(
+            action, p.max_thrust_per_motor_n, p.min_thrust_per_motor_n, 1.0 / p.thrust_coef_n_per_rpm2, p.max_rpm
+        )
+
     def step(self, rpm_cmd: torch.Tensor) -> torch.Tensor:
         """Advance ``dt_s`` holding ``rpm_cmd [N, 4]`` (clamped to [0, max_rpm]); returns the new state."""
         if self.column_major:  # one op that clamps and transposes into the reused buffer

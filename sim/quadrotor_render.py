@@ -88,7 +88,7 @@ def render_frame(
     """One ``[H, W, 3]`` uint8 BGR image of the quadrotor at ``position_w [3]``, ``quat_wb [4]``.
 
     Draws a ground grid, the setpoint (orange cross), the past path ``trail_w [K, 3]``, the
-    arms and rotors (M1/M3 clockwise in red, M2/M4 in blue) and the body axes (x red, y green,
+    arms and rotors (M1/M3 counter-clockwise in red, M2/M4 clockwise in blue) and the body axes (x red, y green,
     z blue). The vehicle is drawn ``drone_scale`` times its size so a 92 mm frame stays visible.
     """
     setpoint = np.asarray(setpoint_w, dtype=np.float64)

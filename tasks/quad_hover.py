@@ -5,9 +5,15 @@ moving and spinning), last 500 control steps of 10 ms, and end early when any po
 leaves a box around the setpoint. Observation and action layouts follow ``docs/conventions.md``
 so the firmware can assemble the same observation on board.
 
+Every episode draws a setpoint yaw ``yaw_sp_rad`` per env (uniform in
+``setpoint_yaw_rad ± setpoint_yaw_range_rad``) and an initial yaw relative to it (uniform in
+``± init_yaw_range_rad``, before the random tilt). The policy observation is expressed in the
+setpoint's heading frame (``tasks/quad_terms.py``, docs/conventions.md), so the full yaw range is
+one task to the policy.
+
 Optional position-error integral (``pos_err_integral: true``): a per-env state
-``pos_err_int_w [N, 3]`` (m*s, world) that is zero at every episode start and, after each
-physics step, is updated from the new (noise-free) position error ``e = pos_w - setpoint_w``::
+``pos_err_int_h [N, 3]`` (m*s, heading frame) that is zero at every episode start and, after each
+physics step, is updated from the new (noise-free) position error ``e = R_whᵀ (pos_w - setpoint_w)``::
 
     I <- clamp(decay * I + dt_s * e, -limit, +limit)      per axis, float32
 
@@ -30,42 +36,73 @@ import torch
 
 from embodied.config import ConfigError, to_plain
 from embodied.env import ObsDict, StepResult
-from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.io_spec import ActionField, IOSpec
 from embodied.sim.quadrotor import (
     ANG_VEL,
     LIN_VEL,
     POS,
     QUAT,
+    ROTOR_SPIN,
     RPM,
     LayoutTensor,
     PhysicsInputs,
     Quadrotor,
     QuadrotorCfg,
     Tables,
+    action_to_rpm_cmd,
     apply_bilinear,
+    require_finite,
     rk4_step,
 )
+from embodied.tasks.quad_gaps import QuadGapCfg, QuadGaps
+from embodied.tasks.quad_terms import (
+    STATE_DIM,
+    assemble,
+    heading_cos_sin,
+    noise_std_row,
+    obs_fields,
+    policy_terms,
+    rot_wb_to_hb,
+    terms_dim,
+    tilt_cost,
+    vec_w_to_h,
+    yaw_cost,
+)
 
-POLICY_STATE_DIM = 18
-"""pos_err_w (3) + rot_wb (9) + lin_vel_w (3) + ang_vel_b (3)."""
+POLICY_STATE_DIM = STATE_DIM
+"""pos_err_h (3) + rot_hb (9) + lin_vel_h (3) + ang_vel_b (3) (``quad_terms.STATE_TERMS``)."""
 CRITIC_DIM = POLICY_STATE_DIM + 4 + 6 + 6
 """Noise-free state, normalized motor speeds (4), parameter scales - 1 (6), disturbance force/torque (6);
 ``QuadHoverCfg.critic_dim`` adds the position-error integral (3) when it is enabled."""
 POS_ERR_INT_DIM = 3
-"""Size of the optional ``pos_err_int_w`` field (world x, y, z)."""
+"""Size of the optional ``pos_err_int_h`` field (heading x, y, z)."""
 
-INIT_ROW_DIM = 17 + 6 + 6
-"""One initial condition: packed sim state (17), parameter scales (6), force_w and torque_b (6)."""
+INIT_ROW_DIM = 17 + 6 + 6 + 1
+"""One initial condition: packed sim state (17), parameter scales (6), force_w and torque_b (6),
+setpoint yaw (1)."""
+YAW_SP_COL = 29
+"""Column of the setpoint yaw (rad) in an initial-condition row."""
+
+ENVELOPE_MAX_TILT_RAD = 1.6
+"""Tilt bound written to ``extra.envelope`` (C4): the initial attitudes reach 90° and recoveries
+overshoot a little; beyond this the policy has not been trained."""
+ENVELOPE_ANG_VEL_MARGIN_RAD_S = 9.0
+"""Added to the largest initial body rate for ``extra.envelope.ang_vel_rad_s`` (recoveries from
+90° tilts spin far faster than the initial rates)."""
+ENVELOPE_LIN_VEL_MARGIN_MPS = 2.0
+"""Added to the largest initial speed per axis for ``extra.envelope.lin_vel_m_s``."""
 
 CONVENTIONS: dict[str, str] = {
     "world_frame": "right-handed, z up, gravity along -z",
     "body_frame": "FLU: x forward, y left, z up",
     "quaternion": "(w, x, y, z), body -> world",
-    "rotation_matrix": "R_wb (body -> world), row-major",
-    "lin_vel": "world frame, m/s",
+    "rotation_matrix": "R_hb = R_wh^T R_wb (body -> heading), row-major",
+    "heading_frame": "world rotated about z by the setpoint yaw: R_wh = Rz(yaw_sp_rad)",
+    "lin_vel": "heading frame, m/s",
     "ang_vel": "body frame, rad/s",
-    "motor_order": "M1 front-right CW, M2 back-right CCW, M3 back-left CW, M4 front-left CCW",
-    "action": "rpm = (a + 1) / 2 * max_rpm per motor, M1..M4",
+    "motor_order": "M1 front-right CCW, M2 back-right CW, M3 back-left CCW, M4 front-left CW (seen from above)",
+    "action": "thrust command T = (a + 1) / 2 * max_thrust_per_motor_n per motor (N), M1..M4; "
+    "T < min_thrust_per_motor_n gives no thrust",
 }
 
 
@@ -75,6 +112,9 @@ class QuadHoverCfg:
 
     sim: QuadrotorCfg = field(default_factory=QuadrotorCfg)
     """Simulator: physical parameters, randomization, integration, ground, compile."""
+    gaps: QuadGapCfg = field(default_factory=QuadGapCfg)
+    """Reality-gap models (delays, estimator and gyro errors, thrust mismatch, battery sag,
+    ground effect, body drag; ``tasks/quad_gaps.py``), all off by default."""
     episode_steps: int = 500
     """Control steps per episode (5 s at the 10 ms control period)."""
     setpoint_w: tuple[float, float, float] = (0.0, 0.0, 1.0)
@@ -91,8 +131,15 @@ class QuadHoverCfg:
     """Initial linear velocity uniform within ± this per world axis."""
     init_ang_vel_rad_s: float = 1.0
     """Initial angular velocity uniform within ± this per body axis."""
+    setpoint_yaw_rad: float = 0.0
+    """Centre of the setpoint yaw distribution (rad, world)."""
+    setpoint_yaw_range_rad: float = math.pi
+    """Setpoint yaw uniform within ± this around ``setpoint_yaw_rad`` per episode; 0 fixes it."""
+    init_yaw_range_rad: float = math.pi
+    """Initial yaw relative to the setpoint yaw, uniform within ± this (the whole circle by
+    default: a real vehicle may start at any heading relative to its target)."""
     obs_noise_std: tuple[float, float, float, float] = (0.001, 0.001, 0.002, 0.002)
-    """Gaussian noise σ on the policy's pos_err_w, rot_wb, lin_vel_w, ang_vel_b (L2F values)."""
+    """Gaussian noise σ on the policy's pos_err_h, rot_hb, lin_vel_h, ang_vel_b (L2F values)."""
     disturbance_force_std_n: float = 0.0132
     """Per-episode constant world force on each env, N(0, σ) per axis."""
     disturbance_torque_std_nm: float = 2.6e-5
@@ -110,7 +157,10 @@ class QuadHoverCfg:
     pos_bonus_radius_m: float = 0.05
     """Width r of the precision bonus (m)."""
     orientation_weight: float = 5.0
-    """Weight of 1 - q_w^2 (0 level and heading-aligned, 1 at 180°)."""
+    """Weight of the tilt cost q_x^2 + q_y^2 of R_hb ((1 - cos tilt) / 2: 0 level, 1 upside down)."""
+    yaw_weight: float = 5.0
+    """Weight of the heading error to the setpoint yaw, ``q_z²`` of R_hb (0 aligned, 1 at 180°).
+    Equal to ``orientation_weight`` this is L2F's ``1 - q_w²`` cost."""
     lin_vel_weight: float = 0.1
     """Weight of ||lin_vel_w||^2."""
     action_weight: float = 0.1
@@ -124,7 +174,7 @@ class QuadHoverCfg:
     success_max_tilt_rad: float = math.radians(10.0)
     """Success: tilt (angle between body z and world z) at the end below this."""
     pos_err_integral: bool = False
-    """Add ``pos_err_int_w`` (leaky, clamped integral of the position error; module docstring)
+    """Add ``pos_err_int_h`` (leaky, clamped integral of the position error; module docstring)
     to the policy and critic observations, so a policy can cancel the constant disturbance force."""
     pos_err_integral_limit_ms: float = 0.5
     """Clamp of each integral axis (m*s). With the default 2 s time constant the steady-state
@@ -143,6 +193,40 @@ class QuadHoverCfg:
                 raise ConfigError(f"quad-hover: {msg}")
 
         need(self.episode_steps >= 1, f"episode_steps must be >= 1, got {self.episode_steps}")
+        finite = {
+            k: getattr(self, k)
+            for k in (
+                "setpoint_w",
+                "setpoint_yaw_rad",
+                "setpoint_yaw_range_rad",
+                "init_yaw_range_rad",
+                "init_level_fraction",
+                "init_pos_range_m",
+                "init_max_angle_rad",
+                "init_lin_vel_mps",
+                "init_ang_vel_rad_s",
+                "obs_noise_std",
+                "disturbance_force_std_n",
+                "disturbance_torque_std_nm",
+                "reward_constant",
+                "reward_scale",
+                "pos_weight",
+                "pos_bonus_weight",
+                "pos_bonus_radius_m",
+                "orientation_weight",
+                "yaw_weight",
+                "lin_vel_weight",
+                "action_weight",
+                "termination_penalty",
+                "position_bound_m",
+                "success_radius_m",
+                "success_max_tilt_rad",
+                "pos_err_integral_decay",
+            )
+        }
+        require_finite("quad-hover", {k: tuple(v) if isinstance(v, list) else v for k, v in finite.items()})
+        for name in ("setpoint_yaw_range_rad", "init_yaw_range_rad"):
+            need(0.0 <= getattr(self, name) <= math.pi, f"{name} must be in [0, pi], got {getattr(self, name)}")
         need(self.action_history >= 0, f"action_history must be >= 0, got {self.action_history}")
         need(0.0 <= self.init_level_fraction <= 1.0, "init_level_fraction must be in [0, 1]")
         for name in (
@@ -187,9 +271,14 @@ class QuadHoverCfg:
         return POS_ERR_INT_DIM if self.pos_err_integral else 0
 
     @property
+    def policy_terms(self) -> tuple[Any, ...]:
+        """The policy observation's terms (``quad_terms.policy_terms``), in order."""
+        return policy_terms(self.pos_err_integral, self.action_history)
+
+    @property
     def obs_dim(self) -> int:
         """Size of the policy observation: 18 (+ 3 with the integral) + 4 H."""
-        return POLICY_STATE_DIM + self.integral_dim + 4 * self.action_history
+        return terms_dim(self.policy_terms)
 
     @property
     def critic_dim(self) -> int:
@@ -203,16 +292,18 @@ class QuadHover:
     Observation groups: ``"policy"`` ``[N, 18 + 4H]`` (conventions.md layout, noisy) and
     ``"critic"`` ``[N, 34]`` (noise-free state 18, motor speeds mapped to [-1, 1] 4, parameter
     scales - 1 6, disturbance force and torque divided by their σ 6). Actions ``[N, 4]`` in [-1, 1].
-    With ``pos_err_integral`` both groups get ``pos_err_int_w`` (3, noise-free) right after the
+    With ``pos_err_integral`` both groups get ``pos_err_int_h`` (3, noise-free) right after the
     18 state entries: policy ``[N, 21 + 4H]``, critic ``[N, 37]``.
     """
 
     action_hist = LayoutTensor()
     """``[N, 4H]`` previous actions, newest first. Like the integral it is kept in the
     simulator's layout on every assignment, so the compiled step's stride guards never fail."""
-    pos_err_int_w = LayoutTensor()
-    """``[N, 3]`` leaky integral of the position error (m*s, world); stays zero unless
+    pos_err_int_h = LayoutTensor()
+    """``[N, 3]`` leaky integral of the position error (m*s, heading frame); stays zero unless
     ``cfg.pos_err_integral``."""
+    heading = LayoutTensor()
+    """``[N, 2]`` (cos, sin) of each env's setpoint yaw (``quad_terms.heading_cos_sin``)."""
 
     def __init__(self, cfg: QuadHoverCfg, num_envs: int, device: torch.device, seed: int) -> None:
         self.cfg = cfg
@@ -231,11 +322,9 @@ class QuadHover:
         self.hover_action = p.hover_action
         self._rpm_per_action = 0.5 * p.max_rpm
         self._setpoint_w = torch.tensor(cfg.setpoint_w, dtype=f32, device=self.device)
-        noise = cfg.obs_noise_std
-        self._noise_std = torch.tensor(
-            [noise[0]] * 3 + [noise[1]] * 9 + [noise[2]] * 3 + [noise[3]] * 3, dtype=f32, device=self.device
-        )
-        self._noisy = max(noise) > 0.0
+        self._terms = cfg.policy_terms
+        self._noise_std = torch.tensor(noise_std_row(self._terms, cfg.obs_noise_std), dtype=f32, device=self.device)
+        self._noisy = max(cfg.obs_noise_std) > 0.0
         self._disturb_std = torch.tensor(
             [cfg.disturbance_force_std_n] * 3 + [cfg.disturbance_torque_std_nm] * 3, dtype=f32, device=self.device
         )
@@ -250,11 +339,16 @@ class QuadHover:
             dt_s=cfg.sim.dt_s,
             substeps=cfg.sim.substeps,
             rpm_per_action=self._rpm_per_action,
+            max_thrust_n=p.max_thrust_per_motor_n,
+            min_thrust_n=p.min_thrust_per_motor_n,
+            inv_thrust_coef=1.0 / p.thrust_coef_n_per_rpm2,
+            max_rpm=p.max_rpm,
             hover_action=self.hover_action,
             k_pos=k * cfg.pos_weight,
             pos_bonus=cfg.pos_bonus_weight,
             pos_bonus_inv_2r2=1.0 / (2.0 * cfg.pos_bonus_radius_m**2),
             k_ori=k * cfg.orientation_weight,
+            k_yaw=k * cfg.yaw_weight,
             k_vel=k * cfg.lin_vel_weight,
             k_act=k * cfg.action_weight,
             alive=cfg.reward_constant,
@@ -282,7 +376,18 @@ class QuadHover:
         self.action_hist = torch.zeros(self.num_envs, 4 * cfg.action_history, dtype=f32, device=self.device)
         self.episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         """``[N]`` steps taken in the current episode."""
-        self.pos_err_int_w = torch.zeros(self.num_envs, POS_ERR_INT_DIM, dtype=f32, device=self.device)
+        self.pos_err_int_h = torch.zeros(self.num_envs, POS_ERR_INT_DIM, dtype=f32, device=self.device)
+        self.yaw_sp_rad = torch.zeros(self.num_envs, dtype=f32, device=self.device)
+        """``[N]`` setpoint yaw of each env's episode (rad, world)."""
+        self.heading = heading_cos_sin(self.yaw_sp_rad)
+        self.gaps = (
+            QuadGaps(
+                cfg.gaps, self.num_envs, cfg.episode_steps, STATE_DIM, self.hover_action, self.device, self.generator
+            )
+            if cfg.gaps.enabled
+            else None
+        )
+        """Reality-gap state, or None when every gap model is off."""
         self.reset(seed)
 
     # ------------------------------------------------------------------ VecEnv
@@ -307,35 +412,52 @@ class QuadHover:
         where truncated after a full episode and close to the setpoint and level).
         """
         obs_noise = self._draw_obs_noise()
+        action = self.in_layout(action.to(self.device, torch.float32))
+        physics = self.sim.physics_inputs()
+        gaps, motor_action, rpm_limits = self.gaps, None, None
+        if gaps is not None:
+            motor_action = gaps.motor_action(action.clamp(-1.0, 1.0))
+            rpm_limits = gaps.rpm_limits(self.episode_step, self.cfg.sim.params.max_rpm)
+            extra_acc = gaps.extra_acc_w(self.sim.state, self.sim.rot_wb(), self.sim.thrust_coef, self.sim.inv_mass)
+            if extra_acc is not None:  # drag and ground effect join gravity and the disturbance
+                physics = (*physics[:5], self.in_layout(physics[5] + extra_acc), *physics[6:])
         out = self._core(
             self.sim.state,
-            self.in_layout(action.to(self.device, torch.float32)),
+            action,
+            motor_action,
+            rpm_limits,
             self.action_hist,
             self.episode_step,
-            self.pos_err_int_w,
+            self.pos_err_int_h,
             self._critic_static,
             obs_noise,
             self._setpoint_w,
-            self.sim.physics_inputs(),
+            self.heading,
+            self._terms,
+            physics,
             self.sim.rot_tables,
             self._consts,
         )
         self.sim.state, self.episode_step = out["state"], out["episode_step"]
-        self.action_hist, self.pos_err_int_w = out["action_hist"], out["pos_err_int_w"]
+        self.action_hist, self.pos_err_int_h = out["action_hist"], out["pos_err_int_h"]
         terms: dict[str, torch.Tensor] = out["terms"]
         reward, terminated, truncated = out["reward"], out["terminated"], out["truncated"]
-        obs = final_obs = {"policy": out["policy"], "critic": out["critic"]}
+        policy = out["policy"]
+        if gaps is not None:
+            gaps.push(policy[:, :STATE_DIM])
+            policy = gaps.view(policy, STATE_DIM)
+        obs = final_obs = {"policy": policy, "critic": out["critic"]}
         success = self._no_success.expand(self.num_envs)
         done = terminated | truncated
         # On CPU a host check is free and skips the reset on most steps; on accelerators the
         # masked reset runs unconditionally so stepping never waits for the device.
         host = self._host_checks
         if not host or bool(done.any()):
-            pos_err_w, rot_wb = out["pos_err_w"], out["rot_wb"]
+            pos_err_h, rot_hb = out["pos_err_h"], out["rot_hb"]
             success = (
                 truncated
-                & (pos_err_w.square().sum(dim=1) < self.cfg.success_radius_m**2)
-                & (rot_wb[:, 8] > self._cos_success_tilt)
+                & (pos_err_h.square().sum(dim=1) < self.cfg.success_radius_m**2)
+                & (rot_hb[:, 8] > self._cos_success_tilt)
             )
             if not host or not bool(torch.isfinite(reward).all()):
                 final_obs = {k: _finite(v) for k, v in obs.items()}
@@ -345,49 +467,25 @@ class QuadHover:
             # The step's noise draw is reused: rows of envs that did not end stay identical to
             # final_obs, and the restarted ones get noise independent of their new state.
             obs = self._observe(obs_noise)
+            if gaps is not None:  # restarted envs see their fresh state; the others keep theirs
+                obs["policy"] = torch.where(done.unsqueeze(1), gaps.view(obs["policy"], STATE_DIM), policy)
         info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success}
         return obs, reward, terminated, truncated, info
 
     def io_spec(self) -> IOSpec:
         """Policy observation/action fields, control period, conventions and on-board constants."""
         cfg, p = self.cfg, self.cfg.sim.params
-        obs_fields: tuple[ObsField, ...] = (
-            ObsField("pos_err_w", 3, "m", "world", description="position - setpoint"),
-            ObsField("rot_wb", 9, "", "body->world", description="rotation matrix, row-major"),
-            ObsField("lin_vel_w", 3, "m/s", "world"),
-            ObsField("ang_vel_b", 3, "rad/s", "body"),
-        )
-        if cfg.pos_err_integral:
-            obs_fields += (
-                ObsField(
-                    "pos_err_int_w",
-                    POS_ERR_INT_DIM,
-                    "m*s",
-                    "world",
-                    description=(
-                        "leaky clamped integral of pos_err_w: zero at reset, then after every control step "
-                        "I = clamp(decay * I + dt_s * pos_err_w, -limit, limit) per axis with the new error "
-                        "(extra: pos_err_int_decay, pos_err_int_limit_ms, pos_err_int_dt_s); no noise"
-                    ),
-                ),
-            )
-        if cfg.action_history > 0:
-            obs_fields += (
-                ObsField(
-                    "prev_actions",
-                    4 * cfg.action_history,
-                    "normalized",
-                    "",
-                    description=f"last {cfg.action_history} actions sent, newest first, M1..M4 each",
-                ),
-            )
+        fields = obs_fields(self._terms)
         action = ActionField(
-            "motor_rpm",
+            "motor_thrust",
             4,
-            "rpm",
-            scale=0.5 * p.max_rpm,
-            offset=0.5 * p.max_rpm,
-            description="motor speed setpoints M1..M4",
+            "N",
+            scale=0.5 * p.max_thrust_per_motor_n,
+            offset=0.5 * p.max_thrust_per_motor_n,
+            description=(
+                "per-motor thrust commands M1..M4 (firmware: normalizedForces = T / THRUST_MAX); "
+                "below min_thrust_per_motor_n the motor stops"
+            ),
         )
         extra: dict[str, Any] = {
             "action_history": cfg.action_history,
@@ -395,6 +493,9 @@ class QuadHover:
             "max_rpm": p.max_rpm,
             "hover_rpm": p.hover_rpm,
             "hover_action": p.hover_action,
+            "max_thrust_per_motor_n": p.max_thrust_per_motor_n,
+            "min_thrust_per_motor_n": p.min_thrust_per_motor_n,
+            "rotor_spin": list(ROTOR_SPIN),
             "mass_kg": p.mass_kg,
             "inertia_kgm2": list(p.inertia_kgm2),
             "arm_length_m": p.arm_length_m,
@@ -403,6 +504,13 @@ class QuadHover:
             "motor_tau_s": p.motor_tau_s,
             "gravity_mps2": p.gravity_mps2,
             "setpoint_w": list(cfg.setpoint_w),
+            "heading_frame": "setpoint_yaw",
+            "envelope": {
+                "pos_err_m": cfg.position_bound_m,
+                "tilt_rad": ENVELOPE_MAX_TILT_RAD,
+                "ang_vel_rad_s": cfg.init_ang_vel_rad_s * math.sqrt(3.0) + ENVELOPE_ANG_VEL_MARGIN_RAD_S,
+                "lin_vel_m_s": cfg.init_lin_vel_mps + ENVELOPE_LIN_VEL_MARGIN_MPS,
+            },
             "position_bound_m": cfg.position_bound_m,
             "obs_noise_std": list(cfg.obs_noise_std),
             "episode_steps": cfg.episode_steps,
@@ -415,7 +523,7 @@ class QuadHover:
                 "pos_err_int_limit_ms": float(cfg.pos_err_integral_limit_ms),
                 "pos_err_int_dt_s": float(self.dt),
             }
-        return IOSpec(obs_fields, (action,), self.dt, dict(CONVENTIONS), extra)
+        return IOSpec(fields, (action,), self.dt, dict(CONVENTIONS), extra)
 
     def state_dict(self) -> dict[str, Any]:
         """Physics, parameters, disturbances, action history, step counters and RNG state."""
@@ -423,7 +531,9 @@ class QuadHover:
             "sim": self.sim.state_dict(),
             "action_hist": self.action_hist.clone(),
             "episode_step": self.episode_step.clone(),
-            "pos_err_int_w": self.pos_err_int_w.clone(),
+            "pos_err_int_h": self.pos_err_int_h.clone(),
+            "yaw_sp_rad": self.yaw_sp_rad.clone(),
+            "gaps": {} if self.gaps is None else self.gaps.state_dict(),
             "rng": self.generator.get_state(),
             "init_pool": self._pool[self._pool_cursor :].clone(),
         }
@@ -438,8 +548,12 @@ class QuadHover:
         self.action_hist = state["action_hist"].to(self.device, torch.float32).clone()
         self.episode_step = state["episode_step"].to(self.device, torch.long).clone()
         # Checkpoints from before the integral existed resume with it at zero.
-        integral = state.get("pos_err_int_w", torch.zeros_like(self.pos_err_int_w))
-        self.pos_err_int_w = integral.to(self.device, torch.float32).clone()
+        integral = state.get("pos_err_int_h", torch.zeros_like(self.pos_err_int_h))
+        self.pos_err_int_h = integral.to(self.device, torch.float32).clone()
+        self.yaw_sp_rad = state.get("yaw_sp_rad", torch.zeros_like(self.yaw_sp_rad)).to(self.device, torch.float32)
+        self.heading = heading_cos_sin(self.yaw_sp_rad)
+        if self.gaps is not None:
+            self.gaps.load_state_dict(state.get("gaps", {}))
         self.generator.set_state(state["rng"])
         self._pool = state["init_pool"].to(self.device, torch.float32).clone()
         self._pool_cursor = 0
@@ -450,17 +564,23 @@ class QuadHover:
 
     # ------------------------------------------------------------------ helpers
     def observe(self, noise: bool = True) -> ObsDict:
-        """Observation of the current state (draws observation noise when ``noise``)."""
-        return self._observe(self._draw_obs_noise() if noise else None)
+        """Observation of the current state (draws observation noise when ``noise``); with gap
+        models on, the policy part is what the vehicle sees (delayed, with estimator errors)."""
+        obs = self._observe(self._draw_obs_noise() if noise else None)
+        if self.gaps is not None:
+            obs["policy"] = self.gaps.view(obs["policy"], STATE_DIM)
+        return obs
 
     def _observe(self, obs_noise: torch.Tensor | None) -> ObsDict:
         state = self.sim.state
         policy, critic = observation(
+            self._terms,
             state,
-            state[:, POS] - self._setpoint_w,
-            self.sim.rot_wb(),
+            vec_w_to_h(state[:, POS] - self._setpoint_w, self.heading),
+            rot_wb_to_hb(self.sim.rot_wb(), self.heading),
+            self.heading,
             self.action_hist,
-            self.pos_err_int_w if self.cfg.pos_err_integral else None,
+            self.pos_err_int_h,
             self._critic_static,
             obs_noise,
             self._rpm_per_action,
@@ -477,7 +597,8 @@ class QuadHover:
     def physical_state(self) -> dict[str, torch.Tensor]:
         """Raw state of all envs (clones): ``position_w [N,3]`` (m), ``quat_wb [N,4]`` (w,x,y,z),
         ``lin_vel_w [N,3]`` (m/s), ``ang_vel_b [N,3]`` (rad/s), ``motor_rpm [N,4]``,
-        ``pos_err_int_w [N,3]`` (m*s; zeros unless ``cfg.pos_err_integral``) and ``setpoint_w [3]``
+        ``pos_err_int_h [N,3]`` (m*s, heading; zeros unless ``cfg.pos_err_integral``), ``setpoint_w [3]``
+        and ``yaw_sp_rad [N]`` (rad)
         — what the firmware software-in-the-loop needs to build its own observation."""
         s = self.sim.state
         return {
@@ -486,8 +607,9 @@ class QuadHover:
             "lin_vel_w": s[:, LIN_VEL].clone(),
             "ang_vel_b": s[:, ANG_VEL].clone(),
             "motor_rpm": s[:, RPM].clone(),
-            "pos_err_int_w": self.pos_err_int_w.clone(),
+            "pos_err_int_h": self.pos_err_int_h.clone(),
             "setpoint_w": self._setpoint_w.clone(),
+            "yaw_sp_rad": self.yaw_sp_rad.clone(),
         }
 
     def set_physical_state(
@@ -501,11 +623,13 @@ class QuadHover:
         motor_rpm: torch.Tensor | Sequence[float] | None = None,
         episode_step: int | None = None,
         action_hist: torch.Tensor | Sequence[float] | None = None,
-        pos_err_int_w: torch.Tensor | Sequence[float] | None = None,
+        pos_err_int_h: torch.Tensor | Sequence[float] | None = None,
+        yaw_sp_rad: torch.Tensor | Sequence[float] | float | None = None,
     ) -> ObsDict:
         """Force parts of the state of ``env_ids`` (all if None); values broadcast to ``[k, size]``.
 
-        The quaternion is normalized; ``pos_err_int_w`` (m*s) is stored as given (not clamped).
+        The quaternion is normalized; ``pos_err_int_h`` (m*s) is stored as given (not clamped);
+        ``yaw_sp_rad`` (rad) sets the setpoint yaw (and so the heading frame) of those envs.
         Returns the (noise-free) observation of the new state.
         """
         ids = torch.arange(self.num_envs, device=self.device) if env_ids is None else torch.as_tensor(env_ids)
@@ -530,10 +654,15 @@ class QuadHover:
             self.action_hist[ids] = torch.as_tensor(action_hist, dtype=torch.float32, device=self.device).expand(
                 len(ids), self.action_hist.shape[1]
             )
-        if pos_err_int_w is not None:
-            self.pos_err_int_w[ids] = torch.as_tensor(pos_err_int_w, dtype=torch.float32, device=self.device).expand(
+        if pos_err_int_h is not None:
+            self.pos_err_int_h[ids] = torch.as_tensor(pos_err_int_h, dtype=torch.float32, device=self.device).expand(
                 len(ids), POS_ERR_INT_DIM
             )
+        if yaw_sp_rad is not None:
+            yaw = self.yaw_sp_rad.clone()
+            yaw[ids] = torch.as_tensor(yaw_sp_rad, dtype=torch.float32, device=self.device).expand(len(ids))
+            self.yaw_sp_rad = yaw
+            self.heading = heading_cos_sin(yaw)
         return self.observe(noise=False)
 
     def _refresh_critic_static(self) -> None:
@@ -544,21 +673,29 @@ class QuadHover:
         """``[count, INIT_ROW_DIM]`` fresh initial conditions from L2F's distribution."""
         c, g, dev = self.cfg, self.generator, self.device
         scales = self.sim.sample_param_scales(count)
-        u = torch.rand(count, 11, generator=g, device=dev)
+        u = torch.rand(count, 13, generator=g, device=dev)
         gauss = torch.randn(count, 9, generator=g, device=dev)
         moving = (u[:, 10:11] >= c.init_level_fraction).float()  # 0 for the level-at-setpoint starts
         position_w = self._setpoint_w + moving * (2.0 * u[:, 0:3] - 1.0) * c.init_pos_range_m
         # Rotation by angle ~ U[0, max] about a uniformly random axis (normalized Gaussian).
         axis = gauss[:, 0:3] / torch.linalg.vector_norm(gauss[:, 0:3], dim=1, keepdim=True).clamp_min(1e-9)
         half = (0.5 * c.init_max_angle_rad) * u[:, 3:4] * moving
-        quat_wb = torch.cat((torch.cos(half), axis * torch.sin(half)), dim=1)
+        quat_tilt = torch.cat((torch.cos(half), axis * torch.sin(half)), dim=1)
+        # Heading: setpoint yaw, then the initial yaw relative to it, applied before the tilt.
+        yaw_sp = c.setpoint_yaw_rad + (2.0 * u[:, 11:12] - 1.0) * c.setpoint_yaw_range_rad
+        half_yaw = 0.5 * (yaw_sp + (2.0 * u[:, 12:13] - 1.0) * c.init_yaw_range_rad)
+        quat_wb = quat_multiply(
+            torch.cat((torch.cos(half_yaw), torch.zeros_like(u[:, 0:2]), torch.sin(half_yaw)), 1), quat_tilt
+        )
         lin_vel_w = moving * (2.0 * u[:, 4:7] - 1.0) * c.init_lin_vel_mps
         ang_vel_b = moving * (2.0 * u[:, 7:10] - 1.0) * c.init_ang_vel_rad_s
         # Motors start at each env's hover speed (thrust ∝ kf rpm² balances m g): L2F does not
         # train from a free fall.
         hover_rpm = self._hover_rpm_nominal * torch.sqrt(scales[:, 0:1] / scales[:, 4:5])
         disturb = gauss[:, 3:9] * self._disturb_std
-        return torch.cat((position_w, quat_wb, lin_vel_w, ang_vel_b, hover_rpm.expand(count, 4), scales, disturb), 1)
+        return torch.cat(
+            (position_w, quat_wb, lin_vel_w, ang_vel_b, hover_rpm.expand(count, 4), scales, disturb, yaw_sp), 1
+        )
 
     def _take_initial(self, count: int) -> torch.Tensor:
         """``count`` rows from the CPU pool, refilling it in bulk when it runs out."""
@@ -585,7 +722,9 @@ class QuadHover:
             sim.torque_b[ids] = rows[:, 26:29]
             self.action_hist[ids] = self.hover_action
             self.episode_step[ids] = 0
-            self.pos_err_int_w[ids] = 0.0
+            self.pos_err_int_h[ids] = 0.0
+            self.yaw_sp_rad[ids] = rows[:, YAW_SP_COL]
+            self.heading[ids] = heading_cos_sin(rows[:, YAW_SP_COL])
         else:  # branch-free: draw for every env, keep the rows of envs that did not end
             rows = self._draw_initial(self.num_envs)
             m = mask.unsqueeze(1)
@@ -596,8 +735,12 @@ class QuadHover:
             sim.torque_b = torch.where(m, rows[:, 26:29], sim.torque_b)
             self.action_hist = torch.where(m, self.hover_action, self.action_hist)
             self.episode_step = torch.where(mask, 0, self.episode_step)
-            self.pos_err_int_w = torch.where(m, 0.0, self.pos_err_int_w)
+            self.pos_err_int_h = torch.where(m, 0.0, self.pos_err_int_h)
+            self.yaw_sp_rad = torch.where(mask, rows[:, YAW_SP_COL], self.yaw_sp_rad)
+            self.heading = heading_cos_sin(self.yaw_sp_rad)
         self._refresh_critic_static()
+        if self.gaps is not None:  # new per-episode draws; delay buffers start at the fresh state
+            self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM])
 
 
 class CoreConsts(NamedTuple):
@@ -606,11 +749,16 @@ class CoreConsts(NamedTuple):
     dt_s: float
     substeps: int
     rpm_per_action: float
+    max_thrust_n: float
+    min_thrust_n: float
+    inv_thrust_coef: float
+    max_rpm: float
     hover_action: float
     k_pos: float
     pos_bonus: float
     pos_bonus_inv_2r2: float
     k_ori: float
+    k_yaw: float
     k_vel: float
     k_act: float
     alive: float
@@ -624,37 +772,73 @@ class CoreConsts(NamedTuple):
 
 
 def observation(
+    terms: tuple[Any, ...],
     state: torch.Tensor,
-    pos_err_w: torch.Tensor,
-    rot_wb: torch.Tensor,
+    pos_err_h: torch.Tensor,
+    rot_hb: torch.Tensor,
+    heading: torch.Tensor,
     action_hist: torch.Tensor,
-    pos_err_int_w: torch.Tensor | None,
+    pos_err_int_h: torch.Tensor,
     critic_static: torch.Tensor,
     obs_noise: torch.Tensor | None,
     rpm_per_action: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Policy ``[N, 18 (+3) + 4H]`` and critic ``[N, 34 (+3)]`` observations; ``obs_noise [N, 18]``
-    is added to the policy's state part only. ``pos_err_int_w [N, 3]`` (None when disabled) goes
-    right after the 18 state entries in both, without noise."""
-    clean = torch.cat((pos_err_w, rot_wb, state[:, LIN_VEL.start : ANG_VEL.stop]), dim=1)  # [N, 18]
-    noisy = clean if obs_noise is None else clean + obs_noise
-    integral = () if pos_err_int_w is None else (pos_err_int_w,)
-    history = (action_hist,) if action_hist.shape[1] > 0 else ()
-    policy = torch.cat((noisy, *integral, *history), dim=1) if integral or history else noisy
+    """Policy ``[N, terms_dim(terms)]`` and critic ``[N, 34 (+3)]`` observations.
+
+    ``terms``: the policy's term table (``QuadHoverCfg.policy_terms``); ``pos_err_h [N, 3]``,
+    ``rot_hb [N, 9]``, ``heading [N, 2]`` (cos, sin of the setpoint yaw), ``action_hist [N, 4H]``,
+    ``pos_err_int_h [N, 3]``. ``obs_noise [N, 18]`` is added to the noised state terms of the
+    policy only. The critic sees the clean state terms, the integral when the policy has it,
+    normalized motor speeds and the per-episode static inputs.
+    """
+    clean = {
+        "pos_err_h": pos_err_h,
+        "rot_hb": rot_hb,
+        "lin_vel_h": vec_w_to_h(state[:, LIN_VEL], heading),
+        "ang_vel_b": state[:, ANG_VEL],
+        "pos_err_int_h": pos_err_int_h,
+        "prev_actions": action_hist,
+    }
+    # The table puts the noised state terms first (quad_terms.STATE_TERMS).
+    noised = tuple(t for t in terms if t.noise_group is not None)
+    rest = tuple(t for t in terms if t.noise_group is None)
+    clean_state = assemble(noised, clean)  # [N, 18]
+    noisy_state = clean_state if obs_noise is None else clean_state + obs_noise
+    policy = torch.cat((noisy_state, *(clean[t.name] for t in rest)), dim=1) if rest else noisy_state
+    integral = tuple(t for t in terms if t.name == "pos_err_int_h")
     rpm_norm = state[:, RPM] * (1.0 / rpm_per_action) - 1.0
-    critic = torch.cat((clean, *integral, rpm_norm, critic_static), dim=1)
+    critic = torch.cat((clean_state, *(clean[t.name] for t in integral), rpm_norm, critic_static), dim=1)
     return policy, critic
+
+
+def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Hamilton product ``a ⊗ b`` of ``[N, 4]`` (w, x, y, z) quaternions."""
+    aw, ax, ay, az = a.unbind(1)
+    bw, bx, by, bz = b.unbind(1)
+    return torch.stack(
+        (
+            aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+        ),
+        dim=1,
+    )
 
 
 def step_core(
     state: torch.Tensor,
     action: torch.Tensor,
+    motor_action: torch.Tensor | None,
+    rpm_limits: tuple[torch.Tensor, torch.Tensor] | None,
     action_hist: torch.Tensor,
     episode_step: torch.Tensor,
-    pos_err_int_w: torch.Tensor,
+    pos_err_int_h: torch.Tensor,
     critic_static: torch.Tensor,
     obs_noise: torch.Tensor | None,
     setpoint_w: torch.Tensor,
+    heading: torch.Tensor,
+    terms: tuple[Any, ...],
     physics: PhysicsInputs,
     rot_tables: Tables,
     c: CoreConsts,
@@ -662,48 +846,58 @@ def step_core(
     """Physics, observation, reward terms and termination of one step, as a pure function
     (no randomness, no data-dependent branches) so it can run compiled; resets stay outside.
 
-    ``state [N, 17]``, ``action [N, 4]``, ``action_hist [N, 4H]``, ``episode_step [N]``,
-    ``pos_err_int_w [N, 3]``, ``critic_static [N, 12]``; returns the new state, history, counters
-    and integral (updated by the module docstring's rule when ``c.integral``), ``pos_err_w``,
-    ``rot_wb``, ``terms`` (dict of ``[N]``), ``reward``, ``terminated``, ``truncated``,
-    ``policy`` and ``critic``.
+    ``state [N, 17]``, ``action [N, 4]`` (sent: history and action cost), ``motor_action [N, 4]``
+    (what the motors get, delayed by the gap models; None: ``action``), ``rpm_limits``
+    (``[N, 4]`` setpoint scale and ``[N, 1]`` cap of the gap models, or None),
+    ``action_hist [N, 4H]``, ``episode_step [N]``,
+    ``pos_err_int_h [N, 3]``, ``critic_static [N, 12]``, ``setpoint_w [3]``, ``heading [N, 2]``;
+    returns the new state, history, counters and integral (updated by the module docstring's
+    rule when ``c.integral``), ``pos_err_h``, ``rot_hb``, ``terms`` (dict of ``[N]``),
+    ``reward``, ``terminated``, ``truncated``, ``policy`` and ``critic``.
     """
     action = action.clamp(-1.0, 1.0)
-    state = rk4_step(state, action * c.rpm_per_action + c.rpm_per_action, *physics, c.dt_s, c.substeps)
+    applied = action if motor_action is None else motor_action
+    rpm_cmd = action_to_rpm_cmd(applied, c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
+    if rpm_limits is not None:  # thrust mismatch (scale) and battery sag (cap) of the gap models
+        rpm_cmd = torch.minimum(rpm_cmd * rpm_limits[0], rpm_limits[1])
+    state = rk4_step(state, rpm_cmd, *physics, c.dt_s, c.substeps)
     episode_step = episode_step + 1
     if c.history > 0:
         action_hist = torch.cat((action, action_hist[:, :-4]), dim=1)
-    pos_err_w = state[:, POS] - setpoint_w
+    pos_err_h = vec_w_to_h(state[:, POS] - setpoint_w, heading)
     if c.integral:
         # decay * I + dt * e, then the clamp: the order the firmware and ROS node repeat.
-        pos_err_int_w = (pos_err_int_w * c.integral_decay + pos_err_w * c.dt_s).clamp(
+        pos_err_int_h = (pos_err_int_h * c.integral_decay + pos_err_h * c.dt_s).clamp(
             -c.integral_limit_ms, c.integral_limit_ms
         )
     quat = state[:, QUAT]
-    rot_wb = apply_bilinear(quat, quat, *rot_tables)
-    terms = {
-        "position": pos_err_w.square().sum(dim=1) * c.k_pos,
-        "orientation": (1.0 - quat[:, 0].square()) * c.k_ori,
+    rot_hb = rot_wb_to_hb(apply_bilinear(quat, quat, *rot_tables), heading)
+    reward_terms = {
+        "position": pos_err_h.square().sum(dim=1) * c.k_pos,
+        "orientation": tilt_cost(rot_hb) * c.k_ori,
+        "yaw": yaw_cost(rot_hb) * c.k_yaw,
         "velocity": state[:, LIN_VEL].square().sum(dim=1) * c.k_vel,
         "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,
         "alive": torch.full_like(episode_step, c.alive, dtype=state.dtype),
     }
     if c.pos_bonus != 0.0:
-        terms["position_bonus"] = torch.exp(pos_err_w.square().sum(dim=1) * -c.pos_bonus_inv_2r2) * c.pos_bonus
+        reward_terms["position_bonus"] = torch.exp(pos_err_h.square().sum(dim=1) * -c.pos_bonus_inv_2r2) * c.pos_bonus
     # A non-finite entry anywhere in the state reaches the position within the same RK4 step,
     # and NaN fails every comparison, so this one check also ends diverged envs. The validated
     # setpoint keeps the whole box above the ground, so it covers the ground as well.
-    terminated = ~(pos_err_w.abs() <= c.position_bound_m).all(dim=1)
+    terminated = ~(pos_err_h.abs() <= c.position_bound_m).all(dim=1)
     truncated = (episode_step >= c.max_episode_steps) & ~terminated
     if c.termination_penalty > 0.0:
-        terms["termination"] = terminated * -c.termination_penalty
-    reward = torch.stack(list(terms.values())).sum(dim=0)
+        reward_terms["termination"] = terminated * -c.termination_penalty
+    reward = torch.stack(list(reward_terms.values())).sum(dim=0)
     policy, critic = observation(
+        terms,
         state,
-        pos_err_w,
-        rot_wb,
+        pos_err_h,
+        rot_hb,
+        heading,
         action_hist,
-        pos_err_int_w if c.integral else None,
+        pos_err_int_h,
         critic_static,
         obs_noise,
         c.rpm_per_action,
@@ -712,10 +906,10 @@ def step_core(
         "state": state,
         "action_hist": action_hist,
         "episode_step": episode_step,
-        "pos_err_int_w": pos_err_int_w,
-        "pos_err_w": pos_err_w,
-        "rot_wb": rot_wb,
-        "terms": terms,
+        "pos_err_int_h": pos_err_int_h,
+        "pos_err_h": pos_err_h,
+        "rot_hb": rot_hb,
+        "terms": reward_terms,
         "reward": reward,
         "terminated": terminated,
         "truncated": truncated,

@@ -35,7 +35,7 @@ def quad_io_spec(
 ) -> IOSpec:
     """The quad-hover interface of docs/conventions.md (146 inputs with H = 32; 149 with the
     position-error integral, whose constants go into ``extra`` as the task writes them)."""
-    integral = (ObsField("pos_err_int_w", 3, "m*s", "world"),) if pos_err_integral else ()
+    integral = (ObsField("pos_err_int_h", 3, "m*s", "heading"),) if pos_err_integral else ()
     extra: dict[str, object] = {
         "action_history": history,
         "max_thrust_per_motor_n": MAX_THRUST_N,
@@ -48,9 +48,9 @@ def quad_io_spec(
         extra |= {"pos_err_int_decay": 0.995, "pos_err_int_limit_ms": 0.5, "pos_err_int_dt_s": period_s}
     return IOSpec(
         obs_fields=(
-            ObsField("pos_err_w", 3, "m", "world", scale=obs_scale),
-            ObsField("rot_wb", 9, "", "body->world"),
-            ObsField("lin_vel_w", 3, "m/s", "world"),
+            ObsField("pos_err_h", 3, "m", "heading", scale=obs_scale),
+            ObsField("rot_hb", 9, "", "body->heading"),
+            ObsField("lin_vel_h", 3, "m/s", "heading"),
             ObsField("ang_vel_b", 3, "rad/s", "body"),
             *integral,
             ObsField("prev_actions", 4 * history, "", ""),

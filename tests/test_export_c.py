@@ -105,7 +105,7 @@ def test_defines_come_from_policy_io(tmp_path: Path) -> None:
     assert "#define POLICY_CONTROL_PERIOD_US 2000" in header
     assert "#define POLICY_ACTION_HISTORY 32" in header
     assert "#define POLICY_OBS_PREV_ACTIONS_START 18" in header
-    assert "#define POLICY_OBS_POS_ERR_W_SCALE 5.000000000e-01f" in header
+    assert "#define POLICY_OBS_POS_ERR_H_SCALE 5.000000000e-01f" in header
     assert "#define POLICY_NUM_MACS 13696" in header
     source = (c_out / "policy.c").read_text()
     assert "malloc" not in source
@@ -118,8 +118,8 @@ def test_pos_err_integral_defines_come_from_policy_io(tmp_path: Path) -> None:
     header = (c_out / "policy.h").read_text().splitlines()
     for define in (
         "OBS_DIM 149",
-        "OBS_POS_ERR_INT_W_START 18",  # right after ang_vel_b, before the history
-        "OBS_POS_ERR_INT_W_SIZE 3",
+        "OBS_POS_ERR_INT_H_START 18",  # right after ang_vel_b, before the history
+        "OBS_POS_ERR_INT_H_SIZE 3",
         "OBS_PREV_ACTIONS_START 21",
         "POS_ERR_INT_DECAY 9.950000048e-01f",  # the integral's constants, from policy_io extra
         "POS_ERR_INT_LIMIT_MS 5.000000000e-01f",

@@ -33,7 +33,7 @@ def test_onnx_matches_torch_on_random_and_recorded_obs(tmp_path: Path) -> None:
     assert [o.name for o in model.graph.output] == ["action"]
     assert model.opset_import[0].version >= 17
     props = {p.key: p.value for p in model.metadata_props}
-    assert json.loads(props["obs_fields"]) == ["pos_err_w", "rot_wb", "lin_vel_w", "ang_vel_b", "prev_actions"]
+    assert json.loads(props["obs_fields"]) == ["pos_err_h", "rot_hb", "lin_vel_h", "ang_vel_b", "prev_actions"]
     assert float(props["control_period_s"]) == pytest.approx(0.01)
     assert props["model_sha256"] == weights_sha256(module)
     # Dynamic batch: any batch size runs and matches torch row by row.

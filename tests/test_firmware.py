@@ -20,6 +20,7 @@ from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.policies.mlp import ExportedPolicy
 from embodied.sim.quadrotor import quat_to_rot
+from embodied.tasks.quad_terms import heading_cos_sin, rot_wb_to_hb, vec_w_to_h
 
 HISTORY = 32
 
@@ -49,12 +50,14 @@ def _random_states(n: int, seed: int) -> np.ndarray:
 
 
 def _python_obs(states: np.ndarray, setpoints: np.ndarray, history: np.ndarray) -> np.ndarray:
-    """The quad-hover observation of docs/conventions.md, computed with the simulator's own helpers."""
-    s = torch.from_numpy(states)
-    rot = quat_to_rot(s[:, 3:7])
-    return torch.cat(
-        [s[:, 0:3] - torch.from_numpy(setpoints), rot, s[:, 7:10], s[:, 10:13], torch.from_numpy(history)], dim=1
-    ).numpy()
+    """The quad-hover observation of docs/conventions.md (heading frame of the setpoint yaw,
+    ``setpoints [n, 4]`` = x, y, z, yaw), computed with the simulator's own helpers."""
+    s, sp = torch.from_numpy(states), torch.from_numpy(setpoints)
+    heading = heading_cos_sin(sp[:, 3])
+    rot = rot_wb_to_hb(quat_to_rot(s[:, 3:7]), heading)
+    pos_err = vec_w_to_h(s[:, 0:3] - sp[:, 0:3], heading)
+    vel = vec_w_to_h(s[:, 7:10], heading)
+    return torch.cat([pos_err, rot, vel, s[:, 10:13], torch.from_numpy(history)], dim=1).numpy()
 
 
 @needs_qemu
@@ -113,7 +116,10 @@ def test_c_observation_equals_python_observation(quad: tuple[ExportedPolicy, Pat
     lib = HostPolicyLib(fb.build_host_library(c_out, tmp_path))
     n = 64
     ctxs = lib.new_contexts(n, initial_action=0.25)
-    setpoints = np.random.default_rng(1).uniform(-0.5, 0.5, size=(n, 3)).astype(np.float32)
+    rng = np.random.default_rng(1)
+    setpoints = np.concatenate(
+        [rng.uniform(-0.5, 0.5, size=(n, 3)), rng.uniform(-np.pi, np.pi, size=(n, 1))], axis=1
+    ).astype(np.float32)
     history = np.full((n, 4 * HISTORY), 0.25, dtype=np.float32)
     for step in range(3):
         states = _random_states(n, seed=step)
@@ -136,13 +142,13 @@ def test_non_finite_and_out_of_range_inputs_are_clamped(quad: tuple[ExportedPoli
     states[0, 8] = np.inf  # velocity y
     states[1, 10] = 1e4  # roll rate far beyond the gyro range
     states[2, 3:7] = 0.0  # no attitude at all
-    obs, clamped = lib.assemble_obs(ctxs, states, np.zeros((3, 3), dtype=np.float32))
+    obs, clamped = lib.assemble_obs(ctxs, states, np.zeros((3, 4), dtype=np.float32))
     assert np.all(np.isfinite(obs))
     assert clamped == 4  # NaN, inf, one range clamp, and the zero quaternion replaced by level once
     assert obs[0, 0] == 0.0 and obs[0, 13] == 0.0
     assert obs[1, 15] == pytest.approx(35.0)
     np.testing.assert_array_equal(obs[2, 3:12], np.eye(3, dtype=np.float32).reshape(-1))
-    actions = lib.step(ctxs, states, np.zeros((3, 3), dtype=np.float32))
+    actions = lib.step(ctxs, states, np.zeros((3, 4), dtype=np.float32))
     assert np.all(np.isfinite(actions)) and np.all(np.abs(actions) <= 1.0)
 
 
@@ -207,7 +213,9 @@ def test_crazyflie_tree_older_by_its_tag_is_refused(tmp_path: Path) -> None:
 
 @needs_gcc
 def test_c_observation_equals_the_quad_hover_task(tmp_path: Path) -> None:
-    """Same raw states in the task and in the firmware's C: identical policy observations."""
+    """Same raw states in the task and in the firmware's C: identical policy observations
+    (heading frame of every env's own setpoint yaw)."""
+    from embodied.export.sil import packed_state
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
     cfg = QuadHoverCfg(action_history=3)
@@ -221,16 +229,15 @@ def test_c_observation_equals_the_quad_hover_task(tmp_path: Path) -> None:
     ctxs = lib.new_contexts(32, initial_action=hover)
     for step in range(3):
         states = _random_states(32, seed=10 + step)
-        states[:, 0:3] = states[:, 0:3] * 0.5 + np.array(cfg.setpoint_w, dtype=np.float32)
+        # Inside the 0.6 m box along every heading-frame axis (the errors rotate with the yaw).
+        states[:, 0:3] = states[:, 0:3] * 0.35 + np.array(cfg.setpoint_w, dtype=np.float32)
         obs_task = env.set_physical_state(
             position_w=torch.from_numpy(states[:, 0:3]),
             quat_wb=torch.from_numpy(states[:, 3:7]),
             lin_vel_w=torch.from_numpy(states[:, 7:10]),
             ang_vel_b=torch.from_numpy(states[:, 10:13]),
         )["policy"].numpy()
-        raw = env.physical_state()
-        packed = torch.cat([raw[k] for k in ("position_w", "quat_wb", "lin_vel_w", "ang_vel_b")], dim=1).numpy()
-        setpoints = np.broadcast_to(raw["setpoint_w"].numpy(), (32, 3))
+        packed, setpoints = packed_state(env)  # setpoints [32, 4]: position and each env's yaw
         obs_c, clamped = lib.assemble_obs(ctxs, packed, setpoints)
         assert clamped == 0
         np.testing.assert_allclose(obs_c, obs_task, atol=3e-7, rtol=0)

@@ -53,7 +53,8 @@ def test_hover_thrust_holds_altitude() -> None:
     run(sim, torch.full((2, 4), hover), 200)  # 2 s
     assert sim.position_w.abs().max().item() < 1e-4
     assert sim.lin_vel_w.abs().max().item() < 1e-4
-    assert sim.cfg.params.hover_action == pytest.approx(0.334, abs=1e-3)
+    assert sim.cfg.params.hover_action == pytest.approx(0.177, abs=1e-3)
+    assert torch.allclose(sim.rpm_cmd_from_action(torch.full((2, 4), sim.cfg.params.hover_action)), sim.state[:, RPM])
 
 
 def _angular_acc_after_one_step(rpm: list[float]) -> torch.Tensor:
@@ -67,7 +68,7 @@ def _angular_acc_after_one_step(rpm: list[float]) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     ("faster", "axis"),
-    [((2, 3), 0), ((1, 2), 1), ((0, 2), 2)],  # left M3+M4 -> +x; back M2+M3 -> +y; CW M1+M3 -> +z
+    [((2, 3), 0), ((1, 2), 1), ((1, 3), 2)],  # left M3+M4 -> +x; back M2+M3 -> +y; CW M2+M4 -> +z
 )
 def test_torque_signs_follow_motor_layout(faster: tuple[int, int], axis: int) -> None:
     p = QuadrotorParams()
@@ -84,6 +85,51 @@ def test_torque_signs_follow_motor_layout(faster: tuple[int, int], axis: int) ->
     lever = p.torque_to_thrust_m if axis == 2 else p.arm_length_m / math.sqrt(2.0)
     expected = delta_f * lever / p.inertia_kgm2[axis]
     assert alpha[axis].item() == pytest.approx(expected, rel=1e-3)
+
+
+def test_yaw_torque_pattern_of_the_crazyflie_mixer() -> None:
+    """The firmware's positive yaw command raises M2/M4 and lowers M1/M3 (C1): +z acceleration."""
+    base, delta = 14000.0, 800.0
+    alpha = _angular_acc_after_one_step([base - delta, base + delta, base - delta, base + delta])
+    assert alpha[2].item() > 0.0
+    assert alpha[:2].abs().max().item() < 1e-3 * alpha[2].item()
+    mirrored = _angular_acc_after_one_step([base + delta, base - delta, base + delta, base - delta])
+    assert mirrored[2].item() == pytest.approx(-alpha[2].item(), rel=1e-3)
+
+
+def test_action_is_a_thrust_command_with_the_firmware_cut() -> None:
+    """C2: T = (a + 1) / 2 * T_max; below T_min the motor stops; thrust k_f rpm^2 = T at steady state."""
+    p = QuadrotorParams()
+    sim = make()
+    t_max, t_min = p.max_thrust_per_motor_n, p.min_thrust_per_motor_n
+    thrust_n = torch.tensor([[t_max, 0.5 * t_max, 1.01 * t_min, 0.99 * t_min]])
+    action = 2.0 * thrust_n / t_max - 1.0
+    rpm = sim.rpm_cmd_from_action(action)
+    steady_thrust_n = p.thrust_coef_n_per_rpm2 * rpm.square()
+    assert torch.allclose(steady_thrust_n[0, :3], thrust_n[0, :3], rtol=1e-5)
+    assert rpm[0, 3].item() == 0.0
+    assert sim.rpm_cmd_from_action(torch.full((1, 4), -1.0)).abs().max().item() == 0.0
+    assert torch.equal(sim.rpm_cmd_from_action(torch.full((1, 4), 3.0)), sim.rpm_cmd_from_action(torch.ones(1, 4)))
+    # The motor follows the setpoint with the lag: after 10 tau the thrust is the command.
+    run(sim, rpm, round(10 * p.motor_tau_s / sim.cfg.dt_s))
+    assert torch.allclose(p.thrust_coef_n_per_rpm2 * sim.motor_rpm.square(), steady_thrust_n, rtol=1e-3, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"mass_kg": float("nan")},
+        {"inertia_kgm2": (1e-5, float("nan"), 1e-5)},
+        {"max_thrust_per_motor_n": float("inf")},
+        {"min_thrust_per_motor_n": float("nan")},
+        {"min_thrust_per_motor_n": 0.2},
+        {"max_thrust_per_motor_n": 0.5},
+        {"gravity_mps2": float("-inf")},
+    ],
+)
+def test_params_reject_non_finite_and_inconsistent_values(bad: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        QuadrotorParams(**bad)  # type: ignore[arg-type]
 
 
 def test_motor_lag_reaches_63_percent_at_tau() -> None:
@@ -236,6 +282,8 @@ def test_config_validation() -> None:
         QuadrotorParams(mass_kg=0.0)
     with pytest.raises(ConfigError, match="low <= high"):
         RandomizationCfg(mass_scale=(1.2, 0.8))
+    with pytest.raises(ConfigError, match="mass_scale must be a finite number"):
+        RandomizationCfg(mass_scale=(float("nan"), 1.2))
     assert not dataclasses.replace(RandomizationCfg()).enabled
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from embodied.config import ConfigError
 from embodied.experiment import ExperimentCfg
@@ -17,10 +19,56 @@ EXAMPLES = """examples:
   embodied train quad-hover --config my.yaml trainer.total_env_steps=2e6
   embodied train --resume runs/quad_hover/20261129-101500_ppo_s0 trainer.total_env_steps=4e6
   embodied train quad-hover --seeds 0,1,2           # a sweep with a mean +- std curve
+  embodied train quad-hover --preset robust         # with the reality-gap models randomized
 
 overrides are key=value with the keys of the saved config.yaml: seed, num_envs, device,
 env.<field>, algo.<field>, trainer.<field> (values parsed as YAML). Use --print-config to see
 every key, its resolved value and what it means."""
+
+
+def preset_file(task_name: str, algo_name: str, preset: str) -> Path:
+    """``configs/<task>/<algo>.<preset>.yaml``; a :class:`ConfigError` lists the presets there are."""
+    import importlib.resources
+
+    from embodied.experiment import config_key
+
+    folder = Path(str(importlib.resources.files("embodied.configs") / config_key(task_name)))
+    path = folder / f"{algo_name}.{preset}.yaml"
+    if not path.is_file():
+        found = sorted(p.name for p in folder.glob(f"{algo_name}.*.yaml")) if folder.is_dir() else []
+        names = ", ".join(f.removeprefix(f"{algo_name}.").removesuffix(".yaml") for f in found) or "none"
+        raise ConfigError(f"no preset {preset!r} for {task_name} with {algo_name} ({path} not found); presets: {names}")
+    return path
+
+
+def list_presets() -> str:
+    """One line per task folder with presets, e.g. ``quad_hover: ppo.robust``."""
+    import importlib.resources
+
+    root = Path(str(importlib.resources.files("embodied.configs")))
+    lines = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        names = sorted(p.name.removesuffix(".yaml") for p in folder.glob("*.*.yaml"))
+        if names:
+            lines.append(f"  {folder.name}: {', '.join(names)}  (<algo>.<preset>)")
+    return "\n".join(lines) or "  (none shipped)"
+
+
+def _merged_yaml(first: Path, second: Path, out_dir: Path) -> Path:
+    """``second`` layered over ``first`` (nested keys merged), written to ``out_dir``."""
+    import yaml
+
+    from embodied.config import load_yaml
+
+    def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+
+    path = out_dir / f"{first.stem}+{second.stem}.yaml"
+    path.write_text(yaml.safe_dump(merge(load_yaml(first), load_yaml(second))))
+    return path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,8 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train",
         help="train a policy (prints the run directory last)",
         description="Train a policy on a task with the shared trainer. Layers: dataclass defaults, "
-        "configs/<task>/<algo>.yaml, --config FILE, key=value overrides, explicit flags.",
-        epilog=EXAMPLES,
+        "configs/<task>/<algo>.yaml, --preset NAME (configs/<task>/<algo>.<NAME>.yaml), --config FILE, "
+        "key=value overrides, explicit flags.",
+        epilog=EXAMPLES + "\n\npresets shipped (--preset NAME):\n" + list_presets(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("task", nargs="?", help="task name (see `embodied list`), e.g. quad-hover or gym:Pendulum-v1")
@@ -40,6 +89,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cpu)")
     p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: from config)")
     p.add_argument("--config", type=Path, default=None, help="YAML file with overrides (same keys as config.yaml)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME",
+        help="shipped variant layered after the algo YAML, e.g. robust (quad-hover: reality-gap models "
+        "randomized); listed below",
+    )
     p.add_argument(
         "--run-dir",
         type=Path,
@@ -78,12 +134,17 @@ def run(args: argparse.Namespace) -> int:
     if args.task is None:
         raise ConfigError("missing TASK (e.g. `embodied train quad-hover`); `embodied list` shows the tasks")
     seeds = _parse_seeds(args.seeds) if args.seeds else [args.seed]
-    cfgs = [
-        resolve_experiment(
-            args.task, args.algo, args.config, overrides, seed=seed, device=args.device, num_envs=args.num_envs
-        )
-        for seed in seeds
-    ]
+    config_file = args.config
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.preset is not None:
+            preset = preset_file(args.task, args.algo, args.preset)
+            config_file = preset if args.config is None else _merged_yaml(preset, args.config, Path(tmp))
+        cfgs = [
+            resolve_experiment(
+                args.task, args.algo, config_file, overrides, seed=seed, device=args.device, num_envs=args.num_envs
+            )
+            for seed in seeds
+        ]
     if args.no_progress:
         cfgs = [_no_progress(c) for c in cfgs]
     if args.print_config:

@@ -105,19 +105,21 @@ class HostPolicyLib:
         self._lib.sil_reset(_ptr(ctxs), ctxs.shape[0], _ptr(m), ctypes.c_float(initial_action))
 
     def assemble_obs(self, ctxs: np.ndarray, states: np.ndarray, setpoints_w: np.ndarray) -> tuple[np.ndarray, int]:
-        """``(obs [n, obs_dim], clamped_inputs)`` from packed states ``[n, 13]`` and setpoints ``[n, 3]``."""
+        """``(obs [n, obs_dim], clamped_inputs)`` from packed states ``[n, 13]`` and setpoints
+        ``[n, 4]`` (x, y, z in m, world; yaw in rad)."""
         n = ctxs.shape[0]
         s = _f32(states, (n, STATE_FLOATS), "states")
-        sp = _f32(setpoints_w, (n, 3), "setpoints_w")
+        sp = _f32(setpoints_w, (n, 4), "setpoints_w")
         obs = np.zeros((n, self.obs_dim), dtype=np.float32)
         clamped = self._lib.sil_assemble_obs(_ptr(ctxs), n, _ptr(s), _ptr(sp), _ptr(obs))
         return obs, int(clamped)
 
     def step(self, ctxs: np.ndarray, states: np.ndarray, setpoints_w: np.ndarray) -> np.ndarray:
-        """One control step per vehicle: ``actions [n, 4]`` in [-1, 1]; histories advance."""
+        """One control step per vehicle: ``actions [n, 4]`` in [-1, 1]; histories advance.
+        ``setpoints_w [n, 4]``: x, y, z (m, world), yaw (rad)."""
         n = ctxs.shape[0]
         s = _f32(states, (n, STATE_FLOATS), "states")
-        sp = _f32(setpoints_w, (n, 3), "setpoints_w")
+        sp = _f32(setpoints_w, (n, 4), "setpoints_w")
         out = np.zeros((n, 4), dtype=np.float32)
         self._lib.sil_step(_ptr(ctxs), n, _ptr(s), _ptr(sp), _ptr(out))
         return out

@@ -31,16 +31,18 @@ _STATE_KEYS = ("position_w", "quat_wb", "lin_vel_w", "ang_vel_b")
 
 
 def packed_state(env: object) -> tuple[np.ndarray, np.ndarray]:
-    """``(states [N, 13], setpoints_w [N, 3])`` float32 from the env's raw-state accessor."""
+    """``(states [N, 13], setpoints [N, 4])`` float32 from the env's raw-state accessor; a
+    setpoint row is the world position (m) and the yaw (rad) that defines the heading frame."""
     if not isinstance(env, PhysicalStateEnv):
         raise EmbodiedError(
             f"{type(env).__name__} exposes no physical_state(); software-in-the-loop needs the quad-hover task"
         )
     raw = env.physical_state()
     states = torch.cat([raw[k].float() for k in _STATE_KEYS], dim=1).cpu().numpy()
-    setpoint = raw["setpoint_w"].float().cpu().numpy()
-    setpoints = np.broadcast_to(setpoint, (states.shape[0], 3))
-    return np.ascontiguousarray(states), np.ascontiguousarray(setpoints)
+    n = states.shape[0]
+    position = np.broadcast_to(raw["setpoint_w"].float().cpu().numpy(), (n, 3))
+    yaw = raw["yaw_sp_rad"].float().cpu().numpy().reshape(n, 1) if "yaw_sp_rad" in raw else np.zeros((n, 1), np.float32)
+    return np.ascontiguousarray(states), np.ascontiguousarray(np.concatenate((position, yaw), axis=1), np.float32)
 
 
 def load_sil_library(run_dir: Path) -> HostPolicyLib:

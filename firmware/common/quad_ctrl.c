@@ -3,16 +3,16 @@
 
 #include <math.h>
 
-#if !defined(POLICY_OBS_POS_ERR_W_START) || !defined(POLICY_OBS_ROT_WB_START) || \
-    !defined(POLICY_OBS_LIN_VEL_W_START) || !defined(POLICY_OBS_ANG_VEL_B_START)
-#error "policy.h lacks the quad-hover observation fields pos_err_w, rot_wb, lin_vel_w, ang_vel_b"
+#if !defined(POLICY_OBS_POS_ERR_H_START) || !defined(POLICY_OBS_ROT_HB_START) || \
+    !defined(POLICY_OBS_LIN_VEL_H_START) || !defined(POLICY_OBS_ANG_VEL_B_START)
+#error "policy.h lacks the heading-frame quad observation fields pos_err_h, rot_hb, lin_vel_h, ang_vel_b (re-export a policy trained with the heading frame)"
 #endif
-#if POLICY_OBS_POS_ERR_W_SIZE != 3 || POLICY_OBS_ROT_WB_SIZE != 9 || POLICY_OBS_LIN_VEL_W_SIZE != 3 || \
+#if POLICY_OBS_POS_ERR_H_SIZE != 3 || POLICY_OBS_ROT_HB_SIZE != 9 || POLICY_OBS_LIN_VEL_H_SIZE != 3 || \
     POLICY_OBS_ANG_VEL_B_SIZE != 3
 #error "policy.h: quad-hover observation field sizes differ from docs/conventions.md"
 #endif
-#if QC_POS_ERR_INTEGRAL && POLICY_OBS_POS_ERR_INT_W_SIZE != 3
-#error "policy.h: pos_err_int_w must have 3 entries"
+#if QC_POS_ERR_INTEGRAL && POLICY_OBS_POS_ERR_INT_H_SIZE != 3
+#error "policy.h: pos_err_int_h must have 3 entries"
 #endif
 #if POLICY_ACTION_HISTORY > 0
 #if !defined(POLICY_OBS_PREV_ACTIONS_START) || POLICY_OBS_PREV_ACTIONS_SIZE != QC_HISTORY_FLOATS
@@ -48,56 +48,86 @@ void qc_reset(qc_ctx_t *ctx, float initial_action)
     ctx->clamped_outputs = 0;
 #if QC_POS_ERR_INTEGRAL
     for (i = 0; i < 3; ++i) {
-        ctx->pos_err_int_w[i] = 0.0f;
+        ctx->pos_err_int_h[i] = 0.0f;
     }
     ctx->pos_err_int_started = 0;
 #endif
 }
 
+/* (cos, sin) of the setpoint yaw: evaluated in double and rounded once, as the simulator's
+   heading_cos_sin does, so both get identical floats. NaN/inf yaw -> heading 0 (counted). */
+static void qc_heading(float yaw_sp_rad, float *c, float *s, uint32_t *n_clamped)
+{
+    const float yaw = qc_sanitize(yaw_sp_rad, 1.0e6f, n_clamped);
+    *c = (float)cos((double)yaw);
+    *s = (float)sin((double)yaw);
+}
+
+/* Sanitized world position error rotated into the heading frame: c x + s y, c y - s x, z (the
+   simulator's vec_w_to_h, same operation order). */
+static void qc_pos_err_h(const qc_state_t *state, const float setpoint_w[3], float c, float s, float err_h[3],
+                         uint32_t *n_clamped)
+{
+    float e[3];
+    int i;
+    for (i = 0; i < 3; ++i) {
+        e[i] = qc_sanitize(state->pos_w[i] - setpoint_w[i], QC_POS_ERR_LIMIT_M, n_clamped);
+    }
+    err_h[0] = c * e[0] + s * e[1];
+    err_h[1] = c * e[1] - s * e[0];
+    err_h[2] = e[2];
+}
+
 #if QC_POS_ERR_INTEGRAL
-/* I = clamp(decay * I + dt * e) per axis with the current position error (quad_ctrl.h); the
-   first call after qc_reset leaves I = 0, as the task's first observation of an episode. */
-static void qc_update_pos_err_int(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3])
+/* I = clamp(decay * I + dt * e) per axis with the current heading-frame position error
+   (quad_ctrl.h); the first call after qc_reset leaves I = 0, as the task's first observation
+   of an episode. */
+static void qc_update_pos_err_int(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3],
+                                  float yaw_sp_rad)
 {
     const float decay = (float)POLICY_POS_ERR_INT_DECAY;
     const float dt_s = (float)POLICY_POS_ERR_INT_DT_S;
     const float limit = (float)POLICY_POS_ERR_INT_LIMIT_MS;
-    uint32_t not_counted = 0; /* qc_assemble_obs counts the same position clamps */
+    uint32_t not_counted = 0; /* qc_assemble_obs counts the same clamps */
+    float c, s, err[3];
     int i;
     if (!ctx->pos_err_int_started) {
         ctx->pos_err_int_started = 1;
         return;
     }
+    qc_heading(yaw_sp_rad, &c, &s, &not_counted);
+    qc_pos_err_h(state, setpoint_w, c, s, err, &not_counted);
     for (i = 0; i < 3; ++i) {
-        const float err = qc_sanitize(state->pos_w[i] - setpoint_w[i], QC_POS_ERR_LIMIT_M, &not_counted);
-        const float leaked = decay * ctx->pos_err_int_w[i];
-        float v = leaked + dt_s * err;
+        const float leaked = decay * ctx->pos_err_int_h[i];
+        float v = leaked + dt_s * err[i];
         if (v > limit) {
             v = limit;
         } else if (v < -limit) {
             v = -limit;
         }
-        ctx->pos_err_int_w[i] = v;
+        ctx->pos_err_int_h[i] = v;
     }
 }
 #endif
 
-uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3],
+uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
                          float obs[POLICY_OBS_DIM])
 {
     uint32_t n_clamped = 0;
     float q[4];
-    float norm2;
+    float norm2, c, s, err_h[3], vel_w[3];
     int i;
+    qc_heading(yaw_sp_rad, &c, &s, &n_clamped);
+    qc_pos_err_h(state, setpoint_w, c, s, err_h, &n_clamped);
     for (i = 0; i < 3; ++i) {
-        const float err = state->pos_w[i] - setpoint_w[i];
-        obs[POLICY_OBS_POS_ERR_W_START + i] =
-            qc_sanitize(err, QC_POS_ERR_LIMIT_M, &n_clamped) * POLICY_OBS_POS_ERR_W_SCALE;
-        obs[POLICY_OBS_LIN_VEL_W_START + i] =
-            qc_sanitize(state->lin_vel_w[i], QC_LIN_VEL_LIMIT_MPS, &n_clamped) * POLICY_OBS_LIN_VEL_W_SCALE;
+        vel_w[i] = qc_sanitize(state->lin_vel_w[i], QC_LIN_VEL_LIMIT_MPS, &n_clamped);
+        obs[POLICY_OBS_POS_ERR_H_START + i] = err_h[i] * POLICY_OBS_POS_ERR_H_SCALE;
         obs[POLICY_OBS_ANG_VEL_B_START + i] =
             qc_sanitize(state->ang_vel_b[i], QC_ANG_VEL_LIMIT_RAD_S, &n_clamped) * POLICY_OBS_ANG_VEL_B_SCALE;
     }
+    obs[POLICY_OBS_LIN_VEL_H_START + 0] = (c * vel_w[0] + s * vel_w[1]) * POLICY_OBS_LIN_VEL_H_SCALE;
+    obs[POLICY_OBS_LIN_VEL_H_START + 1] = (c * vel_w[1] - s * vel_w[0]) * POLICY_OBS_LIN_VEL_H_SCALE;
+    obs[POLICY_OBS_LIN_VEL_H_START + 2] = vel_w[2] * POLICY_OBS_LIN_VEL_H_SCALE;
     for (i = 0; i < 4; ++i) {
         q[i] = qc_sanitize(state->quat_wb[i], 2.0f, &n_clamped);
     }
@@ -115,23 +145,30 @@ uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const flo
         }
     }
     {
-        /* Row-major R_wb; every entry homogeneous quadratic in q (as in the simulator). */
+        /* Row-major R_wb; every entry homogeneous quadratic in q (as in the simulator); then
+           R_hb = R_wh^T R_wb mixes rows 0 and 1 like a vector (the simulator's rot_wb_to_hb). */
         const float w = q[0], x = q[1], y = q[2], z = q[3];
-        float *r = obs + POLICY_OBS_ROT_WB_START;
-        const float s = POLICY_OBS_ROT_WB_SCALE;
-        r[0] = (w * w + x * x - y * y - z * z) * s;
-        r[1] = (2.0f * x * y - 2.0f * w * z) * s;
-        r[2] = (2.0f * x * z + 2.0f * w * y) * s;
-        r[3] = (2.0f * x * y + 2.0f * w * z) * s;
-        r[4] = (w * w - x * x + y * y - z * z) * s;
-        r[5] = (2.0f * y * z - 2.0f * w * x) * s;
-        r[6] = (2.0f * x * z - 2.0f * w * y) * s;
-        r[7] = (2.0f * y * z + 2.0f * w * x) * s;
-        r[8] = (w * w - x * x - y * y + z * z) * s;
+        float rwb[9];
+        float *r = obs + POLICY_OBS_ROT_HB_START;
+        const float k = POLICY_OBS_ROT_HB_SCALE;
+        rwb[0] = w * w + x * x - y * y - z * z;
+        rwb[1] = 2.0f * x * y - 2.0f * w * z;
+        rwb[2] = 2.0f * x * z + 2.0f * w * y;
+        rwb[3] = 2.0f * x * y + 2.0f * w * z;
+        rwb[4] = w * w - x * x + y * y - z * z;
+        rwb[5] = 2.0f * y * z - 2.0f * w * x;
+        rwb[6] = 2.0f * x * z - 2.0f * w * y;
+        rwb[7] = 2.0f * y * z + 2.0f * w * x;
+        rwb[8] = w * w - x * x - y * y + z * z;
+        for (i = 0; i < 3; ++i) {
+            r[i] = (c * rwb[i] + s * rwb[3 + i]) * k;
+            r[3 + i] = (c * rwb[3 + i] - s * rwb[i]) * k;
+            r[6 + i] = rwb[6 + i] * k;
+        }
     }
 #if QC_POS_ERR_INTEGRAL
     for (i = 0; i < 3; ++i) {
-        obs[POLICY_OBS_POS_ERR_INT_W_START + i] = ctx->pos_err_int_w[i] * POLICY_OBS_POS_ERR_INT_W_SCALE;
+        obs[POLICY_OBS_POS_ERR_INT_H_START + i] = ctx->pos_err_int_h[i] * POLICY_OBS_POS_ERR_INT_H_SCALE;
     }
 #endif
 #if POLICY_ACTION_HISTORY > 0
@@ -144,15 +181,16 @@ uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const flo
     return n_clamped;
 }
 
-void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float action[POLICY_ACTION_DIM])
+void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
+             float action[POLICY_ACTION_DIM])
 {
     /* static: the Crazyflie stabilizer task has ~1.8 kB of stack; this is ~0.6 kB. */
     static float obs[POLICY_OBS_DIM];
     int i;
 #if QC_POS_ERR_INTEGRAL
-    qc_update_pos_err_int(ctx, state, setpoint_w);
+    qc_update_pos_err_int(ctx, state, setpoint_w, yaw_sp_rad);
 #endif
-    ctx->clamped_inputs += qc_assemble_obs(ctx, state, setpoint_w, obs);
+    ctx->clamped_inputs += qc_assemble_obs(ctx, state, setpoint_w, yaw_sp_rad, obs);
     policy_step(obs, action);
     for (i = 0; i < POLICY_ACTION_DIM; ++i) {
         float a = action[i];

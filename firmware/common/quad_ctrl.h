@@ -11,10 +11,18 @@
  *   lin_vel_w  [3] m/s, world
  *   ang_vel_b  [3] rad/s, body FLU
  *
- * Optional position-error integral: when policy.h defines POLICY_OBS_POS_ERR_INT_W_START (the
- * task was trained with pos_err_integral), the context keeps pos_err_int_w [3] (m*s, world).
+ * The setpoint is a world position setpoint_w [3] (m) and a yaw yaw_sp_rad (rad). The
+ * observation is expressed in the setpoint's heading frame h, the world rotated about z by
+ * yaw_sp_rad (R_wh = Rz(yaw_sp_rad)), in the order of docs/conventions.md:
+ *   pos_err_h = R_wh^T (pos_w - setpoint_w), rot_hb = R_wh^T R_wb (row-major),
+ *   lin_vel_h = R_wh^T lin_vel_w, ang_vel_b, [pos_err_int_h], [prev_actions].
+ * cos/sin of the yaw are evaluated in double and rounded to float, as the simulator does, so
+ * the heading-frame values equal the simulator's bit for bit for the same inputs.
+ *
+ * Optional position-error integral: when policy.h defines POLICY_OBS_POS_ERR_INT_H_START (the
+ * task was trained with pos_err_integral), the context keeps pos_err_int_h [3] (m*s, heading).
  * qc_reset zeroes it; every qc_step after the first one since the reset first updates it from
- * the current (sanitized) position error e = pos_w - setpoint_w, per axis, as the task does:
+ * the current (sanitized) heading-frame position error e = pos_err_h, per axis, as the task does:
  *   I = clamp(POLICY_POS_ERR_INT_DECAY * I + POLICY_POS_ERR_INT_DT_S * e, +-POLICY_POS_ERR_INT_LIMIT_MS)
  * so the first observation after a reset carries I = 0, like the first one of an episode.
  */
@@ -45,10 +53,10 @@
 #define QC_ANG_VEL_LIMIT_RAD_S 35.0f /* the Crazyflie gyro saturates at 2000 deg/s */
 #endif
 
-#ifdef POLICY_OBS_POS_ERR_INT_W_START
+#ifdef POLICY_OBS_POS_ERR_INT_H_START
 #define QC_POS_ERR_INTEGRAL 1
 #if !defined(POLICY_POS_ERR_INT_DECAY) || !defined(POLICY_POS_ERR_INT_LIMIT_MS) || !defined(POLICY_POS_ERR_INT_DT_S)
-#error "policy.h has pos_err_int_w but lacks POLICY_POS_ERR_INT_DECAY / _LIMIT_MS / _DT_S (policy_io.json extra)"
+#error "policy.h has pos_err_int_h but lacks POLICY_POS_ERR_INT_DECAY / _LIMIT_MS / _DT_S (policy_io.json extra)"
 #endif
 #else
 #define QC_POS_ERR_INTEGRAL 0
@@ -68,7 +76,7 @@ typedef struct {
     /* The last POLICY_ACTION_HISTORY actions sent, newest first (one slot if none kept). */
     float prev_actions[QC_HISTORY_FLOATS > 0 ? QC_HISTORY_FLOATS : 1];
 #if QC_POS_ERR_INTEGRAL
-    float pos_err_int_w[3];       /* m*s, world: leaky clamped integral of the position error */
+    float pos_err_int_h[3];       /* m*s, heading frame: leaky clamped integral of the position error */
     uint32_t pos_err_int_started; /* 0 until the first qc_step after qc_reset (which keeps I = 0) */
 #endif
     uint32_t clamped_inputs;  /* raw inputs replaced or clamped since qc_reset */
@@ -79,15 +87,17 @@ typedef struct {
    position-error integral when the policy has one. */
 void qc_reset(qc_ctx_t *ctx, float initial_action);
 
-/* obs[POLICY_OBS_DIM] from a raw state and a world-frame position setpoint [3] (m); the
-   position-error integral (if any) is read from ctx as it stands (qc_step updates it first).
-   Returns how many raw inputs were clamped or replaced (0 for any sane state). */
-uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3],
+/* obs[POLICY_OBS_DIM] from a raw state, a world-frame position setpoint [3] (m) and the setpoint
+   yaw (rad, world; NaN/inf count as clamped and read as 0); the position-error integral (if
+   any) is read from ctx as it stands (qc_step updates it first). Returns how many raw inputs
+   were clamped or replaced (0 for any sane state). */
+uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
                          float obs[POLICY_OBS_DIM]);
 
 /* Update the position-error integral (if any), assemble, run policy_step, clamp the action
    to [-1, 1] (NaN -> 0), push it into the history. action[4] is normalized per docs/conventions.md. */
-void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float action[POLICY_ACTION_DIM]);
+void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
+             float action[POLICY_ACTION_DIM]);
 
 /* Normalized action [-1, 1] -> motor command ratio rpm / max_rpm in [0, 1]. */
 float qc_action_to_ratio(float action);

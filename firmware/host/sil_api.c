@@ -1,7 +1,8 @@
 /*
  * Host (software-in-the-loop) entry points around the portable controller, loaded with ctypes
  * by embodied/export/sil.py. Batched over n vehicles: states are packed [n][13] floats
- * (pos_w, quat_wb (w,x,y,z), lin_vel_w, ang_vel_b), setpoints [n][3], contexts [n].
+ * (pos_w, quat_wb (w,x,y,z), lin_vel_w, ang_vel_b), setpoints [n][4] (x, y, z in m, world;
+ * yaw in rad), contexts [n].
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -46,7 +47,8 @@ uint32_t sil_assemble_obs(const qc_ctx_t *ctxs, int n, const float *states, cons
     int i;
     for (i = 0; i < n; ++i) {
         sil_unpack(states + (size_t)i * QC_STATE_FLOATS, &s);
-        clamped += qc_assemble_obs(&ctxs[i], &s, setpoints + (size_t)i * 3, obs + (size_t)i * POLICY_OBS_DIM);
+        const float *sp = setpoints + (size_t)i * 4;
+        clamped += qc_assemble_obs(&ctxs[i], &s, sp, sp[3], obs + (size_t)i * POLICY_OBS_DIM);
     }
     return clamped;
 }
@@ -58,6 +60,7 @@ void sil_step(qc_ctx_t *ctxs, int n, const float *states, const float *setpoints
     int i;
     for (i = 0; i < n; ++i) {
         sil_unpack(states + (size_t)i * QC_STATE_FLOATS, &s);
-        qc_step(&ctxs[i], &s, setpoints + (size_t)i * 3, actions + (size_t)i * POLICY_ACTION_DIM);
+        const float *sp = setpoints + (size_t)i * 4;
+        qc_step(&ctxs[i], &s, sp, sp[3], actions + (size_t)i * POLICY_ACTION_DIM);
     }
 }

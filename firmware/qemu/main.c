@@ -77,7 +77,7 @@ int main(void)
         qc_reset(&ctx, 0.0f);
         t0 = SYST_CVR;
         for (i = 0; i < BENCH_FORWARD_PASSES; ++i) {
-            qc_step(&ctx, &state, setpoint_w, action);
+            qc_step(&ctx, &state, setpoint_w, 0.0f, action);
         }
         ctrl_ticks = systick_elapsed(t0);
     }

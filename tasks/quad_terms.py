@@ -1,0 +1,140 @@
+"""Observation terms and the heading frame shared by the quadrotor tasks.
+
+The policy observation layout is written once, in :data:`STATE_TERMS` and :func:`policy_terms`:
+the same table gives the tensor (:func:`assemble`), its size (:func:`terms_dim`) and the
+``policy_io.json`` fields (:func:`obs_fields`), which the firmware and the ROS 2 node read.
+
+Heading frame ``h`` (docs/conventions.md): the world frame rotated about z by the setpoint yaw
+``yaw_sp_rad``, ``R_wh = Rz(yaw_sp_rad)``. Vectors are expressed in it with ``R_whᵀ``; a policy
+in this frame sees the same observation for any setpoint heading, so it flies from any initial
+yaw to any yaw setpoint.
+
+All functions are pure tensor code without data-dependent branches, so they compile inside the
+tasks' fused step (``env.sim.compile=true``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from embodied.io_spec import ObsField
+
+
+@dataclass(frozen=True)
+class ObsTerm:
+    """One named slice of the policy observation."""
+
+    name: str
+    size: int
+    units: str
+    frame: str
+    description: str = ""
+    noise_group: int | None = None
+    """Index into the task's ``obs_noise_std`` (pos, rot, lin_vel, ang_vel); None: never noised."""
+
+
+STATE_TERMS: tuple[ObsTerm, ...] = (
+    ObsTerm("pos_err_h", 3, "m", "heading", "R_wh^T (position_w - setpoint_w), R_wh = Rz(yaw_sp_rad)", 0),
+    ObsTerm("rot_hb", 9, "", "body->heading", "R_wh^T R_wb, row-major", 1),
+    ObsTerm("lin_vel_h", 3, "m/s", "heading", "R_wh^T lin_vel_w", 2),
+    ObsTerm("ang_vel_b", 3, "rad/s", "body", "gyro rates", 3),
+)
+"""The vehicle state as the policy sees it, in this order (noised in the simulator)."""
+
+STATE_DIM = sum(t.size for t in STATE_TERMS)
+"""18: the size of :data:`STATE_TERMS`."""
+
+INTEGRAL_TERM = ObsTerm(
+    "pos_err_int_h",
+    3,
+    "m*s",
+    "heading",
+    "leaky clamped integral of pos_err_h: zero at reset, then after every control step "
+    "I = clamp(decay * I + dt_s * pos_err_h, -limit, limit) per axis with the new error "
+    "(extra: pos_err_int_decay, pos_err_int_limit_ms, pos_err_int_dt_s); no noise",
+)
+
+
+def history_term(history: int) -> ObsTerm:
+    """``prev_actions``: the last ``history`` actions sent, newest first (4 per action)."""
+    return ObsTerm(
+        "prev_actions",
+        4 * history,
+        "normalized",
+        "",
+        f"last {history} actions sent, newest first, M1..M4 each",
+    )
+
+
+def policy_terms(integral: bool, history: int) -> tuple[ObsTerm, ...]:
+    """The policy observation's terms in order: state, optional integral, optional history."""
+    terms = STATE_TERMS + ((INTEGRAL_TERM,) if integral else ())
+    return terms + ((history_term(history),) if history > 0 else ())
+
+
+def terms_dim(terms: tuple[ObsTerm, ...]) -> int:
+    """Total size of ``terms``."""
+    return sum(t.size for t in terms)
+
+
+def obs_fields(terms: tuple[ObsTerm, ...]) -> tuple[ObsField, ...]:
+    """``policy_io.json`` observation fields of ``terms``."""
+    return tuple(ObsField(t.name, t.size, t.units, t.frame, description=t.description) for t in terms)
+
+
+def noise_std_row(terms: tuple[ObsTerm, ...], obs_noise_std: tuple[float, ...]) -> list[float]:
+    """Per-entry σ of the noised terms (which must lead the observation): ``[STATE_DIM]`` values."""
+    row: list[float] = []
+    for term in terms:
+        if term.noise_group is None:
+            break
+        row += [float(obs_noise_std[term.noise_group])] * term.size
+    return row
+
+
+def assemble(terms: tuple[ObsTerm, ...], values: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``[N, terms_dim(terms)]``: the ``[N, size]`` value of every term, in table order."""
+    parts = [values[t.name] for t in terms]
+    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+# ---------------------------------------------------------------------------- heading frame
+def heading_cos_sin(yaw_sp_rad: torch.Tensor) -> torch.Tensor:
+    """``[N]`` setpoint yaws (rad) -> ``[N, 2]`` float32 ``(cos, sin)``.
+
+    Evaluated in float64 and rounded once, so the firmware (which does the same in double)
+    gets bit-identical values and hence a bit-identical heading-frame observation.
+    """
+    yaw = yaw_sp_rad.double()
+    return torch.stack((torch.cos(yaw), torch.sin(yaw)), dim=1).float()
+
+
+def vec_w_to_h(vec_w: torch.Tensor, heading: torch.Tensor) -> torch.Tensor:
+    """``R_whᵀ v``: ``vec_w [N, 3]``, ``heading [N, 2]`` (cos, sin) -> ``[N, 3]``.
+
+    The operation order (``c x + s y``, ``c y - s x``) is the one ``quad_ctrl.c`` uses.
+    """
+    c, s = heading[:, 0:1], heading[:, 1:2]
+    x, y = vec_w[:, 0:1], vec_w[:, 1:2]
+    return torch.cat((c * x + s * y, c * y - s * x, vec_w[:, 2:3]), dim=1)
+
+
+def rot_wb_to_hb(rot_wb: torch.Tensor, heading: torch.Tensor) -> torch.Tensor:
+    """``R_whᵀ R_wb`` of row-major ``rot_wb [N, 9]`` -> row-major ``[N, 9]`` (rows mixed like vectors)."""
+    c, s = heading[:, 0:1], heading[:, 1:2]
+    row0, row1, row2 = rot_wb[:, 0:3], rot_wb[:, 3:6], rot_wb[:, 6:9]
+    return torch.cat((c * row0 + s * row1, c * row1 - s * row0, row2), dim=1)
+
+
+def tilt_cost(rot_hb: torch.Tensor) -> torch.Tensor:
+    """``[N]``: ``(1 - cos tilt) / 2 = q_x² + q_y²`` of the body-to-heading rotation (0 level, 1 upside down)."""
+    return (1.0 - rot_hb[:, 8]) * 0.5
+
+
+def yaw_cost(rot_hb: torch.Tensor) -> torch.Tensor:
+    """``[N]``: ``q_z² = (1 + r22 - r00 - r11) / 4`` of the body-to-heading rotation: ``(1 - cos ψ) / 2``
+    for a pure heading error ψ (0 aligned with the setpoint yaw, 1 at 180°). With
+    :func:`tilt_cost` it sums to ``1 - q_w²``, L2F's orientation cost."""
+    return (1.0 + rot_hb[:, 8] - rot_hb[:, 0] - rot_hb[:, 4]) * 0.25

@@ -1,0 +1,164 @@
+"""Reality-gap models of the quadrotor task: each one switches on and off and does what it says."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from embodied.config import ConfigError
+from embodied.experiment import resolve_experiment
+from embodied.tasks.quad_gaps import QuadGapCfg
+from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+
+CPU = torch.device("cpu")
+REST = {"quat_wb": [1.0, 0.0, 0.0, 0.0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}
+
+
+def make(n: int = 8, setpoint_z_m: float = 1.0, **gaps: object) -> QuadHover:
+    cfg = QuadHoverCfg(
+        setpoint_w=(0.0, 0.0, setpoint_z_m),
+        obs_noise_std=(0.0,) * 4,
+        disturbance_force_std_n=0.0,
+        disturbance_torque_std_nm=0.0,
+        setpoint_yaw_range_rad=0.0,
+        gaps=QuadGapCfg(**gaps),  # type: ignore[arg-type]
+    )
+    return QuadHover(cfg, n, CPU, seed=0)
+
+
+def test_all_off_by_default() -> None:
+    assert not QuadGapCfg().enabled
+    assert QuadHover(QuadHoverCfg(), 2, CPU, seed=0).gaps is None
+    assert QuadGapCfg(ground_effect=True).enabled and QuadGapCfg(obs_delay_steps=(0, 1)).enabled
+
+
+def test_observation_delay_shows_an_old_state() -> None:
+    env = make(obs_delay_steps=(2, 2))
+    gen = torch.Generator().manual_seed(0)
+    clean: list[torch.Tensor] = [env._observe(None)["policy"][:, :18]]
+    seen: list[torch.Tensor] = []
+    for _ in range(6):
+        obs = env.step(env.hover_action + 0.2 * torch.randn(8, 4, generator=gen))[0]["policy"]
+        clean.append(env._observe(None)["policy"][:, :18])
+        seen.append(obs[:, :18])
+    for k in range(2, 6):
+        assert torch.equal(seen[k], clean[k + 1 - 2])
+    assert not torch.equal(seen[5], clean[6])
+    # The action history is not delayed: the policy knows what it sent.
+    assert torch.equal(obs[:, 18:22], env.action_hist[:, :4])
+
+
+def test_motor_delay_applies_old_commands() -> None:
+    delayed, direct = make(motor_delay_steps=(1, 1)), make()
+    full = torch.ones(8, 4)
+    for env in (delayed, direct):
+        env.set_physical_state(position_w=[0.0, 0.0, 1.0], **REST)
+    delayed.step(full)  # the motors still get the hover command of the reset
+    direct.step(torch.full((8, 4), direct.hover_action))
+    assert torch.allclose(delayed.sim.state, direct.sim.state, atol=1e-6)
+    delayed.step(-full)  # now they get the full command
+    direct.step(full)
+    assert torch.allclose(delayed.sim.state, direct.sim.state, atol=1e-6)
+
+
+def test_gyro_bias_and_noise() -> None:
+    n = 2048
+    biased = make(n, gyro_bias_std_rad_s=0.02)
+    err = [biased.observe(noise=False)["policy"][:, 15:18] - biased.sim.ang_vel_b for _ in range(2)]
+    assert torch.equal(err[0], err[1])  # a bias: constant within the episode
+    assert err[0].std().item() == pytest.approx(0.02, rel=0.1)
+    noisy = make(n, gyro_noise_std_rad_s=0.01)
+    diff = noisy.observe()["policy"][:, 15:18] - noisy.observe()["policy"][:, 15:18]
+    assert diff.std().item() == pytest.approx(0.01 * math.sqrt(2.0), rel=0.1)
+
+
+def test_estimator_position_and_velocity_errors() -> None:
+    env = make(4096, pos_bias_std_m=0.01, pos_noise_std_m=0.002, lin_vel_noise_std_mps=0.03)
+    truth = env._observe(None)["policy"]
+    a, b = env.observe()["policy"], env.observe()["policy"]
+    assert (a[:, 0:3] - truth[:, 0:3]).std().item() == pytest.approx(math.hypot(0.01, 0.002), rel=0.1)
+    assert (a[:, 0:3] - b[:, 0:3]).std().item() == pytest.approx(0.002 * math.sqrt(2.0), rel=0.1)
+    assert (a[:, 12:15] - truth[:, 12:15]).std().item() == pytest.approx(0.03, rel=0.1)
+    assert torch.equal(a[:, 3:12], truth[:, 3:12])  # attitude untouched
+
+
+def test_thrust_mismatch_and_battery_sag() -> None:
+    env = make(512, thrust_mismatch=(0.8, 1.2), battery_sag=(0.3, 0.3))
+    assert env.gaps is not None
+    thrust_scale = env.gaps.rpm_scale.square()
+    assert 0.8 <= thrust_scale.min().item() < 0.82 and 1.18 < thrust_scale.max().item() <= 1.2
+    max_rpm = env.cfg.sim.params.max_rpm
+    _, cap_start = env.gaps.rpm_limits(torch.zeros(512, dtype=torch.long), max_rpm)
+    _, cap_end = env.gaps.rpm_limits(torch.full((512,), env.cfg.episode_steps), max_rpm)
+    assert torch.allclose(cap_start, torch.full((512, 1), max_rpm))
+    assert torch.allclose(cap_end.square() / max_rpm**2, torch.full((512, 1), 0.7))  # 30 % of the thrust lost
+    # A full command late in the episode reaches the sagged cap, not the full motor speed.
+    env.set_physical_state(episode_step=450, position_w=[0.0, 0.0, 1.0], **REST)
+    for _ in range(30):
+        env.step(torch.ones(512, 4))
+    sagged_cap = max_rpm * math.sqrt(1.0 - 0.3 * 480 / 500)
+    assert sagged_cap * 0.97 <= env.sim.motor_rpm.max().item() <= sagged_cap * 1.005
+
+
+def test_body_drag_decelerates() -> None:
+    drag = (0.01, 0.01, 0.02)
+    env, free = make(1, body_drag_n_per_mps=drag), make(1)
+    for e in (env, free):
+        e.set_physical_state(position_w=[0.0, 0.0, 1.0], quat_wb=[1.0, 0, 0, 0], lin_vel_w=[1.0, 0.0, 0.0])
+        e.set_physical_state(ang_vel_b=[0.0] * 3, motor_rpm=[e.cfg.sim.params.hover_rpm] * 4)
+        e.step(torch.full((1, 4), e.hover_action))
+    dv = (env.sim.lin_vel_w - free.sim.lin_vel_w)[0]
+    assert dv[0].item() == pytest.approx(-drag[0] * 1.0 / 0.027 * 0.01, rel=0.02)
+    assert abs(dv[1].item()) < 1e-6
+
+
+def test_ground_effect_only_near_the_ground() -> None:
+    def vertical_acc(z: float, on: bool) -> float:
+        # A low setpoint so that heights near the ground (z = 0) are inside the 0.6 m box.
+        env = make(1, 0.7, ground_effect=on) if on else make(1, 0.7)
+        env.set_physical_state(position_w=[0.0, 0.0, z], **REST)
+        env.set_physical_state(motor_rpm=[env.cfg.sim.params.hover_rpm] * 4)
+        env.step(torch.full((1, 4), env.hover_action))
+        return env.sim.lin_vel_w[0, 2].item() / 0.01
+
+    near = vertical_acc(0.12, True) - vertical_acc(0.12, False)
+    gain = 1.0 / (1.0 - (0.0231 / (4 * 0.12)) ** 2) - 1.0  # 0.23 % more thrust at 12 cm
+    assert near == pytest.approx(9.81 * gain, rel=0.05)
+    assert 0.0 < vertical_acc(1.2, True) - vertical_acc(1.2, False) < 0.1 * near
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"obs_delay_steps": (2, 1)}, "obs_delay_steps"),
+        ({"motor_delay_steps": (0, 1.5)}, "motor_delay_steps"),
+        ({"gyro_noise_std_rad_s": float("nan")}, "gyro_noise_std_rad_s"),
+        ({"thrust_mismatch": (0.0, 1.0)}, "thrust_mismatch"),
+        ({"battery_sag": (0.0, 1.0)}, "battery_sag"),
+        ({"body_drag_n_per_mps": (0.0, -1.0, 0.0)}, "body_drag_n_per_mps"),
+    ],
+)
+def test_config_validation(changes: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        QuadGapCfg(**changes)  # type: ignore[arg-type]
+
+
+def test_robust_preset_loads_and_enables_every_model() -> None:
+    from embodied.commands.train import preset_file
+
+    path = preset_file("quad-hover", "ppo", "robust")
+    cfg = resolve_experiment("quad-hover", "ppo", path)
+    gaps = cfg.env.gaps
+    assert gaps.enabled and gaps.ground_effect and gaps.obs_delay_steps[1] > 0 and gaps.motor_delay_steps[1] > 0
+    assert gaps.thrust_mismatch != (1.0, 1.0) and gaps.battery_sag[1] > 0 and min(gaps.body_drag_n_per_mps) > 0
+    assert gaps.gyro_bias_std_rad_s > 0 and gaps.gyro_noise_std_rad_s > 0 and gaps.pos_noise_std_m > 0
+    env = QuadHover(dataclasses.replace(cfg.env), 4, CPU, seed=0)
+    assert env.step(torch.zeros(4, 4))[0]["policy"].shape == (4, cfg.env.obs_dim)
+    with pytest.raises(ConfigError, match="robust"):
+        preset_file("quad-hover", "ppo", "nonexistent")
+    from embodied.commands.train import list_presets
+
+    assert "quad_hover: ppo.robust" in list_presets()  # what `embodied train --help` lists
