@@ -21,6 +21,10 @@ Ops (YAML ``ops: [name, {name: argument}]``):
 ``rotate_body_to_world``   3-vector by the quaternion ``{input, path, order}`` (e.g. ROS
                            Odometry twist, which is in the child/body frame)
 ``rotate_world_to_body``   the inverse rotation
+``world_to_heading: YAW``  into the heading frame ``h`` = world rotated about z by ``YAW`` (rad; a
+                           number or a one-entry param, e.g. ``setpoint_yaw_rad``):
+                           3-vector ``R_whᵀ v``; 9-entry row-major rotation ``R_whᵀ R`` (e.g.
+                           ``rot_wb`` -> ``rot_hb``)
 ``select_by_name``         ``{names_path, names}``: reorder by the message's own name list
                            (``sensor_msgs/JointState``)
 ``select: [i, ...]``       pick entries by index
@@ -243,6 +247,24 @@ class _Compiler:
                 return (rot.T if inverse else rot) @ v
 
             return rotate, self._fixed(key, name, 3, 3)
+        if name == "world_to_heading":
+            yaw = self.scalar_arg(arg, key)
+            c, s_ = math.cos(yaw), math.sin(yaw)
+            r_hw = np.array([[c, s_, 0.0], [-s_, c, 0.0], [0.0, 0.0, 1.0]])  # R_wh transposed
+
+            def to_heading(v: np.ndarray, _l: Latest) -> np.ndarray:
+                if v.size == 9:
+                    return (r_hw @ v.reshape(3, 3)).ravel()
+                if v.size != 3:
+                    raise ObservationError(f"{key}: world_to_heading takes 3 or 9 values, got {v.size}")
+                return r_hw @ v
+
+            def heading_size(n: int | None) -> int | None:
+                if n is not None and n not in (3, 9):
+                    raise self.fail(key, f"world_to_heading takes a 3-vector or a 9-entry rotation, the signal has {n}")
+                return n
+
+            return to_heading, heading_size
         if name == "select_by_name":
             spec = arg if isinstance(arg, Mapping) else {}
             names = [str(n) for n in spec.get("names", [])]
@@ -319,7 +341,7 @@ class _Compiler:
 OP_NAMES = (
     "subtract", "add", "scale", "deg_to_rad", "ned_to_enu", "enu_to_ned", "frd_to_flu", "flu_to_frd",
     "quat_to_rotmat", "rotmat_ned_frd_to_enu_flu", "rotate_body_to_world", "rotate_world_to_body",
-    "select_by_name", "select", "integrate",
+    "select_by_name", "select", "integrate", "world_to_heading",
 )  # fmt: skip
 
 
@@ -391,6 +413,8 @@ class ObservationBuilder:
             self.signals.append((sig, f.size, f.scale))
         self.history.on_reset += [integ.reset for integ in compiler.integrators]
         self._out = np.zeros(io_spec.obs_dim, dtype=np.float32)
+        self.fields: dict[str, np.ndarray] = {}
+        """Each field of the last :meth:`build`, in physical units (before ``scale``), by name."""
 
     @staticmethod
     def _history_initial(robot: RobotConfig, io_spec: IOSpec) -> float:
@@ -416,6 +440,7 @@ class ObservationBuilder:
             v = sig.read(latest, hist)
             if v.shape != (size,):
                 raise ObservationError(f"{sig.key}: got {v.size} values, the policy expects {size}")
+            self.fields[sig.key.removeprefix("observation.")] = v
             self._out[start : start + size] = v * scale
             start += size
         if not np.isfinite(self._out).all():

@@ -23,7 +23,7 @@ from typing import Any
 
 from embodied.real import messages
 from embodied.real.messages import ARRAY, BASE, NAME
-from embodied.real.transports import MessageCallback, Publish, qos_profile
+from embodied.real.transports import MessageCallback, Publish, qos_profile, resolve_topic
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,8 @@ def _qos(name: str) -> Any:
         if profile.reliable
         else Policy.Reliability.BestEffort
     )
-    return Qos(reliability, Policy.History.KeepLast(profile.depth), Policy.Durability.Volatile)
+    durability = Policy.Durability.TransientLocal if profile.transient_local else Policy.Durability.Volatile
+    return Qos(reliability, Policy.History.KeepLast(profile.depth), durability)
 
 
 class DdsTransport:
@@ -120,8 +121,12 @@ class DdsTransport:
     the domain to ``lo``; otherwise Cyclone uses ``$CYCLONEDDS_URI`` or its defaults.
     """
 
-    def __init__(self, domain_id: int | None = None, loopback: bool = False) -> None:
+    def __init__(
+        self, domain_id: int | None = None, loopback: bool = False, namespace: str = "", node_name: str = ""
+    ) -> None:
         from cyclonedds.domain import Domain, DomainParticipant
+
+        self.namespace, self.node_name = namespace, node_name or "embodied"
 
         if domain_id is None:
             domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0"))
@@ -140,10 +145,14 @@ class DdsTransport:
         self.decode_errors = 0
         """Samples dropped because they could not be deserialized (malformed payloads)."""
 
+    def resolve(self, topic: str) -> str:
+        """The absolute ROS 2 name of ``topic`` in this transport's namespace."""
+        return resolve_topic(topic, self.namespace, self.node_name)
+
     def _topic(self, topic: str, type_name: str) -> Any:
         from cyclonedds.topic import Topic
 
-        key = messages.dds_topic_name(topic)
+        key = messages.dds_topic_name(self.resolve(topic))
         with self._lock:
             if key not in self._topics:
                 self._topics[key] = Topic(self._participant, key, idl_struct(type_name))

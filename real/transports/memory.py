@@ -10,17 +10,21 @@ from collections import defaultdict
 from typing import Any
 
 from embodied.real import messages
-from embodied.real.transports import MessageCallback, Publish, qos_profile
+from embodied.real.transports import MessageCallback, Publish, qos_profile, resolve_topic
 
 
 class MemoryTransport:
     """Topic -> callbacks, shared by everyone holding the same instance."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str = "", node_name: str = "embodied_policy") -> None:
+        self.namespace, self.node_name = namespace, node_name
         self._subscribers: dict[str, list[MessageCallback]] = defaultdict(list)
         self._types: dict[str, str] = {}
         self.published: dict[str, list[Any]] = defaultdict(list)
-        """Every message published, per topic (for inspection)."""
+        """Every message published, per resolved topic (for inspection)."""
+
+    def resolve(self, topic: str) -> str:
+        return resolve_topic(topic, self.namespace, self.node_name)
 
     def _check(self, topic: str, type_name: str, qos: str) -> None:
         qos_profile(qos)
@@ -30,10 +34,12 @@ class MemoryTransport:
             raise ValueError(f"topic {topic} carries {known}, not {type_name}")
 
     def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+        topic = self.resolve(topic)
         self._check(topic, type_name, qos)
         self._subscribers[topic].append(callback)
 
     def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
+        topic = self.resolve(topic)
         self._check(topic, type_name, qos)
 
         def publish(message: Any) -> None:

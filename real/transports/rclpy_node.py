@@ -56,7 +56,7 @@ def _qos(name: str) -> Any:
         history=HistoryPolicy.KEEP_LAST,
         depth=profile.depth,
         reliability=ReliabilityPolicy.RELIABLE if profile.reliable else ReliabilityPolicy.BEST_EFFORT,
-        durability=DurabilityPolicy.VOLATILE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if profile.transient_local else DurabilityPolicy.VOLATILE,
     )
 
 
