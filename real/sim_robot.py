@@ -8,10 +8,16 @@ process, so the whole loop crosses the middleware twice per step.
 
 Modes:
 
-- lockstep (default): after publishing a state, wait for the node's command, then step. The
-  loop runs faster than real time and every command answers the state it was computed from.
+- lockstep (default): after publishing a state, wait for the node's answer *to that state*
+  (the robot config's ``command.stamped_topic``: a JointState echo of every command, stamped
+  with the odometry stamp it answers), then step. Every step applies the command computed from
+  the state it followed; the node still runs on its own clock at the trained rate.
 - realtime: step every control period of wall-clock time and apply whichever command arrived
   last (zero-order hold), as a physical robot would.
+
+After arming, every applied command equal to the robot's safe command is counted
+(``safe_commands``: motors-off in flight for a quadrotor). SIGINT/SIGTERM end the session after
+the current step; the transport is closed, so the node sees its input publisher leave.
 
 Until the node arms (its commands differ from the robot's safe command), the vehicle is held
 at its initial state, like a drone waiting on the ground for its controller.
@@ -54,6 +60,8 @@ class SimSummary:
     commands: int
     missed_commands: int
     """Steps where no command arrived in time (the previous command was held)."""
+    safe_commands: int
+    """Steps after arming that applied the robot's safe command (spurious motors-off)."""
     rtt_ms: tuple[float, float, float]
     """State publish -> command arrival, p50/p90/p99 (lockstep mode)."""
     wall_s: float
@@ -63,12 +71,12 @@ class SimSummary:
 
 
 def odometry_values(
-    pos_w: np.ndarray, quat_wxyz: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray
+    pos_w: np.ndarray, quat_wxyz: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray, now_ns: int
 ) -> dict[str, Any]:
-    """Nested field values of a ``nav_msgs/Odometry`` for one rigid body (twist in the body frame)."""
+    """Nested field values of a ``nav_msgs/Odometry`` for one rigid body (twist in the body frame),
+    stamped ``now_ns`` (nanoseconds since the epoch)."""
     w, x, y, z = (float(v) for v in quat_wxyz)
     lin_vel_b = quat_to_rotmat(np.asarray(quat_wxyz, dtype=np.float64)).T @ lin_vel_w
-    now_ns = time.time_ns()
 
     def xyz(v: np.ndarray) -> dict[str, float]:
         return {"x": float(v[0]), "y": float(v[1]), "z": float(v[2])}
@@ -108,8 +116,15 @@ class SimRobot:
         self._command: np.ndarray | None = None
         self._command_count = 0
         self._bad_commands = 0
+        self._answers: dict[int, np.ndarray] = {}
+        """Stamp (ns) of the state answered -> command, from the stamped echo (lockstep)."""
+        self._last_stamp_ns = 0
         cmd = robot.command
         transport.subscribe(cmd.topic, cmd.type, cmd.qos, self._on_command)
+        if cmd.stamped_topic:
+            transport.subscribe(cmd.stamped_topic, "sensor_msgs/msg/JointState", cmd.qos, self._on_answer)
+        self.stop = threading.Event()
+        """Set (e.g. from a signal handler) to end :meth:`run` after the current step."""
         self._safe = None if robot.safety.safe_command is None else np.asarray(robot.safety.safe_command)
 
     def _on_command(self, message: Any) -> None:
@@ -125,6 +140,25 @@ class SimRobot:
             self._command_count += 1
             self._cond.notify_all()
 
+    def _on_answer(self, message: Any) -> None:
+        values = messages.to_vector(message.position)
+        if values.shape != (len(self.actions.scale),) or not np.isfinite(values).all():
+            return
+        stamp_ns = int(message.header.stamp.sec) * 1_000_000_000 + int(message.header.stamp.nanosec)
+        with self._cond:
+            self._answers[stamp_ns] = values
+            if len(self._answers) > 64:  # answers to states long gone
+                for old in sorted(self._answers)[:-16]:
+                    del self._answers[old]
+            self._cond.notify_all()
+
+    def _wait_answer(self, stamp_ns: int, timeout_s: float) -> np.ndarray | None:
+        """The node's command computed from the state stamped ``stamp_ns`` (None on timeout)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: stamp_ns in self._answers, timeout=timeout_s):
+                return None
+            return self._answers.pop(stamp_ns)
+
     def _check_setpoint(self) -> None:
         # Odometry carries true world positions; the node subtracts its own setpoint parameter,
         # which must therefore be the task's setpoint for the comparison with simulation to hold.
@@ -138,17 +172,21 @@ class SimRobot:
                     f"{list(wanted)}: pass --param setpoint_w={task_sp.tolist()} to both sim-robot and deploy"
                 )
 
-    def publish_state(self) -> None:
+    def publish_state(self) -> int:
+        """Publish the current state; returns its stamp in nanoseconds (unique per state)."""
         state = self.env.physical_state()
 
         def row(key: str) -> np.ndarray:
             return state[key][0].detach().cpu().double().numpy()
 
-        message = messages.make(
-            ODOMETRY, odometry_values(row("position_w"), row("quat_wb"), row("lin_vel_w"), row("ang_vel_b"))
-        )
+        # Strictly increasing stamps: the node rejects a stamp older than the newest it has seen.
+        stamp_ns = max(time.time_ns(), self._last_stamp_ns + 1)
+        self._last_stamp_ns = stamp_ns
+        values = odometry_values(row("position_w"), row("quat_wb"), row("lin_vel_w"), row("ang_vel_b"), stamp_ns)
+        message = messages.make(ODOMETRY, values)
         for publish in self._publishers:
             publish(message)
+        return stamp_ns
 
     def _wait_command(self, after: int, timeout_s: float) -> bool:
         with self._cond:
@@ -188,42 +226,58 @@ class SimRobot:
         """Fly until ``episodes`` episodes ended or ``seconds`` of wall time passed."""
         if episodes is None and seconds is None:
             raise EmbodiedError("give a stop condition: --episodes N and/or --seconds S")
+        lockstep = not realtime
+        if lockstep and not self.robot.command.stamped_topic:
+            raise EmbodiedError(
+                f"{self.robot.path}: lockstep needs command.stamped_topic (the node's stamped echo of each "
+                "command) to match answers to states; set it or use --realtime"
+            )
         env = self.env
         env.reset(seed=seed)
         t_arm = time.monotonic()
         self.wait_until_armed(arm_timeout_s)
         log.info("node armed after %.2f s; flying", time.monotonic() - t_arm)
         t0 = time.monotonic()
-        done_episodes = successes = steps = missed = missed_in_row = 0
+        done_episodes = successes = steps = missed = missed_in_row = safe_count = 0
         lengths: list[int] = []
         rtts: list[float] = []
         ep_len = 0
         period = float(env.dt)
         next_tick = time.monotonic()
+        command: np.ndarray | None = None
         while (episodes is None or done_episodes < episodes) and (seconds is None or time.monotonic() - t0 < seconds):
+            if self.stop.is_set():
+                break
             with self._cond:
                 count = self._command_count
             sent = time.perf_counter()
-            self.publish_state()
+            stamp_ns = self.publish_state()
             if realtime:
                 next_tick += period
                 time.sleep(max(0.0, next_tick - time.monotonic()))
                 if self._command_count == count:
                     missed += 1
-            elif self._wait_command(count, command_timeout_s):
-                rtts.append(time.perf_counter() - sent)
-                missed_in_row = 0
+                with self._cond:
+                    command = self._command
             else:
-                missed += 1
-                missed_in_row += 1
-                if missed_in_row >= MAX_MISSED_IN_ROW:
-                    raise EmbodiedError(
-                        f"{missed_in_row} states in a row got no command on {self.robot.command.topic} "
-                        f"within {command_timeout_s} s: the node stopped"
-                    )
-            with self._cond:
-                command = self._command
+                answer = self._wait_answer(stamp_ns, command_timeout_s)
+                if answer is not None:
+                    rtts.append(time.perf_counter() - sent)
+                    missed_in_row = 0
+                    command = answer
+                else:
+                    missed += 1
+                    missed_in_row += 1
+                    if missed_in_row >= MAX_MISSED_IN_ROW:
+                        raise EmbodiedError(
+                            f"{missed_in_row} states in a row got no answer on {self.robot.command.stamped_topic} "
+                            f"within {command_timeout_s} s: the node stopped"
+                        )
+                    with self._cond:
+                        command = self._command if command is None else command
             assert command is not None  # set before wait_until_armed returned
+            if self._safe is not None and np.allclose(command, self._safe):
+                safe_count += 1
             action = torch.as_tensor(self.actions.to_normalized(command), dtype=torch.float32, device=env.device)
             _obs, _reward, terminated, truncated, info = env.step(action.reshape(1, -1))
             steps += 1
@@ -243,6 +297,7 @@ class SimRobot:
             steps=steps,
             commands=self._command_count,
             missed_commands=missed,
+            safe_commands=safe_count,
             rtt_ms=(p50, p90, p99),
             wall_s=wall,
         )

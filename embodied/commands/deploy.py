@@ -109,15 +109,43 @@ def _status_line(status: dict[str, Any]) -> str:
 
 
 def _show_status(node: Any, worker: Any, live: bool) -> None:
+    try:
+        from rich.live import Live
+        from rich.text import Text
+    except ImportError:  # a minimal robot-side install has no rich: log the status instead
+        live = False
     if not live:
         while worker.is_alive():
             worker.join(timeout=5.0)
             log.info("%s", _status_line(node.status()))
         return
-    from rich.live import Live
-    from rich.text import Text
-
     with Live(Text(_status_line(node.status())), refresh_per_second=4, transient=True) as display:
         while worker.is_alive():
             worker.join(timeout=0.25)
             display.update(Text(_status_line(node.status())))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``embodied-deploy`` / ``python -m embodied.commands.deploy``: the deploy command alone.
+
+    The full ``embodied`` CLI loads every command (training needs torch); this entry point
+    loads only the robot-side runtime, for a ROS 2 Python without torch.
+    """
+    import sys
+
+    from embodied.config import ConfigError
+    from embodied.errors import EmbodiedError
+
+    parser = argparse.ArgumentParser(prog="embodied-deploy")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["deploy", *(sys.argv[1:] if argv is None else argv)])
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return run(args)
+    except (ConfigError, EmbodiedError, FileNotFoundError) as err:
+        logging.getLogger("embodied").error("%s", err)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,9 +16,10 @@ the two in separate shells with the same --robot, e.g.
   embodied sim-robot quad-hover --episodes 20 --loopback
   embodied deploy RUN_DIR --robot crazyflie_sim --loopback
 
-By default the simulator waits for each command (lockstep, faster than real time);
---realtime steps on the wall clock and holds the last command. Ends with a summary: episodes,
-success rate, steps, missed commands, state->command round trip.
+By default the simulator waits for the node's answer to each state it published, matched by
+the state's header stamp (lockstep); --realtime steps on the wall clock and holds the last
+command. Ends with a summary: episodes, success rate, steps, missed commands, safe commands
+applied after arming (spurious motors-off), state->command round trip.
 """
 
 
@@ -86,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
     env = registry.make_env(args.task, env_cfg, 1, "cpu", args.seed)
     transport = open_transport(args.transport, domain_id=args.domain_id, loopback=args.loopback)
     try:
+        import signal
+
         sim = SimRobot(env, robot, transport)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: sim.stop.set())
         summary = sim.run(
             episodes=args.episodes,
             seconds=args.seconds,
@@ -104,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"episodes {summary.episodes} | success {summary.success_rate:.1%} ({summary.successes}) | "
             f"mean length {summary.mean_episode_steps:.1f} steps | steps {summary.steps} | "
-            f"missed commands {summary.missed_commands} | state->command ms p50 {p50:.3f} p90 {p90:.3f} "
+            f"missed commands {summary.missed_commands} | safe commands {summary.safe_commands} | state->command ms p50 {p50:.3f} p90 {p90:.3f} "
             f"p99 {p99:.3f} | {summary.wall_s:.1f} s"
         )
     return 0
