@@ -28,6 +28,9 @@ Ops (YAML ``ops: [name, {name: argument}]``):
 ``select_by_name``         ``{names_path, names}``: reorder by the message's own name list
                            (``sensor_msgs/JointState``)
 ``select: [i, ...]``       pick entries by index
+``fill_nan: V``             NaN entries become ``V`` ("not measured", e.g. joint_state_broadcaster's
+                           velocity of a joint without a velocity interface): a number for all
+                           entries, or a per-entry list where ``null`` keeps NaN a fault
 ``integrate: {decay, limit, dt_s}``  stateful, leaky clamped integral of the signal so far (e.g.
                            quad-hover's ``pos_err_int_w``): zero on the first observation after
                            a reset, then ``I = clip(decay * I + dt_s * v, -limit, limit)`` per
@@ -294,6 +297,24 @@ class _Compiler:
                 return v[indices]
 
             return pick, lambda _n: len(indices)
+        if name == "fill_nan":
+            per_entry = isinstance(arg, list)
+            items = arg if per_entry else [arg]
+            if not items or not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in items):
+                raise self.fail(key, f"fill_nan needs a number or a list of numbers/null, got {arg!r}")
+            fill = np.array([np.nan if v is None else float(v) for v in items])
+
+            def fill_nan(v: np.ndarray, _l: Latest) -> np.ndarray:
+                if per_entry and v.size != fill.size:
+                    raise ObservationError(f"{key}: fill_nan has {fill.size} entries, the signal {v.size}")
+                return np.where(np.isnan(v), fill if per_entry else fill[0], v)
+
+            def fill_size(n: int | None) -> int | None:
+                if per_entry and n is not None and n != fill.size:
+                    raise self.fail(key, f"fill_nan has {fill.size} entries but the signal has {n}")
+                return n
+
+            return fill_nan, fill_size
         if name == "integrate":
             return self.integrator(arg, key), same
         raise self.fail(key, unknown_choice_message("op", name, OP_NAMES))
@@ -341,7 +362,7 @@ class _Compiler:
 OP_NAMES = (
     "subtract", "add", "scale", "deg_to_rad", "ned_to_enu", "enu_to_ned", "frd_to_flu", "flu_to_frd",
     "quat_to_rotmat", "rotmat_ned_frd_to_enu_flu", "rotate_body_to_world", "rotate_world_to_body",
-    "select_by_name", "select", "integrate", "world_to_heading",
+    "select_by_name", "select", "integrate", "world_to_heading", "fill_nan",
 )  # fmt: skip
 
 

@@ -282,3 +282,23 @@ def test_topic_names_resolve_like_ros2() -> None:
     assert resolve_topic("~/state", "/drone1", "policy") == "/drone1/policy/state"
     with pytest.raises(EmbodiedError, match="empty token"):
         resolve_topic("cf//odom")
+
+
+def test_nan_velocity_of_a_joint_without_velocity_interface_is_not_measured(tmp_path: Path) -> None:
+    """joint_state_broadcaster publishes NaN velocities for joints without a velocity interface;
+    the shipped arm config treats them as not measured (0); per joint, null keeps NaN a fault."""
+    vel = [0.5, float("nan"), 0.0, float("nan"), 0.0, 1.0]
+    message = joint_state(ARM_JOINTS, [0.0] * 6, vel)
+    obs = ObservationBuilder(load_robot("ros2_control_arm"), arm_io_spec()).build({"joints": message})
+    np.testing.assert_allclose(obs[6:12], [0.05, 0.0, 0.0, 0.0, 0.0, 0.1])  # velocity x scale 0.1
+    per_joint = [0.0, 0.0, 0.0, None, 0.0, 0.0]  # joint_4 has a velocity interface: NaN is a fault
+    data = yaml.safe_load((ROBOTS_DIR / "ros2_control_arm.yaml").read_text())
+    data["observation"]["joint_vel"]["ops"][-1] = {"fill_nan": per_joint}
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    builder = ObservationBuilder(load_robot(path), arm_io_spec())
+    with pytest.raises(ObservationError, match="joint_vel: non-finite"):
+        builder.build({"joints": message})
+    vel[3] = 0.2
+    obs = builder.build({"joints": joint_state(ARM_JOINTS, [0.0] * 6, vel)})
+    np.testing.assert_allclose(obs[6:12], [0.05, 0.0, 0.0, 0.02, 0.0, 0.1])

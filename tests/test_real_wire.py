@@ -130,7 +130,7 @@ def test_node_over_dds_survives_malformed_joint_states(tmp_path: Path) -> None:
             for _ in range(5):
                 publish(message)
                 time.sleep(period)
-        assert worker.is_alive() and node.error_count >= 3
+        assert worker.is_alive() and node.rejections["invalid_observation"] >= 3
         assert node.state is SafetyState.FAULT
         good = joint_state(ARM_JOINTS, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.0] * 6)
         deadline = time.monotonic() + 10.0
