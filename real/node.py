@@ -250,6 +250,10 @@ class PolicyNode:
         try:
             obs = self.builder.build(latest)
         except ObservationError as err:
+            # Finite but absurd (beyond float32): the envelope names what is wrong, if it can.
+            violation = self.envelope.violation(self.builder.fields) if self.builder.complete else None
+            if violation is not None:
+                return (SafetyState.ENVELOPE, f"envelope_{violation[0]}", violation[1]), None
             return (SafetyState.FAULT, "invalid_observation", str(err)), None
         except Exception as err:  # a conversion bug must not take the robot down with it
             return (SafetyState.FAULT, "invalid_observation", f"unexpected {type(err).__name__}: {err}"), None

@@ -80,6 +80,8 @@ def quat_to_rotmat(q_wxyz: np.ndarray) -> np.ndarray:
     norm = float(np.linalg.norm(q_wxyz))
     if not norm > 1e-6:
         raise ObservationError(f"quaternion {q_wxyz.tolist()} has (near) zero norm")
+    if not math.isfinite(norm):
+        raise ObservationError(f"quaternion {q_wxyz.tolist()} is not finite")
     w, x, y, z = q_wxyz / norm
     return np.array(
         [
@@ -300,7 +302,9 @@ class _Compiler:
         if name == "fill_nan":
             per_entry = isinstance(arg, list)
             items = arg if per_entry else [arg]
-            if not items or not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in items):
+            if not items or not all(
+                v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in items
+            ):
                 raise self.fail(key, f"fill_nan needs a number or a list of numbers/null, got {arg!r}")
             fill = np.array([np.nan if v is None else float(v) for v in items])
 
@@ -454,25 +458,40 @@ class ObservationBuilder:
         return float(initial)
 
     def build(self, latest: Latest) -> np.ndarray:
-        """The observation ``[obs_dim]`` float32; raises :class:`ObservationError` on bad data."""
+        """The observation ``[obs_dim]`` float32; raises :class:`ObservationError` on bad data.
+
+        :attr:`fields` holds every field in float64 even when the float32 observation overflows
+        (e.g. a position 1e300 m away), so a caller can still tell *why* the state is unusable.
+        """
         start = 0
         hist = self.history.vector()
+        self.fields = {}
         for sig, size, scale in self.signals:
             v = sig.read(latest, hist)
             if v.shape != (size,):
                 raise ObservationError(f"{sig.key}: got {v.size} values, the policy expects {size}")
+            if not np.isfinite(v).all():
+                raise ObservationError(f"{sig.key}: non-finite value(s) {v.tolist()}")
             self.fields[sig.key.removeprefix("observation.")] = v
-            self._out[start : start + size] = v * scale
+            with np.errstate(over="ignore"):
+                self._out[start : start + size] = v * scale
             start += size
         if not np.isfinite(self._out).all():
             self._raise_non_finite()
         return self._out.copy()
+
+    @property
+    def complete(self) -> bool:
+        """The last :meth:`build` read every field as finite float64 values."""
+        return len(self.fields) == len(self.signals)
 
     def _raise_non_finite(self) -> None:
         start = 0
         for sig, size, _scale in self.signals:
             chunk = self._out[start : start + size]
             if not np.isfinite(chunk).all():
-                raise ObservationError(f"{sig.key}: non-finite value(s) {chunk.tolist()}")
+                raise ObservationError(
+                    f"{sig.key}: value(s) beyond float32 range {self.fields[sig.key.removeprefix('observation.')].tolist()}"
+                )
             start += size
         raise ObservationError("observation: non-finite value(s)")
