@@ -74,7 +74,12 @@ def run(args: argparse.Namespace) -> int:
         transport = open_transport("ros2")
     else:
         transport = open_transport(
-            "dds", domain_id=args.domain_id, loopback=args.loopback, namespace=args.namespace, node_name=args.node_name
+            "dds",
+            domain_id=args.domain_id,
+            loopback=args.loopback,
+            namespace=args.namespace,
+            node_name=args.node_name,
+            ros_distro=args.ros_distro,
         )
     try:
         node = build_node(transport, args.run_dir, args.robot, params)

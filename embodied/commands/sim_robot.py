@@ -85,7 +85,13 @@ def run(args: argparse.Namespace) -> int:
     # One env steps fastest on one thread, and idle OpenMP workers spin on the cores the node needs.
     torch.set_num_threads(1)
     env = registry.make_env(args.task, env_cfg, 1, "cpu", args.seed)
-    transport = open_transport(args.transport, domain_id=args.domain_id, loopback=args.loopback)
+    transport = open_transport(
+        args.transport,
+        domain_id=args.domain_id,
+        loopback=args.loopback,
+        node_name="embodied_sim_robot",
+        ros_distro=args.ros_distro,
+    )
     try:
         import signal
 

@@ -89,6 +89,12 @@ def add_middleware_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--domain-id", type=int, default=None, help="DDS domain (default: $ROS_DOMAIN_ID or 0)")
     parser.add_argument("--loopback", action="store_true", help="pin Cyclone DDS to the loopback interface")
     parser.add_argument(
+        "--ros-distro",
+        choices=("humble", "jazzy"),
+        default="jazzy",
+        help="layout of ros_discovery_info for the ROS 2 peers (GID size; jazzy also fits iron and newer)",
+    )
+    parser.add_argument(
         "--param",
         action="append",
         default=[],

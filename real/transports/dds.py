@@ -24,6 +24,7 @@ from typing import Any
 from embodied.real import messages
 from embodied.real.messages import ARRAY, BASE, NAME
 from embodied.real.transports import MessageCallback, Publish, qos_profile, resolve_topic
+from embodied.real.transports.discovery import DEFAULT_DISTRO, DISCOVERY_TOPIC, entities_info, participant_entities_info
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +123,22 @@ class DdsTransport:
     """
 
     def __init__(
-        self, domain_id: int | None = None, loopback: bool = False, namespace: str = "", node_name: str = ""
+        self,
+        domain_id: int | None = None,
+        loopback: bool = False,
+        namespace: str = "",
+        node_name: str = "",
+        ros_distro: str = DEFAULT_DISTRO,
     ) -> None:
         from cyclonedds.domain import Domain, DomainParticipant
 
         self.namespace, self.node_name = namespace, node_name or "embodied"
+        self.ros_distro = ros_distro
+        self._announce_node = bool(node_name)
+        """Publish ``ros_discovery_info`` (:mod:`.discovery`) so ROS 2 tools list the node."""
+        self._discovery_writer: Any = None
+        self._reader_guids: list[Any] = []
+        self._writer_guids: list[Any] = []
 
         if domain_id is None:
             domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0"))
@@ -180,12 +192,16 @@ class DdsTransport:
             listener=Listener(on_data_available=on_data_available),
         )
         self._entities.append(reader)
+        self._reader_guids.append(reader.guid)
+        self._announce()
 
     def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
         from cyclonedds.pub import DataWriter
 
         writer = DataWriter(self._participant, self._topic(topic, type_name), qos=_qos(qos))
         self._entities.append(writer)
+        self._writer_guids.append(writer.guid)
+        self._announce()
         convert: Callable[[Any, str], Any] = to_idl
 
         def publish(message: Any) -> None:
@@ -193,6 +209,29 @@ class DdsTransport:
 
         self._writers[id(publish)] = writer
         return publish
+
+    def _announce(self) -> None:
+        """(Re)publish this participant's node and its readers/writers on ``ros_discovery_info``."""
+        if not self._announce_node:
+            return
+        from cyclonedds.pub import DataWriter
+        from cyclonedds.topic import Topic
+
+        if self._discovery_writer is None:
+            info_type = participant_entities_info(self.ros_distro)[0]
+            topic = Topic(self._participant, DISCOVERY_TOPIC, info_type)
+            self._discovery_writer = DataWriter(self._participant, topic, qos=_qos("latched"))
+            self._entities.append(self._discovery_writer)
+        self._discovery_writer.write(
+            entities_info(
+                self.ros_distro,
+                self._participant.guid,
+                self.namespace,
+                self.node_name,
+                self._reader_guids,
+                self._writer_guids,
+            )
+        )
 
     def wait_for_subscribers(self, publish: Publish, count: int = 1, timeout_s: float = 5.0) -> bool:
         """Block until the writer behind ``publish`` has matched ``count`` readers (discovery)."""
