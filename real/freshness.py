@@ -102,7 +102,10 @@ class InputGate:
                 f"{self.cfg.name}: last message {since * 1e3:.0f} ms ago (limit {self.stale_timeout_s * 1e3:.0f} ms)"
             )
         if latest.stamp_s is not None:
-            age = clock_s() - latest.stamp_s
+            now_clock = clock_s()
+            if now_clock != now_clock:  # NaN: simulation time not received yet
+                return STALE_STAMP, f"{self.cfg.name}: no clock yet to judge stamps against (waiting for /clock)"
+            age = now_clock - latest.stamp_s
             if age > self.max_stamp_age_s:
                 return STALE_STAMP, (
                     f"{self.cfg.name}: header stamp {age * 1e3:.0f} ms old (limit {self.max_stamp_age_s * 1e3:.0f} ms)"
@@ -110,3 +113,20 @@ class InputGate:
             if age < -self.max_stamp_age_s:
                 return FUTURE_STAMP, f"{self.cfg.name}: header stamp {-age * 1e3:.0f} ms in the future (clock skew?)"
         return None
+
+
+class SimClock:
+    """Simulation time from ``rosgraph_msgs/Clock`` (``use_sim_time``): seconds, NaN until the
+    first ``/clock`` message (stamps are then never fresh)."""
+
+    TOPIC = "/clock"
+    TYPE = "rosgraph_msgs/msg/Clock"
+
+    def __init__(self) -> None:
+        self.now_s = float("nan")
+
+    def on_clock(self, message: Any) -> None:
+        self.now_s = float(message.clock.sec) + 1e-9 * float(message.clock.nanosec)
+
+    def __call__(self) -> float:
+        return self.now_s

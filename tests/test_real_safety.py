@@ -289,3 +289,17 @@ def test_hold_keeps_last_valid_joints_when_readings_turn_nan(tmp_path: Path) -> 
     for _ in range(3):
         np.testing.assert_allclose(_sent(rig.period(broken)), good)
     assert rig.node.state is SafetyState.FAULT
+
+
+def test_inactive_node_sends_safe_until_activated_and_deactivate_is_immediate(quad_export: Path) -> None:
+    rig = Rig(quad_export)
+    rig.node.deactivate("test")
+    assert all(_is_safe(rig.period(odometry())) for _ in range(20))
+    assert rig.node.state is SafetyState.INACTIVE
+    rig.node.activate()
+    commands = [rig.period(odometry()) for _ in range(rig.robot.safety.rearm_periods + 1)]
+    assert _is_safe(commands[0]) and not _is_safe(commands[-1])  # re-arm rule after activation
+    n = len(rig.published())
+    rig.node.deactivate("lifecycle deactivate")
+    assert len(rig.published()) == n + 1 and _is_safe(messages.to_vector(rig.published()[-1].data))
+    assert _is_safe(rig.period(odometry())) and rig.node.state is SafetyState.INACTIVE

@@ -45,6 +45,12 @@ def register(subparsers: Any) -> None:
     add_middleware_arguments(p)
     p.add_argument("--namespace", default="", help="ROS 2 namespace for the config's relative topic names (dds)")
     p.add_argument("--node-name", default="embodied_policy", help="node name (private ~/ topics, ros2 node list)")
+    p.add_argument(
+        "--use-sim-time",
+        action="store_true",
+        help="judge header stamps against /clock (rosgraph_msgs/Clock) instead of the system clock",
+    )
+
     p.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
     p.add_argument("--no-live", action="store_true", help="no live status line (log a status every 5 s)")
     p.add_argument("--print-launch", action="store_true", help="print the ros2 launch line and exit")
@@ -82,7 +88,14 @@ def run(args: argparse.Namespace) -> int:
             ros_distro=args.ros_distro,
         )
     try:
-        node = build_node(transport, args.run_dir, args.robot, params)
+        node_kwargs: dict[str, Any] = {}
+        if args.use_sim_time:
+            from embodied.real.freshness import SimClock
+
+            sim_clock = SimClock()
+            transport.subscribe(SimClock.TOPIC, SimClock.TYPE, "sensor", sim_clock.on_clock)
+            node_kwargs["stamp_clock"] = sim_clock
+        node = build_node(transport, args.run_dir, args.robot, params, **node_kwargs)
         stop = threading.Event()
         # SIGTERM (a process manager) and SIGINT (Ctrl-C) end the loop at once; the loop's exit
         # path sends the safe command before anything else happens.
