@@ -36,17 +36,22 @@ STALE_STAMP = "stale_stamp"
 FUTURE_STAMP = "future_stamp"
 
 
-def stamp_s(message: Any) -> float:
-    """``header.stamp`` in seconds (rosbags, Cyclone and rclpy messages alike)."""
+def stamp_ns(message: Any) -> int:
+    """``header.stamp`` in integer nanoseconds (rosbags, Cyclone and rclpy messages alike); exact,
+    unlike float seconds, so a stamp can be echoed and matched."""
     stamp = message.header.stamp
-    return float(stamp.sec) + 1e-9 * float(stamp.nanosec)
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 @dataclass
 class _Latest:
     message: Any
     arrival_s: float
-    stamp_s: float | None
+    stamp_ns: int | None
+
+    @property
+    def stamp_s(self) -> float | None:
+        return None if self.stamp_ns is None else self.stamp_ns * 1e-9
 
 
 class InputGate:
@@ -67,9 +72,11 @@ class InputGate:
         later: kept, it would make every correctly stamped message after it look out of order.
         """
         stamp: float | None = None
+        ns: int | None = None
         if self.stamped:
             try:
-                stamp = stamp_s(message)
+                ns = stamp_ns(message)
+                stamp = ns * 1e-9
                 frame = str(message.header.frame_id)
             except (AttributeError, TypeError, ValueError) as err:
                 return ZERO_STAMP, f"{self.cfg.name}: unreadable header ({err})"
@@ -80,11 +87,12 @@ class InputGate:
             ahead = stamp - clock_s()
             if ahead > self.max_stamp_age_s:
                 return FUTURE_STAMP, f"{self.cfg.name}: header stamp {ahead * 1e3:.0f} ms in the future (clock skew?)"
-            if self.latest is not None and self.latest.stamp_s is not None and stamp < self.latest.stamp_s:
+            latest = self.latest
+            if latest is not None and latest.stamp_ns is not None and ns < latest.stamp_ns:
                 return OUT_OF_ORDER, (
-                    f"{self.cfg.name}: stamp {stamp:.6f} is older than the newest accepted {self.latest.stamp_s:.6f}"
+                    f"{self.cfg.name}: stamp {stamp:.6f} is older than the newest accepted {latest.stamp_ns * 1e-9:.6f}"
                 )
-        self.latest = _Latest(message, arrival_s, stamp)
+        self.latest = _Latest(message, arrival_s, ns)
         self.accepted += 1
         return None
 

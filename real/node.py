@@ -66,7 +66,10 @@ def command_message(type_name: str, path: str, values: np.ndarray, layout_label:
 
 
 def _stamp(seconds: float) -> dict[str, int]:
-    ns = round(seconds * 1e9)
+    return _stamp_ns(round(seconds * 1e9))
+
+
+def _stamp_ns(ns: int) -> dict[str, int]:
     return {"sec": ns // 1_000_000_000, "nanosec": ns % 1_000_000_000}
 
 
@@ -214,7 +217,7 @@ class PolicyNode:
             answered = self._answered_arrival
             self._answered_arrival = None
             answered_stamp = (
-                self.gates[self._stamped_input].latest.stamp_s  # type: ignore[union-attr]
+                self.gates[self._stamped_input].latest.stamp_ns  # type: ignore[union-attr]
                 if self._stamped_input is not None and self._stamped_input in latest
                 else None
             )
@@ -280,16 +283,16 @@ class PolicyNode:
         except (ObservationError, ValueError, TypeError, AttributeError):
             pass
 
-    def _send(self, command: np.ndarray, answered_stamp: float | None = None) -> bool:
+    def _send(self, command: np.ndarray, answered_stamp_ns: int | None = None) -> bool:
         cmd = self.robot.command
         try:
             self._publish(command_message(cmd.type, cmd.path, command, cmd.layout_label))
             if self._publish_stamped is not None:
-                stamp = answered_stamp if answered_stamp is not None else self.stamp_clock()
+                stamp = _stamp_ns(answered_stamp_ns) if answered_stamp_ns is not None else _stamp(self.stamp_clock())
                 self._publish_stamped(
                     messages.make(
                         "sensor_msgs/msg/JointState",
-                        {"header": {"stamp": _stamp(stamp)}, "name": self._command_names, "position": command},
+                        {"header": {"stamp": stamp}, "name": self._command_names, "position": command},
                     )
                 )
         except Exception as err:

@@ -303,3 +303,13 @@ def test_inactive_node_sends_safe_until_activated_and_deactivate_is_immediate(qu
     rig.node.deactivate("lifecycle deactivate")
     assert len(rig.published()) == n + 1 and _is_safe(messages.to_vector(rig.published()[-1].data))
     assert _is_safe(rig.period(odometry())) and rig.node.state is SafetyState.INACTIVE
+
+
+def test_stamped_echo_carries_the_exact_stamp_of_the_state_answered(quad_export: Path) -> None:
+    rig = Rig(quad_export)
+    message = odometry()
+    message.header.stamp.nanosec = 123_456_789  # a stamp float seconds could not carry exactly
+    command = rig.period(message)
+    echo = rig.transport.published[rig.transport.resolve(rig.robot.command.stamped_topic)][-1]
+    assert (echo.header.stamp.sec, echo.header.stamp.nanosec) == (message.header.stamp.sec, 123_456_789)
+    np.testing.assert_allclose(messages.to_vector(echo.position), _sent(command))
