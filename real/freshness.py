@@ -34,6 +34,7 @@ NO_DATA = "no_data"
 STALE_ARRIVAL = "stale_arrival"
 STALE_STAMP = "stale_stamp"
 FUTURE_STAMP = "future_stamp"
+PUBLISHER_LOST = "publisher_lost"
 
 
 def stamp_ns(message: Any) -> int:
@@ -64,6 +65,8 @@ class InputGate:
         self.max_stamp_age_s = cfg.max_stamp_age_s or STALE_STAMP_PERIODS * period_s
         self.latest: _Latest | None = None
         self.accepted = 0
+        self.publishers_lost = False
+        """Set by the transport when the last publisher left; cleared by the next message."""
 
     def offer(self, message: Any, arrival_s: float, clock_s: Callable[[], float]) -> tuple[str, str] | None:
         """Keep ``message`` as the newest, or return ``(reason, detail)`` why it was rejected.
@@ -93,6 +96,7 @@ class InputGate:
                     f"{self.cfg.name}: stamp {stamp:.6f} is older than the newest accepted {latest.stamp_ns * 1e-9:.6f}"
                 )
         self.latest = _Latest(message, arrival_s, ns)
+        self.publishers_lost = False
         self.accepted += 1
         return None
 
@@ -104,6 +108,8 @@ class InputGate:
         latest = self.latest
         if latest is None:
             return NO_DATA, f"{self.cfg.name}: no message on {self.cfg.topic} yet"
+        if self.publishers_lost:
+            return PUBLISHER_LOST, f"{self.cfg.name}: every publisher of {self.cfg.topic} left"
         since = now_s - latest.arrival_s
         if since > self.stale_timeout_s:
             return STALE_ARRIVAL, (

@@ -118,7 +118,7 @@ class PolicyNode:
         self.active = active
         self._shut_down = False
         for cfg in robot.inputs.values():
-            transport.subscribe(cfg.topic, cfg.type, cfg.qos, self._admit(cfg.name))
+            transport.subscribe(cfg.topic, cfg.type, cfg.qos, self._admit(cfg.name), self._lost(cfg.name))
         if robot.safety.estop_topic:
             # Latched, so a node started after the stop still sees it; volatile too, because a
             # transient-local reader does not match a volatile writer (e.g. a plain `ros2 topic pub`).
@@ -161,6 +161,13 @@ class PolicyNode:
                     self._answered_arrival = now
 
         return on_message
+
+    def _lost(self, name: str) -> Callable[[], None]:
+        def on_lost() -> None:
+            with self._lock:
+                self.gates[name].publishers_lost = True
+
+        return on_lost
 
     def _on_estop(self, message: Any) -> None:
         engaged = bool(getattr(message, "data", True))

@@ -313,3 +313,13 @@ def test_stamped_echo_carries_the_exact_stamp_of_the_state_answered(quad_export:
     echo = rig.transport.published[rig.transport.resolve(rig.robot.command.stamped_topic)][-1]
     assert (echo.header.stamp.sec, echo.header.stamp.nanosec) == (message.header.stamp.sec, 123_456_789)
     np.testing.assert_allclose(messages.to_vector(echo.position), _sent(command))
+
+
+def test_publisher_leaving_gives_the_safe_command_next_period(quad_export: Path) -> None:
+    rig = Rig(quad_export)
+    for _ in range(rig.robot.safety.rearm_periods + 1):
+        rig.period(odometry())
+    assert rig.node.state is SafetyState.ARMED
+    rig.transport.drop_publishers(rig.robot.inputs["odom"].topic)
+    assert _is_safe(rig.period(None)) and rig.node.rejections["publisher_lost"] == 1
+    assert _is_safe(rig.period(odometry())) and rig.node.state is SafetyState.REARMING  # re-arm rule

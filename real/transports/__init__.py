@@ -68,8 +68,16 @@ Publish = Callable[[Any], None]
 class Transport(Protocol):
     """What the runtime needs from a middleware. Topic names are ROS 2 names (``/cf/odom``)."""
 
-    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
-        """Deliver every message on ``topic`` to ``callback`` (from a middleware thread)."""
+    def subscribe(
+        self,
+        topic: str,
+        type_name: str,
+        qos: str,
+        callback: MessageCallback,
+        on_publishers_lost: Callable[[], None] | None = None,
+    ) -> None:
+        """Deliver every message on ``topic`` to ``callback`` (from a middleware thread);
+        ``on_publishers_lost``: called when the last publisher leaves (where detectable)."""
         ...
 
     def publisher(self, topic: str, type_name: str, qos: str) -> Publish: ...

@@ -170,7 +170,16 @@ class DdsTransport:
                 self._topics[key] = Topic(self._participant, key, idl_struct(type_name))
             return self._topics[key]
 
-    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+    def subscribe(
+        self,
+        topic: str,
+        type_name: str,
+        qos: str,
+        callback: MessageCallback,
+        on_publishers_lost: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_publishers_lost`` is called when the last matched writer leaves (its participant
+        closed, or its lease expired after a crash): faster than any timeout."""
         from cyclonedds.core import Listener
         from cyclonedds.sub import DataReader
 
@@ -185,11 +194,15 @@ class DdsTransport:
                 if getattr(sample.sample_info, "valid_data", True):
                     callback(sample)
 
+        def on_subscription_matched(_reader: Any, status: Any) -> None:
+            if on_publishers_lost is not None and status.current_count == 0 and status.current_count_change < 0:
+                on_publishers_lost()
+
         reader = DataReader(
             self._participant,
             self._topic(topic, type_name),
             qos=_qos(qos),
-            listener=Listener(on_data_available=on_data_available),
+            listener=Listener(on_data_available=on_data_available, on_subscription_matched=on_subscription_matched),
         )
         self._entities.append(reader)
         self._reader_guids.append(reader.guid)
@@ -244,7 +257,12 @@ class DdsTransport:
         return False
 
     def close(self) -> None:
+        """Delete the participant now, so peers see its readers and writers leave at once."""
+        import gc
+
         self._entities.clear()
         self._writers.clear()
         self._topics.clear()
+        self._discovery_writer = None
         self._participant = None
+        gc.collect()

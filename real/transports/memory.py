@@ -7,6 +7,7 @@ delivery is immediate and deterministic (no discovery, no threads).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from embodied.real import messages
@@ -20,6 +21,7 @@ class MemoryTransport:
         self.namespace, self.node_name = namespace, node_name
         self._subscribers: dict[str, list[MessageCallback]] = defaultdict(list)
         self._types: dict[str, str] = {}
+        self._lost: dict[str, list[Callable[[], None]]] = defaultdict(list)
         self.published: dict[str, list[Any]] = defaultdict(list)
         """Every message published, per resolved topic (for inspection)."""
 
@@ -33,8 +35,17 @@ class MemoryTransport:
         if known != type_name:
             raise ValueError(f"topic {topic} carries {known}, not {type_name}")
 
-    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+    def subscribe(
+        self,
+        topic: str,
+        type_name: str,
+        qos: str,
+        callback: MessageCallback,
+        on_publishers_lost: Callable[[], None] | None = None,
+    ) -> None:
         topic = self.resolve(topic)
+        if on_publishers_lost is not None:
+            self._lost[topic].append(on_publishers_lost)
         self._check(topic, type_name, qos)
         self._subscribers[topic].append(callback)
 
@@ -48,6 +59,11 @@ class MemoryTransport:
                 callback(message)
 
         return publish
+
+    def drop_publishers(self, topic: str) -> None:
+        """Simulate every publisher of ``topic`` leaving (as DDS reports when a peer exits)."""
+        for hook in self._lost[self.resolve(topic)]:
+            hook()
 
     def close(self) -> None:
         self._subscribers.clear()

@@ -82,7 +82,11 @@ class RclpyTransport:
             self._executor.add_node(node)
             threading.Thread(target=self._executor.spin, name="rclpy-spin", daemon=True).start()
 
-    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+    def subscribe(
+        self, topic: str, type_name: str, qos: str, callback: MessageCallback, on_publishers_lost: Any = None
+    ) -> None:
+        # rclpy reports matched-publisher changes only through event callbacks that differ by
+        # distro; without them the freshness limits catch a publisher that left.
         self.node.create_subscription(_message_class(type_name), topic, callback, _qos(qos))
 
     def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
