@@ -76,16 +76,15 @@ KINDS = tuple(STATE_KINDS) + tuple(REJECTED_KINDS)
 def _odometry(
     rng: random.Random,
     stamp_s: float,
-    pos: tuple[float, float, float] | None = None,
+    pos: tuple[float, ...] | None = None,
     quat_xyzw: tuple[float, ...] = (0.0, 0.0, 0.0, 1.0),
-    lin_vel_b: tuple[float, float, float] = (0.0, 0.0, 0.0),
-    ang_vel_b: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    lin_vel_b: tuple[float, ...] = (0.0, 0.0, 0.0),
+    ang_vel_b: tuple[float, ...] = (0.0, 0.0, 0.0),
     frame_id: str = "world",
 ) -> Any:
     """A near-hover odometry message (small random offsets) unless fields are given."""
     if pos is None:
-        pos = tuple(s + rng.uniform(-0.05, 0.05) for s in SETPOINT_W)  # type: ignore[assignment]
-    assert pos is not None
+        pos = tuple(s + rng.uniform(-0.05, 0.05) for s in SETPOINT_W)
     stamp_ns = max(0, round(stamp_s * 1e9))
 
     def xyz(v: tuple[float, ...]) -> dict[str, float]:
@@ -118,7 +117,9 @@ def bad_message(kind: str, rng: random.Random, now_s: float, limits: dict[str, f
             quat = [0.0, 0.0, 0.0, 1.0]
             quat[rng.randrange(4)] = value
             return _odometry(rng, now_s, quat_xyzw=tuple(quat))
-        return _odometry(rng, now_s, **{"lin_vel_b" if where == "lin" else "ang_vel_b": tuple(vec)})
+        if where == "lin":
+            return _odometry(rng, now_s, lin_vel_b=tuple(vec))
+        return _odometry(rng, now_s, ang_vel_b=tuple(vec))
     if kind == "wrong_size":
         message = _odometry(rng, now_s)
         message.pose.pose.orientation = messages.make("geometry_msgs/msg/Point", {"x": 0.0, "y": 0.0, "z": 1.0})
@@ -141,7 +142,9 @@ def bad_message(kind: str, rng: random.Random, now_s: float, limits: dict[str, f
         key = "ang_vel_rad_s" if kind == "spinning" else "lin_vel_m_s"
         vec = [0.0, 0.0, 0.0]
         vec[rng.randrange(3)] = _log_uniform(rng, limits[key] * 1.01, 1e6)
-        return _odometry(rng, now_s, **{"ang_vel_b" if kind == "spinning" else "lin_vel_b": tuple(vec)})
+        if kind == "spinning":
+            return _odometry(rng, now_s, ang_vel_b=tuple(vec))
+        return _odometry(rng, now_s, lin_vel_b=tuple(vec))
     if kind == "old_stamp":
         return _odometry(rng, now_s - abs(_log_uniform(rng, 1.0, 1e6)))
     if kind == "future_stamp":

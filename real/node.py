@@ -132,7 +132,9 @@ class PolicyNode:
         self._command_names = [
             f"{f.name}_{i}" if f.size > 1 else f.name for f in self.io_spec.action_fields for i in range(f.size)
         ]
-        self._publish_diagnostics = transport.publisher(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray", "reliable")
+        self._publish_diagnostics = transport.publisher(
+            DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray", "reliable"
+        )
         self._publish_state = transport.publisher(STATE_TOPIC, "std_msgs/msg/String", "latched")
         self._transport = transport
         self.loop = ControlLoop(self.period_s, self.step, clock)
@@ -190,7 +192,9 @@ class PolicyNode:
         builder = ObservationBuilder(robot, self.io_spec)  # raises before anything changes
         with self._lock:
             self.robot, self.builder = robot, builder
-            self.safety.state = SafetyState.WAITING if self.safety.state is SafetyState.WAITING else SafetyState.REARMING
+            self.safety.state = (
+                SafetyState.WAITING if self.safety.state is SafetyState.WAITING else SafetyState.REARMING
+            )
             self.safety.good_periods = 0
         self._send_safe("parameters changed")
 
@@ -224,7 +228,7 @@ class PolicyNode:
             answered = self._answered_arrival
             self._answered_arrival = None
             answered_stamp = (
-                self.gates[self._stamped_input].latest.stamp_ns  # type: ignore[union-attr]
+                self.gates[self._stamped_input].latest.stamp_ns
                 if self._stamped_input is not None and self._stamped_input in latest
                 else None
             )

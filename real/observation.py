@@ -473,9 +473,12 @@ class ObservationBuilder:
             if not np.isfinite(v).all():
                 raise ObservationError(f"{sig.key}: non-finite value(s) {v.tolist()}")
             self.fields[sig.key.removeprefix("observation.")] = v
-            with np.errstate(over="ignore"):
-                self._out[start : start + size] = v * scale
             start += size
+        start = 0
+        with np.errstate(over="ignore"):  # finite float64 beyond float32 range: reported below
+            for (_sig, size, scale), v in zip(self.signals, self.fields.values(), strict=True):
+                self._out[start : start + size] = v * scale
+                start += size
         if not np.isfinite(self._out).all():
             self._raise_non_finite()
         return self._out.copy()

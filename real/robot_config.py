@@ -290,9 +290,7 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
     for name, sig in observation.items():
         if not (sig.action_history or sig.param) and sig.input not in inputs:
             raise r.fail(f"observation.{name}.input", unknown_choice_message("input", sig.input, inputs))
-    cmd = r.mapping(
-        data.get("command"), "command", ("topic", "type", "qos", "path", "layout_label", "stamped_topic")
-    )
+    cmd = r.mapping(data.get("command"), "command", ("topic", "type", "qos", "path", "layout_label", "stamped_topic"))
     command = CommandCfg(
         topic=r.string(cmd, "topic", "command."),
         type=r.message_type(cmd.get("type"), "command.type"),

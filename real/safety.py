@@ -23,13 +23,12 @@ the first commands ramp from what the robot was last told.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-
-import numpy as np
-
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
 
 from embodied.config import ConfigError
 from embodied.io_spec import IOSpec

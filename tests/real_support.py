@@ -25,7 +25,12 @@ from embodied.real.robot_config import ROBOTS_DIR
 # the shipped file with only the field names mapped back and the heading rotation dropped (the
 # setpoint yaw is 0 there, so the rotation is the identity); once the task has the heading-frame
 # fields, the shipped file is used as it is.
-_HEADING_TO_WORLD = {"pos_err_h": "pos_err_w", "rot_hb": "rot_wb", "lin_vel_h": "lin_vel_w", "pos_err_int_h": "pos_err_int_w"}
+_HEADING_TO_WORLD = {
+    "pos_err_h": "pos_err_w",
+    "rot_hb": "rot_wb",
+    "lin_vel_h": "lin_vel_w",
+    "pos_err_int_h": "pos_err_int_w",
+}
 
 
 @functools.cache

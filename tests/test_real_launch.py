@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(
     not SOURCES, reason="EMBODIED_LAUNCH_SRC not set (launch/launch_ros source snapshots; see module docstring)"
 )
 
-RCLPY_STUB = '''
+RCLPY_STUB = """
 import importlib.abc, importlib.machinery, sys, types
 STUBBED = ("rclpy", "lifecycle_msgs", "composition_interfaces", "rcl_interfaces", "builtin_interfaces")
 class _Meta(type):
@@ -60,7 +60,7 @@ sys.meta_path.insert(0, _Finder())
 import rclpy.validate_namespace, rclpy.validate_node_name
 rclpy.validate_namespace.validate_namespace = lambda namespace: True
 rclpy.validate_node_name.validate_node_name = lambda name: True
-'''
+"""
 
 NODE_STUB = """#!{python}
 import json, os, sys
@@ -101,7 +101,9 @@ def _prefix(tmp_path: Path, launch_file: Path) -> Path:
     return prefix
 
 
-def _launch(tmp_path: Path, source: Path, launch_file: Path, arguments: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _launch(
+    tmp_path: Path, source: Path, launch_file: Path, arguments: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     prefix = _prefix(tmp_path, launch_file)
     (tmp_path / "rclpy_stub.py").write_text(RCLPY_STUB)
     path = [tmp_path, source / "launch", source / "launch_ros", source / "py"]
@@ -145,7 +147,12 @@ def test_launch_passes_params_json_as_a_string(tmp_path: Path, source: Path) -> 
         tmp_path,
         source,
         PACKAGE_DIR / "launch/policy.launch.py",
-        {"export_dir": "/abs/run/export", "params_json": PARAMS_JSON, "namespace": "drone1", "odom_topic": "mocap/odom"},
+        {
+            "export_dir": "/abs/run/export",
+            "params_json": PARAMS_JSON,
+            "namespace": "drone1",
+            "odom_topic": "mocap/odom",
+        },
     )
     assert result.returncode == 0, result.stdout + result.stderr
     argv = json.loads((tmp_path / "node.json").read_text())["argv"]
@@ -184,4 +191,3 @@ def test_deploy_print_launch_line_is_accepted_by_launch(tmp_path: Path, source: 
     result = _launch(tmp_path, source, PACKAGE_DIR / "launch/policy.launch.py", arguments)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(_node_params(tmp_path)["params_json"]) == {"setpoint_w": [0, 0, 1.5]}
-

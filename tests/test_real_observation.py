@@ -16,7 +16,6 @@ from embodied.config import ConfigError
 from embodied.real.observation import ObservationBuilder, ObservationError, quat_to_rotmat
 from embodied.real.robot_config import ROBOTS_DIR, load_robot
 
-
 POS, ROT, VEL, INT = (quad_field(n) for n in ("pos_err_h", "rot_hb", "lin_vel_h", "pos_err_int_h"))
 
 
@@ -184,9 +183,7 @@ def test_integrate_op_matches_the_task_in_closed_loop() -> None:
 
     cfg = QuadHoverCfg(pos_err_integral=True, action_history=1, obs_noise_std=(0.0,) * 4, episode_steps=25)
     env = QuadHover(cfg, 1, torch.device("cpu"), seed=2)
-    builder = ObservationBuilder(
-        load_robot(quad_robot(), params={"setpoint_w": list(cfg.setpoint_w)}), env.io_spec()
-    )
+    builder = ObservationBuilder(load_robot(quad_robot(), params={"setpoint_w": list(cfg.setpoint_w)}), env.io_spec())
     obs_task = env.observe(noise=False)["policy"][0].numpy()
     for _ in range(60):
         if env.episode_step[0] == 0:
@@ -215,9 +212,7 @@ def test_integrate_op_matches_the_task_in_closed_loop() -> None:
     ],
 )
 def test_integrate_op_config_errors(tmp_path: Path, ops: list, match: str) -> None:
-    path = _robot_variant(
-        tmp_path, "crazyflie_sim", {f"observation.{INT}.ops": [{"subtract": "setpoint_w"}, *ops]}
-    )
+    path = _robot_variant(tmp_path, "crazyflie_sim", {f"observation.{INT}.ops": [{"subtract": "setpoint_w"}, *ops]})
     with pytest.raises(ConfigError, match=match):
         ObservationBuilder(load_robot(path), quad_spec(pos_err_integral=True))
 

@@ -12,7 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from real_support import ARM_JOINTS, arm_io_spec, export_policy, joint_state, odometry, quad_field, quad_robot, quad_spec
+from real_support import (
+    ARM_JOINTS,
+    arm_io_spec,
+    export_policy,
+    joint_state,
+    odometry,
+    quad_field,
+    quad_robot,
+    quad_spec,
+)
 
 from embodied.errors import EmbodiedError
 from embodied.real import messages
@@ -142,9 +151,7 @@ def test_old_future_and_out_of_order_stamps_are_not_fresh(quad_export: Path, cap
         ({"lin_vel_b": (0.0, 0.0, 50.0)}, "envelope_lin_vel_m_s"),
     ],
 )
-def test_states_outside_the_training_envelope_get_the_safe_command(
-    quad_export: Path, state: dict, key: str
-) -> None:
+def test_states_outside_the_training_envelope_get_the_safe_command(quad_export: Path, state: dict, key: str) -> None:
     rig = Rig(quad_export)
     for _ in range(rig.robot.safety.rearm_periods + 1):
         rig.period(odometry(pos_w=(0.0, 0.0, 1.0)))

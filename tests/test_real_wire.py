@@ -154,9 +154,7 @@ RMW_DDS_COMMON_MSGS = {
     "humble": {"Gid": "char[24] data"},
     "jazzy": {"Gid": "char[16] data"},
 }
-NODE_ENTITIES_INFO = (
-    "string<=256 node_namespace\nstring<=256 node_name\nGid[] reader_gid_seq\nGid[] writer_gid_seq\n"
-)
+NODE_ENTITIES_INFO = "string<=256 node_namespace\nstring<=256 node_name\nGid[] reader_gid_seq\nGid[] writer_gid_seq\n"
 PARTICIPANT_ENTITIES_INFO = "Gid gid\nNodeEntitiesInfo[] node_entities_info_seq\n"
 
 
@@ -182,7 +180,9 @@ def test_ros_discovery_info_decodes_with_the_rmw_dds_common_definition(distro: s
     store.register(types)
 
     domain = free_domain_id()
-    node_side = DdsTransport(domain_id=domain, loopback=True, namespace="/drone1", node_name="policy", ros_distro=distro)
+    node_side = DdsTransport(
+        domain_id=domain, loopback=True, namespace="/drone1", node_name="policy", ros_distro=distro
+    )
     node_side.subscribe("cf/odom", "nav_msgs/msg/Odometry", "sensor", lambda m: None)
     node_side.publisher("cf/motor_thrust", "std_msgs/msg/Float32MultiArray", "reliable")
     # A late joiner (like `ros2 node list` started afterwards) still gets the latched sample.
@@ -198,7 +198,7 @@ def test_ros_discovery_info_decodes_with_the_rmw_dds_common_definition(distro: s
         samples = [s for s in reader.take(N=10) if getattr(s.sample_info, "valid_data", True)]
         time.sleep(0.05)
     assert samples, "no ros_discovery_info sample"
-    decoded = store.deserialize_cdr(samples[-1].serialize(), "rmw_dds_common/msg/ParticipantEntitiesInfo")
+    decoded: Any = store.deserialize_cdr(samples[-1].serialize(), "rmw_dds_common/msg/ParticipantEntitiesInfo")
     gid_size = 24 if distro == "humble" else 16
     participant = bytes(decoded.gid.data)
     assert len(participant) == gid_size

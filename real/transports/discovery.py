@@ -26,7 +26,11 @@ DEFAULT_DISTRO = "jazzy"
 def participant_entities_info(distro: str) -> Any:
     """The Cyclone DDS struct of ``rmw_dds_common/msg/ParticipantEntitiesInfo`` for ``distro``."""
     from cyclonedds.idl import make_idl_struct
-    from cyclonedds.idl import types as t
+    from cyclonedds.idl import types
+
+    # Typed as Any: Cyclone's generic markers are subscripted at run time in a way its stubs
+    # do not declare.
+    t: Any = types
 
     if distro not in GID_SIZE:
         raise ValueError(f"unknown ROS 2 distro {distro!r}; known: {', '.join(GID_SIZE)}")

@@ -29,7 +29,7 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
     """The node class on ``base`` (rclpy's lifecycle ``Node``); ``ok``/``failure`` are its
     ``TransitionCallbackReturn`` values."""
 
-    class EmbodiedPolicyNode(base):  # type: ignore[misc, valid-type]
+    class EmbodiedPolicyNode(base):
         def __init__(self) -> None:
             super().__init__(NODE_NAME)
             self.declare_parameter("export_dir", "")
@@ -73,7 +73,9 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
                 self.get_logger().error(f"configure failed: {err}")
                 return failure
             self._stop.clear()
-            self._worker = threading.Thread(target=self.policy.run, args=(self._stop,), name="control-loop", daemon=True)
+            self._worker = threading.Thread(
+                target=self.policy.run, args=(self._stop,), name="control-loop", daemon=True
+            )
             self._worker.start()
             self.create_timer(float(self._param("status_period_s")), self._report)
             return ok
