@@ -4,7 +4,8 @@ Runs `embodied deploy` (the shipped crazyflie_sim config) and `embodied sim-robo
 over Cyclone DDS on loopback while ``--busy`` processes spin (``while True: pass``, one per core
 on a 2-core machine), for each mode:
 
-- ``lockstep``: sim-robot waits for the node's answer to each state (matched by stamp);
+- ``lockstep``: sim-robot waits for the node's answer to each state (matched by stamp); the
+  node runs on sim-robot's ``/clock`` (``--use-sim-time``);
 - ``realtime``: sim-robot steps on the wall clock and holds the last command.
 
 Reported per mode: episodes, success rate (and the same policy evaluated in-process on the same
@@ -84,7 +85,7 @@ def demo(export: Path, mode: str, episodes: int, seed: int, n_busy: int) -> dict
     load = busy(n_busy)
     try:
         node = subprocess.Popen(
-            [*CLI, "deploy", str(export), *common, "--no-live"],
+            [*CLI, "deploy", str(export), *common, "--no-live", *(["--use-sim-time"] if mode == "lockstep" else [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

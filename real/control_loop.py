@@ -8,6 +8,7 @@ after the next deadline is an overrun; missed deadlines are skipped, not bunched
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -18,6 +19,9 @@ import numpy as np
 
 Clock = Callable[[], float]
 """Monotonic seconds."""
+
+SleepUntil = Callable[[float, threading.Event], bool]
+"""``(deadline on the loop's clock, stop) -> True when stopped``."""
 
 _WINDOW = 4096
 """Recent samples kept for the percentiles."""
@@ -67,13 +71,26 @@ class LoopStats:
 class ControlLoop:
     """Calls ``step(now_s)`` every ``period_s`` of ``clock`` until stopped."""
 
-    def __init__(self, period_s: float, step: Callable[[float], None], clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self,
+        period_s: float,
+        step: Callable[[float], None],
+        clock: Clock = time.monotonic,
+        sleep_until: SleepUntil | None = None,
+    ) -> None:
+        """``sleep_until(deadline, stop) -> stopped`` waits on ``clock``'s time base; the default
+        sleeps ``deadline - clock()`` wall seconds (right for a monotonic clock)."""
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0, got {period_s}")
         self.period_s = period_s
         self._step = step
         self._clock = clock
+        self._sleep_until = sleep_until or self._sleep_wall
         self.stats = LoopStats()
+
+    def _sleep_wall(self, deadline: float, stop: threading.Event) -> bool:
+        delay = deadline - self._clock()
+        return stop.wait(timeout=delay) if delay > 0 else stop.is_set()
 
     def _run_step(self, deadline: float) -> None:
         start = self._clock()
@@ -89,6 +106,8 @@ class ControlLoop:
 
     def run(self, stop: threading.Event, max_steps: int | None = None, duration_s: float | None = None) -> LoopStats:
         """Loop until ``stop`` is set, ``max_steps`` steps ran, or ``duration_s`` elapsed."""
+        if self._sleep_until(-math.inf, stop):  # a simulation clock may not have started yet
+            return self.stats
         t0 = self._clock()
         next_deadline = t0
         while not stop.is_set():
@@ -96,8 +115,7 @@ class ControlLoop:
                 break
             if duration_s is not None and self._clock() - t0 >= duration_s:
                 break
-            delay = next_deadline - self._clock()
-            if delay > 0 and stop.wait(timeout=delay):
+            if self._sleep_until(next_deadline, stop):
                 break
             self._run_step(next_deadline)
             next_deadline += self.period_s

@@ -16,6 +16,7 @@ and still stop a policy acting on data that is a fraction of a second old.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -132,16 +133,39 @@ class InputGate:
 
 class SimClock:
     """Simulation time from ``rosgraph_msgs/Clock`` (``use_sim_time``): seconds, NaN until the
-    first ``/clock`` message (stamps are then never fresh)."""
+    first ``/clock`` message (stamps are then never fresh).
+
+    With it the node's control loop, arrival ages and stamp ages all run on simulation time, as
+    ROS 2 timers do with ``use_sim_time``: a simulator that waits for the node (lockstep) can be
+    starved of CPU for any wall time without the node seeing stale data.
+    """
 
     TOPIC = "/clock"
     TYPE = "rosgraph_msgs/msg/Clock"
+    TOLERANCE_S = 1e-6
+    """A deadline counts as reached this close (the clock is integer ns, deadlines are sums of floats)."""
 
     def __init__(self) -> None:
         self.now_s = float("nan")
+        self._cond = threading.Condition()
 
     def on_clock(self, message: Any) -> None:
-        self.now_s = float(message.clock.sec) + 1e-9 * float(message.clock.nanosec)
+        with self._cond:
+            self.now_s = float(message.clock.sec) + 1e-9 * float(message.clock.nanosec)
+            self._cond.notify_all()
 
     def __call__(self) -> float:
         return self.now_s
+
+    def sleep_until(self, deadline_s: float, stop: threading.Event) -> bool:
+        """Block until simulation time reaches ``deadline_s`` (any time, for ``-inf``) or ``stop``
+        is set; returns ``True`` when stopped."""
+
+        def reached() -> bool:
+            now = self.now_s
+            return stop.is_set() or (now == now and now >= deadline_s - self.TOLERANCE_S)
+
+        with self._cond:
+            while not self._cond.wait_for(reached, timeout=0.05):
+                pass
+        return stop.is_set()

@@ -26,7 +26,7 @@ import numpy as np
 from embodied.config import ConfigError
 from embodied.real import messages
 from embodied.real.control_loop import Clock, ControlLoop, LoopStats
-from embodied.real.freshness import InputGate
+from embodied.real.freshness import InputGate, SimClock
 from embodied.real.observation import ObservationBuilder, ObservationError, Signal, compile_signal
 from embodied.real.robot_config import RobotConfig
 from embodied.real.runner import PolicyRunner
@@ -77,7 +77,8 @@ class PolicyNode:
     """Runs one exported policy on one robot over ``transport``.
 
     ``clock`` (monotonic seconds) drives the loop and arrival ages; ``stamp_clock`` (seconds
-    since the epoch, or simulation time) is what header stamps are compared with.
+    since the epoch) is what header stamps are compared with. ``sim_clock`` (``use_sim_time``)
+    replaces both: loop, arrival and stamp ages all run on ``/clock``.
     """
 
     def __init__(
@@ -89,11 +90,14 @@ class PolicyNode:
         period_s: float | None = None,
         stamp_clock: Callable[[], float] = time.time,
         active: bool = True,
+        sim_clock: SimClock | None = None,
     ) -> None:
         self.robot = robot
         self.runner = runner
         self.io_spec = runner.io_spec
         self.period_s = float(period_s or self.io_spec.control_period_s)
+        if sim_clock is not None:
+            clock = stamp_clock = sim_clock
         self._clock = clock
         self.stamp_clock = stamp_clock
         self._configure(robot)
@@ -137,7 +141,7 @@ class PolicyNode:
         )
         self._publish_state = transport.publisher(STATE_TOPIC, "std_msgs/msg/String", "latched")
         self._transport = transport
-        self.loop = ControlLoop(self.period_s, self.step, clock)
+        self.loop = ControlLoop(self.period_s, self.step, clock, sim_clock.sleep_until if sim_clock else None)
         self.commands_sent = 0
         self._last_hold: np.ndarray | None = None
         self._last_diagnostics = -1e9

@@ -8,10 +8,13 @@ process, so the whole loop crosses the middleware twice per step.
 
 Modes:
 
-- lockstep (default): after publishing a state, wait for the node's answer *to that state*
-  (the robot config's ``command.stamped_topic``: a JointState echo of every command, stamped
-  with the odometry stamp it answers), then step. Every step applies the command computed from
-  the state it followed; the node still runs on its own clock at the trained rate.
+- lockstep (default): simulation time advances one control period per step and is published
+  on ``/clock`` (odometry is stamped with it); after publishing a state, wait for the node's
+  answer *to that state* (the robot config's ``command.stamped_topic``: a JointState echo of
+  every command, stamped with the odometry stamp it answers), then step. Run the node with
+  ``--use-sim-time``: its loop then ticks on ``/clock``, so the simulator can be starved of CPU
+  for any wall time without the node seeing stale data, and every step applies the command
+  computed from the state it followed.
 - realtime: step every control period of wall-clock time and apply whichever command arrived
   last (zero-order hold), as a physical robot would.
 
@@ -36,6 +39,7 @@ import torch
 
 from embodied.errors import EmbodiedError
 from embodied.real import messages
+from embodied.real.freshness import SimClock
 from embodied.real.observation import quat_to_rotmat
 from embodied.real.robot_config import RobotConfig
 from embodied.real.safety import ActionMap
@@ -44,6 +48,8 @@ from embodied.real.transports import Transport
 log = logging.getLogger(__name__)
 
 ODOMETRY = "nav_msgs/msg/Odometry"
+CLOCK_NUDGES = 4
+"""Lockstep: extra periods of /clock granted to the node before a state counts as unanswered."""
 MAX_MISSED_IN_ROW = 10
 """Lockstep: this many unanswered states in a row mean the node is gone; stop instead of stalling."""
 
@@ -125,6 +131,10 @@ class SimRobot:
             transport.subscribe(cmd.stamped_topic, "sensor_msgs/msg/JointState", cmd.qos, self._on_answer)
         self.stop = threading.Event()
         """Set (e.g. from a signal handler) to end :meth:`run` after the current step."""
+        self._publish_clock = transport.publisher(SimClock.TOPIC, SimClock.TYPE, "reliable")
+        self.sim_time_ns: int | None = None
+        """Lockstep: simulation time (ns), advanced one control period per step; None in realtime."""
+        self._period_ns = round(float(env.dt) * 1e9)
         self._safe = None if robot.safety.safe_command is None else np.asarray(robot.safety.safe_command)
 
     def _on_command(self, message: Any) -> None:
@@ -160,16 +170,20 @@ class SimRobot:
             return self._answers.pop(stamp_ns)
 
     def _check_setpoint(self) -> None:
-        # Odometry carries true world positions; the node subtracts its own setpoint parameter,
-        # which must therefore be the task's setpoint for the comparison with simulation to hold.
-        setpoint = self.env.physical_state().get("setpoint_w")
-        wanted = self.robot.params.get("setpoint_w")
-        if setpoint is not None and wanted is not None:
-            task_sp = torch.as_tensor(setpoint).reshape(-1, 3)[0].double().cpu().numpy()
-            if not np.allclose(task_sp, wanted, atol=1e-6):
+        # Odometry carries true world positions and attitudes; the node subtracts its own setpoint
+        # parameters (position, heading yaw), which must therefore be the task's for the comparison
+        # with simulation to hold. Checked again at every episode start (a task may draw them).
+        state = self.env.physical_state()
+        for key, size in (("setpoint_w", 3), ("setpoint_yaw_rad", 1)):
+            value, wanted = state.get(key), self.robot.params.get(key)
+            if value is None or wanted is None:
+                continue
+            task_value = torch.as_tensor(value).reshape(-1, size)[0].double().cpu().numpy()
+            if not np.allclose(task_value, wanted, atol=1e-6):
                 raise EmbodiedError(
-                    f"the task's setpoint is {task_sp.tolist()} but {self.robot.path} has setpoint_w "
-                    f"{list(wanted)}: pass --param setpoint_w={task_sp.tolist()} to both sim-robot and deploy"
+                    f"the task's {key} is {task_value.tolist()} but {self.robot.path} has {key} "
+                    f"{list(wanted)}: pass --param {key}={task_value.tolist()} to both sim-robot and deploy "
+                    "(a task that draws a new setpoint per episode cannot be served this way)"
                 )
 
     def publish_state(self) -> int:
@@ -180,13 +194,21 @@ class SimRobot:
             return state[key][0].detach().cpu().double().numpy()
 
         # Strictly increasing stamps: the node rejects a stamp older than the newest it has seen.
-        stamp_ns = max(time.time_ns(), self._last_stamp_ns + 1)
+        stamp_ns = self.sim_time_ns if self.sim_time_ns is not None else max(time.time_ns(), self._last_stamp_ns + 1)
         self._last_stamp_ns = stamp_ns
         values = odometry_values(row("position_w"), row("quat_wb"), row("lin_vel_w"), row("ang_vel_b"), stamp_ns)
         message = messages.make(ODOMETRY, values)
         for publish in self._publishers:
             publish(message)
         return stamp_ns
+
+    def advance_clock(self) -> None:
+        """Lockstep: one control period of simulation time passes; publish it on ``/clock``."""
+        if self.sim_time_ns is None:
+            return
+        self.sim_time_ns += self._period_ns
+        ns = self.sim_time_ns
+        self._publish_clock(messages.make(SimClock.TYPE, {"clock": {"sec": ns // 10**9, "nanosec": ns % 10**9}}))
 
     def _wait_command(self, after: int, timeout_s: float) -> bool:
         with self._cond:
@@ -204,7 +226,9 @@ class SimRobot:
         while time.monotonic() < deadline:
             with self._cond:
                 count = self._command_count
+            # The state first, then the time it belongs to: a node on /clock wakes with it in hand.
             self.publish_state()
+            self.advance_clock()
             self._wait_command(count, period)
             if self._armed_command():
                 return
@@ -220,7 +244,7 @@ class SimRobot:
         seconds: float | None = None,
         seed: int = 0,
         realtime: bool = False,
-        command_timeout_s: float = 0.5,
+        command_timeout_s: float = 2.0,
         arm_timeout_s: float = 30.0,
     ) -> SimSummary:
         """Fly until ``episodes`` episodes ended or ``seconds`` of wall time passed."""
@@ -234,6 +258,9 @@ class SimRobot:
             )
         env = self.env
         env.reset(seed=seed)
+        # Simulation time starts at the wall time (stamps look plausible to any tool) and then
+        # moves only with the simulation.
+        self.sim_time_ns = None if realtime else time.time_ns()
         t_arm = time.monotonic()
         self.wait_until_armed(arm_timeout_s)
         log.info("node armed after %.2f s; flying", time.monotonic() - t_arm)
@@ -252,6 +279,7 @@ class SimRobot:
                 count = self._command_count
             sent = time.perf_counter()
             stamp_ns = self.publish_state()
+            self.advance_clock()
             if realtime:
                 next_tick += period
                 time.sleep(max(0.0, next_tick - time.monotonic()))
@@ -260,7 +288,14 @@ class SimRobot:
                 with self._cond:
                     command = self._command
             else:
-                answer = self._wait_answer(stamp_ns, command_timeout_s)
+                answer = None
+                for _ in range(CLOCK_NUDGES):
+                    answer = self._wait_answer(stamp_ns, command_timeout_s / CLOCK_NUDGES)
+                    if answer is not None:
+                        break
+                    # /clock may have overtaken the state on the wire, so the node's tick used the
+                    # previous one: let another period pass (time only; the physics waits).
+                    self.advance_clock()
                 if answer is not None:
                     rtts.append(time.perf_counter() - sent)
                     missed_in_row = 0
@@ -283,6 +318,7 @@ class SimRobot:
             steps += 1
             ep_len += 1
             if bool(terminated[0] | truncated[0]):
+                self._check_setpoint()
                 done_episodes += 1
                 successes += int(bool(info["success"][0]))
                 lengths.append(ep_len)

@@ -85,7 +85,7 @@ def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Pa
     env_args = [a for kv in NOISE_FREE for a in ("--env", kv)]
     # Both processes start first: their start-up overlaps with the in-process reference run.
     node = subprocess.Popen(
-        [*CLI, "deploy", str(hover_export), *common, "--no-live", "--duration", "120"],
+        [*CLI, "deploy", str(hover_export), *common, "--no-live", "--duration", "120", "--use-sim-time"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--use-sim-time",
         action="store_true",
-        help="judge header stamps against /clock (rosgraph_msgs/Clock) instead of the system clock",
+        help="run the loop and judge input ages on /clock (rosgraph_msgs/Clock), e.g. with `sim-robot` lockstep",
     )
 
     p.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
             sim_clock = SimClock()
             transport.subscribe(SimClock.TOPIC, SimClock.TYPE, "sensor", sim_clock.on_clock)
-            node_kwargs["stamp_clock"] = sim_clock
+            node_kwargs["sim_clock"] = sim_clock
         node = build_node(transport, args.run_dir, args.robot, params, **node_kwargs)
         stop = threading.Event()
         # SIGTERM (a process manager) and SIGINT (Ctrl-C) end the loop at once; the loop's exit

@@ -14,11 +14,12 @@ the robot config's input topics) and apply the commands `embodied deploy` sends 
 the two in separate shells with the same --robot, e.g.
 
   embodied sim-robot quad-hover --episodes 20 --loopback
-  embodied deploy RUN_DIR --robot crazyflie_sim --loopback
+  embodied deploy RUN_DIR --robot crazyflie_sim --loopback --use-sim-time
 
-By default the simulator waits for the node's answer to each state it published, matched by
-the state's header stamp (lockstep); --realtime steps on the wall clock and holds the last
-command. Ends with a summary: episodes, success rate, steps, missed commands, safe commands
+By default (lockstep) simulation time advances one control period per step and is published on
+/clock; the simulator waits for the node's answer to each state it published, matched by the
+state's header stamp, so the node must run on /clock (--use-sim-time). --realtime steps on the
+wall clock and holds the last command, as a vehicle would (deploy without --use-sim-time). Ends with a summary: episodes, success rate, steps, missed commands, safe commands
 applied after arming (spurious motors-off), state->command round trip.
 """
 
