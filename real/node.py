@@ -121,6 +121,7 @@ class PolicyNode:
         self.reason = "starting"
         self.active = active
         self._shut_down = False
+        self._publish_lock = threading.RLock()
         for cfg in robot.inputs.values():
             transport.subscribe(cfg.topic, cfg.type, cfg.qos, self._admit(cfg.name), self._lost(cfg.name))
         if robot.safety.estop_topic:
@@ -298,7 +299,16 @@ class PolicyNode:
         except (ObservationError, ValueError, TypeError, AttributeError):
             pass
 
-    def _send(self, command: np.ndarray, answered_stamp_ns: int | None = None) -> bool:
+    def _send(self, command: np.ndarray, answered_stamp_ns: int | None = None, final: bool = False) -> bool:
+        """Publish ``command``; after :meth:`shutdown` only its own final safe command goes out."""
+        with self._publish_lock:
+            if self._shut_down and not final:
+                return False
+            if final:
+                self._shut_down = True
+            return self._send_locked(command, answered_stamp_ns)
+
+    def _send_locked(self, command: np.ndarray, answered_stamp_ns: int | None) -> bool:
         cmd = self.robot.command
         try:
             self._publish(command_message(cmd.type, cmd.path, command, cmd.layout_label))
@@ -318,13 +328,16 @@ class PolicyNode:
         self.commands_sent += 1
         return True
 
-    def _send_safe(self, reason: str) -> bool:
-        """Publish the safe command now (if one is known); log it."""
+    def _send_safe(self, reason: str, final: bool = False) -> bool:
+        """Publish the safe command now (if one is known); log it. ``final``: nothing after it."""
         safe = self.safety.safe_command(self._last_hold)
         if safe is None:
+            if final:
+                with self._publish_lock:
+                    self._shut_down = True
             log.warning("%s: no safe command known yet (no hold reading), nothing sent", reason)
             return False
-        sent = self._send(safe)
+        sent = self._send(safe, final=final)
         if sent:
             log.warning("%s: safe command %s sent", reason, np.round(safe, 6).tolist())
         return sent
@@ -400,13 +413,13 @@ class PolicyNode:
         }
 
     def shutdown(self, reason: str) -> None:
-        """Send the safe command and publish the final state (idempotent)."""
-        if self._shut_down:
-            return
-        self._shut_down = True
-        with self._lock:
-            self.active = False
-        self._send_safe(f"shutting down ({reason})")
+        """Send the safe command as the last command and publish the final state (idempotent;
+        safe to call from a signal handler while the loop runs: no command follows it)."""
+        with self._publish_lock:
+            if self._shut_down:
+                return
+        self.active = False
+        self._send_safe(f"shutting down ({reason})", final=True)
         try:
             self._publish_state(messages.make("std_msgs/msg/String", {"data": f"shutdown: {reason}"}))
         except Exception as err:

@@ -466,7 +466,7 @@ class ObservationBuilder:
         start = 0
         hist = self.history.vector()
         self.fields = {}
-        for sig, size, scale in self.signals:
+        for sig, size, _scale in self.signals:
             v = sig.read(latest, hist)
             if v.shape != (size,):
                 raise ObservationError(f"{sig.key}: got {v.size} values, the policy expects {size}")

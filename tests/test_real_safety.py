@@ -177,6 +177,10 @@ def test_shutdown_and_parameter_change_send_the_safe_command(quad_export: Path) 
     assert np.array_equal(messages.to_vector(rig.published()[-1].data), SAFE)
     state = rig.transport.published["/embodied_policy/state"][-1].data
     assert state.startswith("shutdown")
+    # Nothing follows the final safe command (a loop still running when a signal handler shut
+    # the node down cannot put a policy command after it).
+    count = len(rig.published())
+    assert rig.period(odometry()) is None and len(rig.published()) == count
 
 
 def test_glitch_during_rearm_restarts_the_count(quad_export: Path) -> None:

@@ -211,3 +211,23 @@ def test_ros_discovery_info_decodes_with_the_rmw_dds_common_definition(distro: s
     assert writers == {g.bytes for g in node_side._writer_guids} and len(writers) == 1
     node_side.close()
     observer.close()
+
+
+def test_closing_a_publisher_participant_is_seen_at_once() -> None:
+    """DdsTransport.close deletes its participant: a subscriber learns that the publisher left
+    without waiting for a timeout (the node then sends the safe command next period)."""
+    from embodied.real.transports.dds import DdsTransport
+
+    domain = free_domain_id()
+    receiver = DdsTransport(domain_id=domain, loopback=True)
+    sender = DdsTransport(domain_id=domain, loopback=True)
+    lost = threading.Event()
+    receiver.subscribe("cf/odom", "nav_msgs/msg/Odometry", "sensor", lambda m: None, lost.set)
+    publish = sender.publisher("cf/odom", "nav_msgs/msg/Odometry", "reliable")
+    assert sender.wait_for_subscribers(publish, timeout_s=10.0)
+    publish(odometry())
+    t0 = time.monotonic()
+    sender.close()
+    assert lost.wait(5.0), "the subscriber never saw the publisher leave"
+    assert time.monotonic() - t0 < 1.0  # far below Cyclone's 10 s default lease
+    receiver.close()

@@ -97,10 +97,15 @@ def run(args: argparse.Namespace) -> int:
             node_kwargs["sim_clock"] = sim_clock
         node = build_node(transport, args.run_dir, args.robot, params, **node_kwargs)
         stop = threading.Event()
-        # SIGTERM (a process manager) and SIGINT (Ctrl-C) end the loop at once; the loop's exit
-        # path sends the safe command before anything else happens.
+
+        # SIGTERM (a process manager) and SIGINT (Ctrl-C): the safe command goes out from the
+        # handler itself (no command can follow it), then the loop ends.
+        def on_signal(signum: int, _frame: Any) -> None:
+            stop.set()
+            node.shutdown(signal.Signals(signum).name)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, on_signal)
         worker = threading.Thread(target=node.run, args=(stop, args.duration), name="control-loop", daemon=True)
         worker.start()
         try:

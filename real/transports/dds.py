@@ -257,12 +257,16 @@ class DdsTransport:
         return False
 
     def close(self) -> None:
-        """Delete the participant now, so peers see its readers and writers leave at once."""
-        import gc
-
+        """Delete the participant (and its readers and writers) now, so peers see them leave at
+        once; garbage collection alone would wait for every closure holding a writer."""
+        participant, self._participant = self._participant, None
         self._entities.clear()
         self._writers.clear()
         self._topics.clear()
         self._discovery_writer = None
-        self._participant = None
-        gc.collect()
+        if participant is not None:
+            ref = participant._ref
+            # Cyclone's own deletion (dds_delete, recursive); dropped from its registry first so the
+            # Python objects' finalizers do not delete the handle a second time.
+            participant._entities.pop(ref, None)
+            participant._delete(ref)

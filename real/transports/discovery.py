@@ -25,8 +25,7 @@ DEFAULT_DISTRO = "jazzy"
 @cache
 def participant_entities_info(distro: str) -> Any:
     """The Cyclone DDS struct of ``rmw_dds_common/msg/ParticipantEntitiesInfo`` for ``distro``."""
-    from cyclonedds.idl import make_idl_struct
-    from cyclonedds.idl import types
+    from cyclonedds.idl import make_idl_struct, types
 
     # Typed as Any: Cyclone's generic markers are subscripted at run time in a way its stubs
     # do not declare.
