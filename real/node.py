@@ -130,6 +130,11 @@ class PolicyNode:
             for qos in ("latched", "reliable"):
                 transport.subscribe(robot.safety.estop_topic, "std_msgs/msg/Bool", qos, self._on_estop)
         cmd = robot.command
+        if cmd.joints and len(cmd.joints) != self.io_spec.action_dim:
+            raise ConfigError(
+                f"{robot.path}: command.joints names {len(cmd.joints)} joints but the policy has "
+                f"{self.io_spec.action_dim} actions"
+            )
         self._publish = transport.publisher(cmd.topic, cmd.type, cmd.qos)
         self._publish_stamped = (
             transport.publisher(cmd.stamped_topic, "sensor_msgs/msg/JointState", cmd.qos) if cmd.stamped_topic else None

@@ -88,6 +88,11 @@ class CommandCfg:
     stamped_topic: str = ""
     """Optional ``sensor_msgs/JointState`` echo of every command, its header stamp the stamp of
     the input message the command answers (for lockstep simulators and logging)."""
+    joints: tuple[str, ...] = ()
+    """Joint order of the command (ros2_control): checked against the hold signal's names here,
+    and against the controller's ``joints`` parameter when the ROS 2 node can read it."""
+    controller: str = ""
+    """ros2_control controller node whose ``joints`` parameter must equal :attr:`joints`."""
 
 
 @dataclass(frozen=True)
@@ -290,7 +295,14 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
     for name, sig in observation.items():
         if not (sig.action_history or sig.param) and sig.input not in inputs:
             raise r.fail(f"observation.{name}.input", unknown_choice_message("input", sig.input, inputs))
-    cmd = r.mapping(data.get("command"), "command", ("topic", "type", "qos", "path", "layout_label", "stamped_topic"))
+    cmd = r.mapping(
+        data.get("command"),
+        "command",
+        ("topic", "type", "qos", "path", "layout_label", "stamped_topic", "joints", "controller"),
+    )
+    raw_joints = cmd.get("joints", []) or []
+    if not (isinstance(raw_joints, list) and all(isinstance(j, str) for j in raw_joints)):
+        raise r.fail("command.joints", f"expected a list of joint names, got {raw_joints!r}")
     command = CommandCfg(
         topic=r.string(cmd, "topic", "command."),
         type=r.message_type(cmd.get("type"), "command.type"),
@@ -298,6 +310,8 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         path=r.string(cmd, "path", "command.", "data"),
         layout_label=str(cmd.get("layout_label", "") or ""),
         stamped_topic=r.string(cmd, "stamped_topic", "command.", ""),
+        joints=tuple(raw_joints),
+        controller=r.string(cmd, "controller", "command.", ""),
     )
     raw_safety = r.mapping(
         data.get("safety", {}) or {},
@@ -328,6 +342,15 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         raise r.fail("safety.hold", "hold must read an input (input + path), not a param or the action history")
     if safety.hold is not None and safety.hold.input not in inputs:
         raise r.fail("safety.hold.input", unknown_choice_message("input", safety.hold.input, inputs))
+    if command.joints and safety.hold is not None:
+        for op in safety.hold.ops:
+            names = op.arg.get("names") if op.name == "select_by_name" and isinstance(op.arg, Mapping) else None
+            if names is not None and tuple(names) != command.joints:
+                raise r.fail(
+                    "safety.hold",
+                    f"holds joints in the order {list(names)} but command.joints is {list(command.joints)}: the "
+                    "held positions would go to the wrong joints",
+                )
     return RobotConfig(
         name=r.string(data, "name", "", path.stem),
         path=path,

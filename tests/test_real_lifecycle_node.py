@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from real_support import export_policy, odometry, quad_robot, quad_spec
+from real_support import ARM_JOINTS, arm_io_spec, export_policy, odometry, quad_robot, quad_spec
 
 from embodied.real import messages
 from embodied.real.transports.memory import MemoryTransport
@@ -67,6 +67,15 @@ class FakeLifecycleNode:
     def create_timer(self, period_s: float, callback: Callable[[], None]) -> None:
         pass
 
+    controller_joints: tuple[str, ...] = ()
+    """What the fake ``<controller>/get_parameters`` service answers for ``joints``."""
+
+    def create_client(self, srv_type: Any, name: str) -> Any:
+        joints = self.controller_joints
+        value = types.SimpleNamespace(string_array_value=list(joints))
+        future = types.SimpleNamespace(done=lambda: True, result=lambda: types.SimpleNamespace(values=[value]))
+        return types.SimpleNamespace(wait_for_service=lambda timeout_sec: True, call_async=lambda request: future)
+
     def on_activate(self, state: Any) -> str:
         return OK
 
@@ -81,6 +90,9 @@ def node_class(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, MemoryTransport]:
     rcl_msg.SetParametersResult = _Result  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "rcl_interfaces", rcl_interfaces)
     monkeypatch.setitem(sys.modules, "rcl_interfaces.msg", rcl_msg)
+    rcl_srv = types.ModuleType("rcl_interfaces.srv")
+    rcl_srv.GetParameters = types.SimpleNamespace(Request=lambda names: names)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "rcl_interfaces.srv", rcl_srv)
     transport = MemoryTransport()
     import embodied.real.transports.rclpy_node as rclpy_node
 
@@ -140,5 +152,21 @@ def test_lifecycle_and_parameters_drive_the_runtime(node_class: tuple[Any, Memor
         count = len(sent)
         time.sleep(0.1)
         assert len(sent) == count  # the loop is gone
+    finally:
+        node._stop_loop("test end")
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_configure_checks_the_controllers_joint_order(
+    node_class: tuple[Any, MemoryTransport], tmp_path: Path, reverse: bool
+) -> None:
+    cls, _transport = node_class
+    node = cls()
+    node.controller_joints = tuple(reversed(ARM_JOINTS)) if reverse else ARM_JOINTS
+    node._params["export_dir"] = str(export_policy(tmp_path / "export", arm_io_spec()))
+    node._params["robot_config"] = "ros2_control_arm"
+    try:
+        assert node.on_configure(None) == (FAILURE if reverse else OK)
+        assert (node.policy is None) == reverse
     finally:
         node._stop_loop("test end")

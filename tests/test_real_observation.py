@@ -297,3 +297,13 @@ def test_nan_velocity_of_a_joint_without_velocity_interface_is_not_measured(tmp_
     vel[3] = 0.2
     obs = builder.build({"joints": joint_state(ARM_JOINTS, [0.0] * 6, vel)})
     np.testing.assert_allclose(obs[6:12], [0.05, 0.0, 0.0, 0.02, 0.0, 0.1])
+
+
+def test_command_joint_order_must_match_the_held_joints(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROBOTS_DIR / "ros2_control_arm.yaml").read_text())
+    assert data["command"]["joints"] == list(ARM_JOINTS)
+    data["command"]["joints"] = list(reversed(ARM_JOINTS))
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="command.joints.*wrong joints|wrong joints"):
+        load_robot(path)

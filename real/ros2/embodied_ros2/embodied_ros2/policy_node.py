@@ -11,6 +11,8 @@ this file maps the ROS 2 lifecycle and parameters onto it:
 - parameter ``params_json`` (robot params, e.g. the setpoint) changes live: safe command, then
   re-arm; ``export_dir`` / ``robot_config`` need cleanup + configure.
 - ``autostart`` (default true): configure and activate on start, as a plain node would run.
+- ros2_control robots: ``configure`` reads the controller's ``joints`` parameter
+  (``command.controller``) and fails when it differs from the robot config's ``command.joints``.
 
 Header stamps are judged against the node's ROS clock, so ``use_sim_time:=true`` compares them
 with ``/clock``; the control loop itself runs on the monotonic clock at the policy's rate.
@@ -72,6 +74,12 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
             except Exception as err:  # the error names file and key; the node stays unconfigured
                 self.get_logger().error(f"configure failed: {err}")
                 return failure
+            mismatch = self._controller_joint_mismatch()
+            if mismatch:
+                self.get_logger().error(f"configure failed: {mismatch}")
+                self.policy.shutdown("configure failed")
+                self.policy = None
+                return failure
             self._stop.clear()
             self._worker = threading.Thread(
                 target=self.policy.run, args=(self._stop,), name="control-loop", daemon=True
@@ -79,6 +87,39 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
             self._worker.start()
             self.create_timer(float(self._param("status_period_s")), self._report)
             return ok
+
+        def _controller_joint_mismatch(self, timeout_s: float = 2.0) -> str:
+            """Compare ``command.joints`` with the ros2_control controller's ``joints`` parameter
+            (``command.controller``); '' when they match or the parameter cannot be read."""
+            import time
+
+            cmd = self.policy.robot.command
+            if not (cmd.joints and cmd.controller):
+                return ""
+            from rcl_interfaces.srv import GetParameters
+
+            client = self.create_client(GetParameters, f"{cmd.controller}/get_parameters")
+            future = (
+                client.call_async(GetParameters.Request(names=["joints"]))
+                if client.wait_for_service(timeout_sec=timeout_s)
+                else None
+            )
+            deadline = time.monotonic() + timeout_s
+            while future is not None and not future.done() and time.monotonic() < deadline:
+                time.sleep(0.01)  # the executor spins this node on another thread
+            if future is None or not future.done() or future.result() is None:
+                self.get_logger().warning(
+                    f"cannot read {cmd.controller}'s joints parameter: command joint order not checked"
+                )
+                return ""
+            values = future.result().values
+            joints = tuple(values[0].string_array_value) if values else ()
+            if joints and joints != cmd.joints:
+                return (
+                    f"controller {cmd.controller} commands joints {list(joints)} but the robot config's "
+                    f"command.joints is {list(cmd.joints)}"
+                )
+            return ""
 
         def on_activate(self, state: Any) -> Any:
             self.policy.activate()
@@ -143,13 +184,17 @@ def main(args: Any = None) -> None:
 
     rclpy.init(args=args)
     node = _policy_node_class(LifecycleNode, TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE)()
-    if node.get_parameter("autostart").value:
-        node.trigger_configure()
-        node.trigger_activate()
     executor = MultiThreadedExecutor()
     executor.add_node(node)
+    # Spin first: configure waits on a service reply (the controller's joint order).
+    spinner = threading.Thread(target=executor.spin, name="rclpy-spin", daemon=True)
+    spinner.start()
     try:
-        executor.spin()
+        if node.get_parameter("autostart").value:
+            node.trigger_configure()
+            node.trigger_activate()
+        while spinner.is_alive():
+            spinner.join(timeout=0.5)
     except KeyboardInterrupt:
         pass
     finally:
