@@ -162,7 +162,16 @@ def fuzz(export_dir: Path, robot: Path, messages_n: int, seed: int = 0) -> dict[
     clock = [0.0]
     transport = MemoryTransport()
     cfg = load_robot(robot, {"setpoint_w": list(SETPOINT_W)})
-    node = PolicyNode(transport, cfg, PolicyRunner(export_dir), clock=lambda: clock[0])
+    # Both clocks are driven by the fuzzer (stamps on an epoch-like base), so a slow machine
+    # cannot age a message between its creation and its step.
+    epoch = 1.7e9
+
+    def stamp_now() -> float:
+        return epoch + clock[0] + period
+
+    node = PolicyNode(
+        transport, cfg, PolicyRunner(export_dir), clock=lambda: clock[0], stamp_clock=lambda: epoch + clock[0]
+    )
     odom = next(iter(cfg.inputs.values()))
     publish = transport.publisher(odom.topic, odom.type, odom.qos)
     safe = np.asarray(cfg.safety.safe_command)
@@ -180,13 +189,13 @@ def fuzz(export_dir: Path, robot: Path, messages_n: int, seed: int = 0) -> dict[
     t0 = time.perf_counter()
     for _ in range(messages_n):
         for _ in range(rng.randrange(16)):
-            period_with(_odometry(rng, time.time()))
+            period_with(_odometry(rng, stamp_now()))
             good += 1
         kind = rng.choice(KINDS)
         expected = STATE_KINDS.get(kind) or REJECTED_KINDS[kind]
         before = node.rejections[expected]
         armed_at_bad += node.state is SafetyState.ARMED
-        command = period_with(bad_message(kind, rng, time.time(), limits))
+        command = period_with(bad_message(kind, rng, stamp_now(), limits))
         sent[kind] += 1
         after = node.rejections[expected]
         assert after == before + 1, f"{kind}: {expected} went {before} -> {after} ({node.last_error})"
