@@ -78,6 +78,7 @@ def in_process(export: Path, episodes: int, seed: int) -> tuple[float, float]:
     return successes / episodes, steps / episodes
 
 
+@pytest.mark.slow  # trains a short PPO run first (minutes on 2 cores)
 def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Path) -> None:
     robot = quad_robot()  # the shipped config (freshness limits derived from the policy's rate)
     domain = str(free_domain_id())
