@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from real_support import free_domain_id, quad_robot
+from real_support import free_domain_id, quad_robot, write_robot_variant
 
 from embodied import registry
 from embodied.experiment import replace_trainer, resolve_experiment
@@ -80,7 +80,12 @@ def in_process(export: Path, episodes: int, seed: int) -> tuple[float, float]:
 
 @pytest.mark.slow  # trains a short PPO run first (minutes on 2 cores)
 def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Path) -> None:
-    robot = quad_robot()  # the shipped config (freshness limits derived from the policy's rate)
+    # The shipped config (freshness limits derived from the policy's rate), with the training
+    # envelope opened wide: this test is about the DDS loop reproducing the in-process evaluation,
+    # which has no envelope; a short-trained policy's recoveries leave the default envelope
+    # (tilt beyond 1.6 rad). The envelope is tested in test_real_safety.py and test_real_fuzz.py.
+    wide = {k: 1e9 for k in ("pos_err_m", "tilt_rad", "ang_vel_rad_s", "lin_vel_m_s")}
+    robot = write_robot_variant(tmp_path, quad_robot(), {"safety.envelope_limits": wide})
     domain = str(free_domain_id())
     common = ["--robot", str(robot), "--transport", "dds", "--loopback", "--domain-id", domain]
     env_args = [a for kv in NOISE_FREE for a in ("--env", kv)]
