@@ -100,7 +100,7 @@ class PolicyNode:
             clock = stamp_clock = sim_clock
         self._clock = clock
         self.stamp_clock = stamp_clock
-        self._configure(robot)
+        self.builder = ObservationBuilder(robot, self.io_spec)
         self.safety = SafetyLayer(self.io_spec, robot.safety, self.period_s, source=str(robot.path))
         self.envelope = Envelope(robot.safety.envelope, self.io_spec, robot.safety.envelope_limits, str(robot.path))
         self._hold: Signal | None = (
@@ -151,10 +151,6 @@ class PolicyNode:
         self.commands_sent = 0
         self._last_hold: np.ndarray | None = None
         self._last_diagnostics = -1e9
-        self._announced: tuple[SafetyState, str] | None = None
-
-    def _configure(self, robot: RobotConfig) -> None:
-        self.builder = ObservationBuilder(robot, self.io_spec)
 
     # -- middleware callbacks (any thread) ------------------------------------------------------
 
