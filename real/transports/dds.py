@@ -184,6 +184,8 @@ class DdsTransport:
         from cyclonedds.sub import DataReader
 
         def on_data_available(reader: Any) -> None:
+            if self._participant is None:  # closing: the reader is being deleted under us
+                return
             try:
                 samples = reader.take(N=64)
             except Exception as err:  # a malformed payload must not kill the listener thread
