@@ -1,9 +1,12 @@
 """Latency of the deployment node over Cyclone DDS on loopback: odometry message -> command message.
 
-Two processes: `embodied deploy` (input-triggered, Cyclone DDS pinned to lo) runs a policy with
-the quad-hover interface (146 inputs, 64x64 tanh MLP, random weights: latency does not depend on
-the weights); this script publishes nav_msgs/Odometry and times until the matching
-std_msgs/Float32MultiArray command arrives (ping-pong, one message in flight).
+Two processes: `embodied deploy` (Cyclone DDS pinned to lo, the shipped crazyflie_sim config)
+runs a policy with the quad-hover interface (64x64 tanh MLP, random weights: latency does not
+depend on the weights); this script publishes stamped nav_msgs/Odometry and times until the
+node's answer to that very message arrives (the stamped command echo, matched by stamp;
+ping-pong, one message in flight). The node runs on its own clock at the policy's rate and
+samples inputs, so the figure includes the wait for the next control period (uniform in
+[0, period) for unsynchronized sensors) on top of transport and compute.
 
     .venv/bin/python bench/dds_latency.py [--messages 2000] [--repeats 3]
 
@@ -35,7 +38,7 @@ from embodied.real import messages
 from embodied.real.robot_config import load_robot
 from embodied.real.transports.dds import DdsTransport
 
-ROBOT = "crazyflie_sim"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def quad_interface(history: int = 32) -> IOSpec:
@@ -71,42 +74,55 @@ def make_export(out: Path) -> Path:
     return out
 
 
-def odometry() -> Any:
-    return messages.make("nav_msgs/msg/Odometry", {"pose": {"pose": {"orientation": {"w": 1.0}}}})
+def odometry(stamp_ns: int) -> Any:
+    return messages.make(
+        "nav_msgs/msg/Odometry",
+        {
+            "header": {"frame_id": "world", "stamp": {"sec": stamp_ns // 10**9, "nanosec": stamp_ns % 10**9}},
+            "pose": {"pose": {"position": {"z": 1.0}, "orientation": {"w": 1.0}}},
+        },
+    )
 
 
 def measure(export: Path, count: int, domain: int) -> dict[str, Any]:
-    robot = load_robot(ROBOT)
+    from real_support import quad_robot
+
+    robot_path = str(quad_robot())
+    robot = load_robot(robot_path)
     node = subprocess.Popen(
-        [sys.executable, "-m", "embodied.cli", "deploy", str(export), "--robot", ROBOT, "--transport", "dds",
-         "--loopback", "--domain-id", str(domain), "--trigger", "input", "--no-live", "--duration", "600"],
+        [sys.executable, "-m", "embodied.cli", "deploy", str(export), "--robot", robot_path, "--transport", "dds",
+         "--loopback", "--domain-id", str(domain), "--no-live", "--duration", "600"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     transport = DdsTransport(domain, loopback=True)
     got = threading.Event()
     received: list[np.ndarray] = []
+    wanted = [0]
 
-    def on_command(m: Any) -> None:
-        received.append(messages.to_vector(m.data))
-        got.set()
+    def on_answer(m: Any) -> None:
+        if int(m.header.stamp.sec) * 10**9 + int(m.header.stamp.nanosec) == wanted[0]:
+            received.append(messages.to_vector(m.position))
+            got.set()
 
     odom = robot.inputs["odom"]
-    transport.subscribe(robot.command.topic, robot.command.type, robot.command.qos, on_command)
+    transport.subscribe(robot.command.stamped_topic, "sensor_msgs/msg/JointState", robot.command.qos, on_answer)
     publish = transport.publisher(odom.topic, odom.type, "reliable")
     try:
         if not transport.wait_for_subscribers(publish, timeout_s=60.0):
             raise RuntimeError("deploy process never subscribed")
-        message = odometry()
         deadline = time.monotonic() + 30.0
         while not (received and np.any(received[-1] > 0)):  # until armed (motors-off is the safe command)
             if time.monotonic() > deadline:
                 raise RuntimeError("node never armed")
-            publish(message)
+            wanted[0] = time.time_ns()
+            publish(odometry(wanted[0]))
             time.sleep(0.005)
         time.sleep(0.05)
         latencies = []
         for _ in range(count):
             got.clear()
+            wanted[0] = time.time_ns()
+            message = odometry(wanted[0])
             t0 = time.perf_counter()
             publish(message)
             if got.wait(1.0):

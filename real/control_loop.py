@@ -1,16 +1,14 @@
-"""Fixed-rate control loop with overrun accounting and latency statistics.
+"""Fixed-rate control loop on its own clock, with jitter, overrun and latency statistics.
 
-Two trigger modes:
-
-- ``timer``: a step every ``period_s`` on absolute deadlines (no drift). A step that ends
-  after the next deadline is an overrun; missed deadlines are skipped, not bunched up.
-- ``input``: a step as soon as the trigger input delivers a new message (lowest latency, the
-  robot's sensor sets the rate), and at least one step per period while it is silent, so the
-  watchdog still commands the safe command on time.
+The loop steps every ``period_s`` on absolute deadlines (no drift), the policy's trained rate:
+sensor messages are sampled by the step, never a trigger, so the action history and any
+integrator advance exactly once per trained period whatever the sensor rate. A step that ends
+after the next deadline is an overrun; missed deadlines are skipped, not bunched up.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -22,27 +20,45 @@ import numpy as np
 Clock = Callable[[], float]
 """Monotonic seconds."""
 
+SleepUntil = Callable[[float, threading.Event], bool]
+"""``(deadline on the loop's clock, stop) -> True when stopped``."""
+
+_WINDOW = 4096
+"""Recent samples kept for the percentiles."""
+
+
+def _percentiles_ms(samples: deque[float]) -> tuple[float, float, float]:
+    if not samples:
+        return (float("nan"),) * 3
+    p50, p90, p99 = np.percentile(np.asarray(samples), [50, 90, 99]) * 1e3
+    return float(p50), float(p90), float(p99)
+
 
 @dataclass
 class LoopStats:
-    """Counters and recent latency samples (seconds) of a running loop."""
+    """Counters and recent timing samples (seconds) of a running loop."""
 
     steps: int = 0
     overruns: int = 0
     missed_deadlines: int = 0
 
     def __post_init__(self) -> None:
-        self.latency_s: deque[float] = deque(maxlen=4096)
-        """Input arrival -> command publish, one sample per step that answered a new input."""
+        self.latency_s: deque[float] = deque(maxlen=_WINDOW)
+        """Input arrival -> command publish, one sample per step that used a new input."""
         self.step_times: deque[float] = deque(maxlen=256)
         """Monotonic start time of recent steps (for the measured rate)."""
+        self.period_error_s: deque[float] = deque(maxlen=_WINDOW)
+        """``|start_k - start_(k-1) - period|`` of consecutive steps: the period jitter."""
+        self.lateness_s: deque[float] = deque(maxlen=_WINDOW)
+        """Step start minus its deadline (wake-up latency of the loop thread)."""
 
     def percentiles_ms(self) -> tuple[float, float, float]:
         """``(p50, p90, p99)`` of the recent latencies in milliseconds (NaN when none yet)."""
-        if not self.latency_s:
-            return (float("nan"),) * 3
-        p50, p90, p99 = np.percentile(np.asarray(self.latency_s), [50, 90, 99]) * 1e3
-        return float(p50), float(p90), float(p99)
+        return _percentiles_ms(self.latency_s)
+
+    def jitter_ms(self) -> tuple[float, float, float]:
+        """``(p50, p90, p99)`` of the recent period jitter in milliseconds."""
+        return _percentiles_ms(self.period_error_s)
 
     def rate_hz(self) -> float:
         """Steps per second over the recent window."""
@@ -53,35 +69,45 @@ class LoopStats:
 
 
 class ControlLoop:
-    """Calls ``step(now_s)`` at ``period_s`` (timer) or on ``trigger`` events (input mode)."""
+    """Calls ``step(now_s)`` every ``period_s`` of ``clock`` until stopped."""
 
     def __init__(
         self,
         period_s: float,
         step: Callable[[float], object],
-        trigger: threading.Event | None = None,
         clock: Clock = time.monotonic,
+        sleep_until: SleepUntil | None = None,
     ) -> None:
+        """``sleep_until(deadline, stop) -> stopped`` waits on ``clock``'s time base; the default
+        sleeps ``deadline - clock()`` wall seconds (right for a monotonic clock)."""
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0, got {period_s}")
         self.period_s = period_s
         self._step = step
-        self._trigger = trigger
         self._clock = clock
+        self._sleep_until = sleep_until or self._sleep_wall
         self.stats = LoopStats()
 
-    def _run_step(self, deadline: float | None) -> None:
+    def _sleep_wall(self, deadline: float, stop: threading.Event) -> bool:
+        delay = deadline - self._clock()
+        return stop.wait(timeout=delay) if delay > 0 else stop.is_set()
+
+    def _run_step(self, deadline: float) -> None:
         start = self._clock()
-        self.stats.step_times.append(start)
+        stats = self.stats
+        if stats.step_times:
+            stats.period_error_s.append(abs(start - stats.step_times[-1] - self.period_s))
+        stats.step_times.append(start)
+        stats.lateness_s.append(max(0.0, start - deadline))
         self._step(start)
-        self.stats.steps += 1
-        end = self._clock()
-        budget_end = (deadline if deadline is not None else start) + self.period_s
-        if end > budget_end:
-            self.stats.overruns += 1
+        stats.steps += 1
+        if self._clock() > deadline + self.period_s:
+            stats.overruns += 1
 
     def run(self, stop: threading.Event, max_steps: int | None = None, duration_s: float | None = None) -> LoopStats:
         """Loop until ``stop`` is set, ``max_steps`` steps ran, or ``duration_s`` elapsed."""
+        if self._sleep_until(-math.inf, stop):  # a simulation clock may not have started yet
+            return self.stats
         t0 = self._clock()
         next_deadline = t0
         while not stop.is_set():
@@ -89,17 +115,8 @@ class ControlLoop:
                 break
             if duration_s is not None and self._clock() - t0 >= duration_s:
                 break
-            if self._trigger is not None:
-                # Wake on a new input, or after one period of silence for the watchdog.
-                self._trigger.wait(timeout=self.period_s)
-                self._trigger.clear()
-                self._run_step(None)
-                continue
-            delay = next_deadline - self._clock()
-            if delay > 0:
-                stop.wait(timeout=delay)
-                if stop.is_set():
-                    break
+            if self._sleep_until(next_deadline, stop):
+                break
             self._run_step(next_deadline)
             next_deadline += self.period_s
             now = self._clock()

@@ -32,16 +32,15 @@ def build_node(
     export: Path,
     robot: str | Path,
     params: Mapping[str, Any] | None = None,
-    trigger: str | None = None,
+    **node_kwargs: Any,
 ) -> PolicyNode:
-    """Load and cross-check the export and the robot config, then subscribe and advertise."""
+    """Load and cross-check the export and the robot config, then subscribe and advertise.
+
+    ``node_kwargs`` go to :class:`PolicyNode` (``stamp_clock``, ``active``).
+    """
     runner = PolicyRunner(export)
     robot_cfg = load_robot(robot, params)
-    if trigger is not None:
-        from dataclasses import replace
-
-        robot_cfg = replace(robot_cfg, trigger=trigger)
-    return PolicyNode(transport, robot_cfg, runner)
+    return PolicyNode(transport, robot_cfg, runner, **node_kwargs)
 
 
 def launch_command(export: Path, robot: str | Path, params: Mapping[str, Any] | None = None) -> str:

@@ -21,9 +21,16 @@ Ops (YAML ``ops: [name, {name: argument}]``):
 ``rotate_body_to_world``   3-vector by the quaternion ``{input, path, order}`` (e.g. ROS
                            Odometry twist, which is in the child/body frame)
 ``rotate_world_to_body``   the inverse rotation
+``world_to_heading: YAW``  into the heading frame ``h`` = world rotated about z by ``YAW`` (rad; a
+                           number or a one-entry param, e.g. ``setpoint_yaw_rad``):
+                           3-vector ``R_whᵀ v``; 9-entry row-major rotation ``R_whᵀ R`` (e.g.
+                           ``rot_wb`` -> ``rot_hb``)
 ``select_by_name``         ``{names_path, names}``: reorder by the message's own name list
                            (``sensor_msgs/JointState``)
 ``select: [i, ...]``       pick entries by index
+``fill_nan: V``             NaN entries become ``V`` ("not measured", e.g. joint_state_broadcaster's
+                           velocity of a joint without a velocity interface): a number for all
+                           entries, or a per-entry list where ``null`` keeps NaN a fault
 ``integrate: {decay, limit, dt_s}``  stateful, leaky clamped integral of the signal so far (e.g.
                            quad-hover's ``pos_err_int_w``): zero on the first observation after
                            a reset, then ``I = clip(decay * I + dt_s * v, -limit, limit)`` per
@@ -73,6 +80,8 @@ def quat_to_rotmat(q_wxyz: np.ndarray) -> np.ndarray:
     norm = float(np.linalg.norm(q_wxyz))
     if not norm > 1e-6:
         raise ObservationError(f"quaternion {q_wxyz.tolist()} has (near) zero norm")
+    if not math.isfinite(norm):
+        raise ObservationError(f"quaternion {q_wxyz.tolist()} is not finite")
     w, x, y, z = q_wxyz / norm
     return np.array(
         [
@@ -243,6 +252,24 @@ class _Compiler:
                 return (rot.T if inverse else rot) @ v
 
             return rotate, self._fixed(key, name, 3, 3)
+        if name == "world_to_heading":
+            yaw = self.scalar_arg(arg, key)
+            c, s_ = math.cos(yaw), math.sin(yaw)
+            r_hw = np.array([[c, s_, 0.0], [-s_, c, 0.0], [0.0, 0.0, 1.0]])  # R_wh transposed
+
+            def to_heading(v: np.ndarray, _l: Latest) -> np.ndarray:
+                if v.size == 9:
+                    return (r_hw @ v.reshape(3, 3)).ravel()
+                if v.size != 3:
+                    raise ObservationError(f"{key}: world_to_heading takes 3 or 9 values, got {v.size}")
+                return r_hw @ v
+
+            def heading_size(n: int | None) -> int | None:
+                if n is not None and n not in (3, 9):
+                    raise self.fail(key, f"world_to_heading takes a 3-vector or a 9-entry rotation, the signal has {n}")
+                return n
+
+            return to_heading, heading_size
         if name == "select_by_name":
             spec = arg if isinstance(arg, Mapping) else {}
             names = [str(n) for n in spec.get("names", [])]
@@ -272,6 +299,26 @@ class _Compiler:
                 return v[indices]
 
             return pick, lambda _n: len(indices)
+        if name == "fill_nan":
+            per_entry = isinstance(arg, list)
+            items = arg if per_entry else [arg]
+            if not items or not all(
+                v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in items
+            ):
+                raise self.fail(key, f"fill_nan needs a number or a list of numbers/null, got {arg!r}")
+            fill = np.array([np.nan if v is None else float(v) for v in items])
+
+            def fill_nan(v: np.ndarray, _l: Latest) -> np.ndarray:
+                if per_entry and v.size != fill.size:
+                    raise ObservationError(f"{key}: fill_nan has {fill.size} entries, the signal {v.size}")
+                return np.where(np.isnan(v), fill if per_entry else fill[0], v)
+
+            def fill_size(n: int | None) -> int | None:
+                if per_entry and n is not None and n != fill.size:
+                    raise self.fail(key, f"fill_nan has {fill.size} entries but the signal has {n}")
+                return n
+
+            return fill_nan, fill_size
         if name == "integrate":
             return self.integrator(arg, key), same
         raise self.fail(key, unknown_choice_message("op", name, OP_NAMES))
@@ -319,7 +366,7 @@ class _Compiler:
 OP_NAMES = (
     "subtract", "add", "scale", "deg_to_rad", "ned_to_enu", "enu_to_ned", "frd_to_flu", "flu_to_frd",
     "quat_to_rotmat", "rotmat_ned_frd_to_enu_flu", "rotate_body_to_world", "rotate_world_to_body",
-    "select_by_name", "select", "integrate",
+    "select_by_name", "select", "integrate", "world_to_heading", "fill_nan",
 )  # fmt: skip
 
 
@@ -391,6 +438,8 @@ class ObservationBuilder:
             self.signals.append((sig, f.size, f.scale))
         self.history.on_reset += [integ.reset for integ in compiler.integrators]
         self._out = np.zeros(io_spec.obs_dim, dtype=np.float32)
+        self.fields: dict[str, np.ndarray] = {}
+        """Each field of the last :meth:`build`, in physical units (before ``scale``), by name."""
 
     @staticmethod
     def _history_initial(robot: RobotConfig, io_spec: IOSpec) -> float:
@@ -409,24 +458,43 @@ class ObservationBuilder:
         return float(initial)
 
     def build(self, latest: Latest) -> np.ndarray:
-        """The observation ``[obs_dim]`` float32; raises :class:`ObservationError` on bad data."""
+        """The observation ``[obs_dim]`` float32; raises :class:`ObservationError` on bad data.
+
+        :attr:`fields` holds every field in float64 even when the float32 observation overflows
+        (e.g. a position 1e300 m away), so a caller can still tell *why* the state is unusable.
+        """
         start = 0
         hist = self.history.vector()
-        for sig, size, scale in self.signals:
+        self.fields = {}
+        for sig, size, _scale in self.signals:
             v = sig.read(latest, hist)
             if v.shape != (size,):
                 raise ObservationError(f"{sig.key}: got {v.size} values, the policy expects {size}")
-            self._out[start : start + size] = v * scale
+            if not np.isfinite(v).all():
+                raise ObservationError(f"{sig.key}: non-finite value(s) {v.tolist()}")
+            self.fields[sig.key.removeprefix("observation.")] = v
             start += size
+        start = 0
+        with np.errstate(over="ignore"):  # finite float64 beyond float32 range: reported below
+            for (_sig, size, scale), v in zip(self.signals, self.fields.values(), strict=True):
+                self._out[start : start + size] = v * scale
+                start += size
         if not np.isfinite(self._out).all():
             self._raise_non_finite()
         return self._out.copy()
+
+    @property
+    def complete(self) -> bool:
+        """The last :meth:`build` read every field as finite float64 values."""
+        return len(self.fields) == len(self.signals)
 
     def _raise_non_finite(self) -> None:
         start = 0
         for sig, size, _scale in self.signals:
             chunk = self._out[start : start + size]
             if not np.isfinite(chunk).all():
-                raise ObservationError(f"{sig.key}: non-finite value(s) {chunk.tolist()}")
+                raise ObservationError(
+                    f"{sig.key}: value(s) beyond float32 range {self.fields[sig.key.removeprefix('observation.')].tolist()}"
+                )
             start += size
         raise ObservationError("observation: non-finite value(s)")

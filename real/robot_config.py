@@ -18,7 +18,9 @@ from embodied.real import messages
 from embodied.real.transports import QOS_PROFILES
 
 ROBOTS_DIR = Path(__file__).with_name("robots")
-TRIGGERS = ("timer", "input")
+ENVELOPE_MEASURES = ("norm", "tilt", "abs_max")
+"""How an envelope check reduces a field: Euclidean norm, tilt angle of a row-major rotation
+matrix (``arccos(R[2][2])``: the body z axis against the frame's z axis), largest magnitude."""
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,19 @@ class InputCfg:
     topic: str
     type: str
     qos: str = "sensor"
-    stale_timeout_s: float = 0.05
-    """Older than this (since arrival) counts as stale: the watchdog commands the safe command."""
-    trigger: bool = False
-    """In ``trigger: input`` mode each new message on this topic starts a control step."""
+    stale_timeout_s: float | None = None
+    """Longest time since the newest message arrived before the input counts as stale
+    (``None``: derived from the policy's control period, see :mod:`embodied.real.freshness`)."""
+    max_stamp_age_s: float | None = None
+    """Largest age of the message's header stamp against the node's clock (``None``: derived
+    from the control period). Only for types with a ``header``; a zero stamp is rejected."""
+    frame_id: str = ""
+    """Expected ``header.frame_id`` (empty: any). Messages in another frame are rejected."""
+
+    @property
+    def stamped(self) -> bool:
+        """The message type carries a ``std_msgs/Header`` (freshness is judged by its stamp too)."""
+        return any(name == "header" for name, _ in messages.fields(self.type))
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,24 @@ class CommandCfg:
     path: str = "data"
     layout_label: str = ""
     """For ``*MultiArray`` outputs: the label of the single layout dimension (e.g. ``motors``)."""
+    stamped_topic: str = ""
+    """Optional ``sensor_msgs/JointState`` echo of every command, its header stamp the stamp of
+    the input message the command answers (for lockstep simulators and logging)."""
+    joints: tuple[str, ...] = ()
+    """Joint order of the command (ros2_control): checked against the hold signal's names here,
+    and against the controller's ``joints`` parameter when the ROS 2 node can read it."""
+    controller: str = ""
+    """ros2_control controller node whose ``joints`` parameter must equal :attr:`joints`."""
+
+
+@dataclass(frozen=True)
+class EnvelopeCheck:
+    """One plausibility bound: observation field ``field`` reduced by ``measure`` must stay at or
+    below limit ``key`` of ``policy_io.json``'s ``extra.envelope`` (or the robot config's override)."""
+
+    key: str
+    field: str
+    measure: str = "norm"
 
 
 @dataclass(frozen=True)
@@ -89,7 +118,12 @@ class SafetyCfg:
     max_action_rate_per_s: float | None = None
     """Largest change of any normalized action per second (``None``: no limit)."""
     estop_topic: str = ""
-    """``std_msgs/msg/Bool`` topic: ``true`` latches the e-stop; ``false`` releases it (then re-arm)."""
+    """``std_msgs/msg/Bool`` topic: ``true`` latches the e-stop; ``false`` releases it (then re-arm).
+    Subscribed both transient-local (a late-joining node sees a latched stop) and volatile."""
+    envelope: tuple[EnvelopeCheck, ...] = ()
+    """Plausibility bounds from the training distribution; outside them -> safe command."""
+    envelope_limits: dict[str, float] = field(default_factory=dict)
+    """Overrides of ``policy_io.json``'s ``extra.envelope`` limits (same keys)."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +135,6 @@ class RobotConfig:
     command: CommandCfg
     safety: SafetyCfg
     params: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    trigger: str = "timer"
     description: str = ""
 
 
@@ -157,6 +190,14 @@ class _Reader:
             raise self.fail(key, f"expected a list of numbers, got {value!r}")
         return tuple(self.number(v, f"{key}[{i}]") for i, v in enumerate(value))
 
+    def positive_or_none(self, value: Any, key: str) -> float | None:
+        if value is None:
+            return None
+        number = self.number(value, key)
+        if not number > 0:
+            raise self.fail(key, f"expected a positive number of seconds, got {value!r}")
+        return number
+
     def choice(self, value: Any, key: str, choices: Any) -> str:
         if value not in choices:
             raise self.fail(key, unknown_choice_message("value", str(value), choices))
@@ -203,6 +244,18 @@ def _signal(r: _Reader, value: Any, key: str) -> SignalCfg:
     )
 
 
+def _envelope(r: _Reader, value: Any, observation: Mapping[str, SignalCfg]) -> tuple[EnvelopeCheck, ...]:
+    checks = []
+    for key, raw in r.mapping(value, "safety.envelope").items():
+        item = r.mapping(raw, f"safety.envelope.{key}", ("field", "measure"))
+        name = r.string(item, "field", f"safety.envelope.{key}.")
+        if name not in observation:
+            raise r.fail(f"safety.envelope.{key}.field", unknown_choice_message("observation field", name, observation))
+        measure = r.choice(item.get("measure", "norm"), f"safety.envelope.{key}.measure", ENVELOPE_MEASURES)
+        checks.append(EnvelopeCheck(str(key), name, measure))
+    return tuple(checks)
+
+
 def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None) -> RobotConfig:
     """Read and check a robot config; ``params`` override its ``params`` block (e.g. setpoints)."""
     path = resolve_robot_path(name_or_path)
@@ -212,17 +265,24 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         "top level",
         ("name", "description", "trigger", "params", "inputs", "observation", "command", "safety"),
     )
+    if data.get("trigger", "timer") != "timer":
+        raise r.fail(
+            "trigger",
+            f"{data['trigger']!r} is no longer supported: the control loop always runs at the policy's "
+            "trained rate on its own clock and samples the newest input; remove the key",
+        )
     inputs: dict[str, InputCfg] = {}
     for name, raw in r.mapping(data.get("inputs"), "inputs").items():
         key = f"inputs.{name}"
-        item = r.mapping(raw, key, ("topic", "type", "qos", "stale_timeout_s", "trigger"))
+        item = r.mapping(raw, key, ("topic", "type", "qos", "stale_timeout_s", "max_stamp_age_s", "frame_id"))
         inputs[name] = InputCfg(
             name=name,
             topic=r.string(item, "topic", f"{key}."),
             type=r.message_type(item.get("type"), f"{key}.type"),
             qos=r.choice(item.get("qos", "sensor"), f"{key}.qos", QOS_PROFILES),
-            stale_timeout_s=r.number(item.get("stale_timeout_s", 0.05), f"{key}.stale_timeout_s"),
-            trigger=bool(item.get("trigger", False)),
+            stale_timeout_s=r.positive_or_none(item.get("stale_timeout_s"), f"{key}.stale_timeout_s"),
+            max_stamp_age_s=r.positive_or_none(item.get("max_stamp_age_s"), f"{key}.max_stamp_age_s"),
+            frame_id=r.string(item, "frame_id", f"{key}.", ""),
         )
     if not inputs:
         raise r.fail("inputs", "at least one input topic is required")
@@ -235,19 +295,32 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
     for name, sig in observation.items():
         if not (sig.action_history or sig.param) and sig.input not in inputs:
             raise r.fail(f"observation.{name}.input", unknown_choice_message("input", sig.input, inputs))
-    cmd = r.mapping(data.get("command"), "command", ("topic", "type", "qos", "path", "layout_label"))
+    cmd = r.mapping(
+        data.get("command"),
+        "command",
+        ("topic", "type", "qos", "path", "layout_label", "stamped_topic", "joints", "controller"),
+    )
+    raw_joints = cmd.get("joints", []) or []
+    if not (isinstance(raw_joints, list) and all(isinstance(j, str) for j in raw_joints)):
+        raise r.fail("command.joints", f"expected a list of joint names, got {raw_joints!r}")
     command = CommandCfg(
         topic=r.string(cmd, "topic", "command."),
         type=r.message_type(cmd.get("type"), "command.type"),
         qos=r.choice(cmd.get("qos", "reliable"), "command.qos", QOS_PROFILES),
         path=r.string(cmd, "path", "command.", "data"),
         layout_label=str(cmd.get("layout_label", "") or ""),
+        stamped_topic=r.string(cmd, "stamped_topic", "command.", ""),
+        joints=tuple(raw_joints),
+        controller=r.string(cmd, "controller", "command.", ""),
     )
     raw_safety = r.mapping(
         data.get("safety", {}) or {},
         "safety",
-        ("safe_command", "hold", "rearm_periods", "max_action_rate_per_s", "estop_topic"),
-    )
+        (
+            "safe_command", "hold", "rearm_periods", "max_action_rate_per_s", "estop_topic", "envelope",
+            "envelope_limits",
+        ),
+    )  # fmt: skip
     rate = raw_safety.get("max_action_rate_per_s")
     safety = SafetyCfg(
         safe_command=r.numbers(raw_safety["safe_command"], "safety.safe_command")
@@ -257,6 +330,11 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         rearm_periods=int(r.number(raw_safety.get("rearm_periods", 10), "safety.rearm_periods")),
         max_action_rate_per_s=None if rate is None else r.number(rate, "safety.max_action_rate_per_s"),
         estop_topic=str(raw_safety.get("estop_topic", "") or ""),
+        envelope=_envelope(r, raw_safety.get("envelope", {}) or {}, observation),
+        envelope_limits={
+            k: r.number(v, f"safety.envelope_limits.{k}")
+            for k, v in r.mapping(raw_safety.get("envelope_limits", {}) or {}, "safety.envelope_limits").items()
+        },
     )
     if (safety.safe_command is None) == (safety.hold is None):
         raise r.fail("safety", "define exactly one of safe_command (a constant) or hold (a signal)")
@@ -264,6 +342,15 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         raise r.fail("safety.hold", "hold must read an input (input + path), not a param or the action history")
     if safety.hold is not None and safety.hold.input not in inputs:
         raise r.fail("safety.hold.input", unknown_choice_message("input", safety.hold.input, inputs))
+    if command.joints and safety.hold is not None:
+        for op in safety.hold.ops:
+            names = op.arg.get("names") if op.name == "select_by_name" and isinstance(op.arg, Mapping) else None
+            if names is not None and tuple(names) != command.joints:
+                raise r.fail(
+                    "safety.hold",
+                    f"holds joints in the order {list(names)} but command.joints is {list(command.joints)}: the "
+                    "held positions would go to the wrong joints",
+                )
     return RobotConfig(
         name=r.string(data, "name", "", path.stem),
         path=path,
@@ -272,6 +359,5 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         command=command,
         safety=safety,
         params=param_values,
-        trigger=r.choice(data.get("trigger", "timer"), "trigger", TRIGGERS),
         description=str(data.get("description", "")),
     )

@@ -1,7 +1,7 @@
 """Runs an exported ``policy.onnx`` on onnxruntime, batch 1, float32.
 
 The runner trusts nothing it did not check: ``policy_io.json`` is validated by
-:func:`embodied.export.policy_io.read_policy_io`, the ONNX file must carry the same
+:func:`embodied.policy_io.read_policy_io`, the ONNX file must carry the same
 ``model_sha256`` in its metadata (written by :mod:`embodied.export.onnx`), and the graph's
 input/output widths must equal the interface's observation and action sizes.
 """
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from embodied.errors import EmbodiedError
-from embodied.export.policy_io import ONNX_FILENAME, PolicyIO, check_model_hash, read_policy_io
 from embodied.io_spec import IOSpec
+from embodied.policy_io import ONNX_FILENAME, PolicyIO, check_model_hash, read_policy_io
 
 log = logging.getLogger(__name__)
 

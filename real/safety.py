@@ -1,10 +1,14 @@
-"""Safety layer between the policy and the robot: clipping, rate limit, watchdog, e-stop, re-arm.
+"""Safety layer between the policy and the robot: envelope, clipping, rate limit, watchdog,
+e-stop, re-arm.
 
 States (``SafetyState``):
 
+- ``inactive``: the node is configured but not activated (lifecycle). Safe command.
 - ``waiting``: no valid input yet (start-up). Safe command.
-- ``stale``: a required input is older than its ``stale_timeout_s``. Safe command.
+- ``stale``: a required input is too old (arrival or header stamp). Safe command.
 - ``fault``: inputs are fresh but do not form a valid observation (NaN, wrong sizes, ...).
+- ``envelope``: the state is outside the training distribution (position error, tilt, rates):
+  the policy's output there means nothing. Safe command.
 - ``estop``: latched by the e-stop topic; only ``false`` on that topic releases it.
 - ``rearming``: inputs are fresh and valid again; the safe command is held until
   ``rearm_periods`` consecutive good periods have passed (sensor glitches cannot toggle the
@@ -19,19 +23,77 @@ the first commands ramp from what the robot was last told.
 from __future__ import annotations
 
 import enum
+import logging
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from embodied.config import ConfigError
 from embodied.io_spec import IOSpec
-from embodied.real.robot_config import SafetyCfg
+from embodied.real.robot_config import EnvelopeCheck, SafetyCfg
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENVELOPE: dict[str, float] = {"pos_err_m": 0.6, "tilt_rad": 1.6, "ang_vel_rad_s": 10.0, "lin_vel_m_s": 3.0}
+"""Limits used when ``policy_io.json`` has no ``extra.envelope`` (quadrotor training bounds)."""
+
+
+class Envelope:
+    """Plausibility bounds on observation fields: ``violation(fields) -> message or None``."""
+
+    def __init__(
+        self, checks: tuple[EnvelopeCheck, ...], io_spec: IOSpec, overrides: Mapping[str, float], source: str
+    ) -> None:
+        self.checks = checks
+        exported = io_spec.extra.get("envelope")
+        if checks and not isinstance(exported, Mapping):
+            log.warning(
+                "policy_io.json has no extra.envelope; using the default limits %s (override them with "
+                "safety.envelope_limits in %s)",
+                DEFAULT_ENVELOPE,
+                source,
+            )
+        exported = exported if isinstance(exported, Mapping) else {}
+        self.limits: dict[str, float] = {}
+        for check in checks:
+            value = overrides.get(check.key, exported.get(check.key, DEFAULT_ENVELOPE.get(check.key)))
+            if not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(
+                    f"{source}: safety.envelope.{check.key}: no positive limit for {check.key!r} in "
+                    f"safety.envelope_limits, policy_io.json extra.envelope or the defaults {sorted(DEFAULT_ENVELOPE)}"
+                )
+            self.limits[check.key] = float(value)
+
+    @staticmethod
+    def measure(check: EnvelopeCheck, value: np.ndarray) -> float:
+        if check.measure == "tilt":
+            # Row-major rotation matrix: entry [2][2] is the body z axis' component on the frame's z.
+            return math.acos(float(np.clip(value[8], -1.0, 1.0)))
+        if check.measure == "abs_max":
+            return float(np.max(np.abs(value))) if value.size else 0.0
+        return float(np.linalg.norm(value))
+
+    def violation(self, fields: Mapping[str, np.ndarray]) -> tuple[str, str] | None:
+        """``(limit key, message)`` of the first bound exceeded, else ``None``."""
+        for check in self.checks:
+            value = fields.get(check.field)
+            if value is None:
+                continue
+            measured = self.measure(check, value)
+            limit = self.limits[check.key]
+            if not measured <= limit:  # also catches NaN
+                return check.key, f"{check.field} {check.measure} {measured:.3g} exceeds {check.key} {limit:.3g}"
+        return None
 
 
 class SafetyState(str, enum.Enum):
+    INACTIVE = "inactive"
     WAITING = "waiting"
     STALE = "stale"
     FAULT = "fault"
+    ENVELOPE = "envelope"
     ESTOP = "estop"
     REARMING = "rearming"
     ARMED = "armed"
@@ -99,20 +161,21 @@ class SafetyLayer:
         return hold_value
 
     def step(
-        self, inputs_fresh: bool, action: np.ndarray | None, hold_value: np.ndarray | None = None
+        self, problem: SafetyState | None, action: np.ndarray | None, hold_value: np.ndarray | None = None
     ) -> tuple[np.ndarray | None, bool]:
-        """One period. ``action`` is the policy output, ``None`` when no valid observation exists.
+        """One period. ``problem`` is what is wrong with this period's inputs (``STALE``,
+        ``FAULT``, ``ENVELOPE``, ``INACTIVE``) or ``None``; ``action`` is the policy output.
 
         Returns ``(command in physical units or None = send nothing, armed)``. ``armed`` is
         ``True`` only on periods where the policy's action was sent.
         """
+        if problem is None and action is None:
+            problem = SafetyState.FAULT
         if self.estop_latched:
             self.state = SafetyState.ESTOP
-        elif not inputs_fresh:
-            self.state = SafetyState.WAITING if self.state is SafetyState.WAITING else SafetyState.STALE
-            self.good_periods = 0
-        elif action is None:
-            self.state = SafetyState.FAULT
+        elif problem is not None:
+            waiting = self.state is SafetyState.WAITING and problem is SafetyState.STALE
+            self.state = SafetyState.WAITING if waiting else problem
             self.good_periods = 0
         elif self.state is not SafetyState.ARMED:
             self.good_periods += 1
@@ -121,7 +184,7 @@ class SafetyLayer:
                 self.state = SafetyState.ARMED
                 safe = self.safe_command(hold_value)
                 self.sent_action = None if safe is None else self.actions.to_normalized(safe)
-        if self.state is not SafetyState.ARMED or action is None:
+        if self.state is not SafetyState.ARMED or action is None or problem is not None:
             return self.safe_command(hold_value), False
         clipped = np.clip(action.astype(np.float64), self.actions.low, self.actions.high)
         if self.max_step is not None and self.sent_action is not None:

@@ -8,10 +8,19 @@ process, so the whole loop crosses the middleware twice per step.
 
 Modes:
 
-- lockstep (default): after publishing a state, wait for the node's command, then step. The
-  loop runs faster than real time and every command answers the state it was computed from.
+- lockstep (default): simulation time advances one control period per step and is published
+  on ``/clock`` (odometry is stamped with it); after publishing a state, wait for the node's
+  answer *to that state* (the robot config's ``command.stamped_topic``: a JointState echo of
+  every command, stamped with the odometry stamp it answers), then step. Run the node with
+  ``--use-sim-time``: its loop then ticks on ``/clock``, so the simulator can be starved of CPU
+  for any wall time without the node seeing stale data, and every step applies the command
+  computed from the state it followed.
 - realtime: step every control period of wall-clock time and apply whichever command arrived
   last (zero-order hold), as a physical robot would.
+
+After arming, every applied command equal to the robot's safe command is counted
+(``safe_commands``: motors-off in flight for a quadrotor). SIGINT/SIGTERM end the session after
+the current step; the transport is closed, so the node sees its input publisher leave.
 
 Until the node arms (its commands differ from the robot's safe command), the vehicle is held
 at its initial state, like a drone waiting on the ground for its controller.
@@ -31,6 +40,7 @@ import torch
 from embodied.env import PhysicalStateEnv
 from embodied.errors import EmbodiedError
 from embodied.real import messages
+from embodied.real.freshness import SimClock
 from embodied.real.observation import quat_to_rotmat
 from embodied.real.robot_config import RobotConfig
 from embodied.real.safety import ActionMap
@@ -39,6 +49,8 @@ from embodied.real.transports import Transport
 log = logging.getLogger(__name__)
 
 ODOMETRY = "nav_msgs/msg/Odometry"
+CLOCK_NUDGES = 4
+"""Lockstep: extra periods of /clock granted to the node before a state counts as unanswered."""
 MAX_MISSED_IN_ROW = 10
 """Lockstep: this many unanswered states in a row mean the node is gone; stop instead of stalling."""
 
@@ -55,6 +67,8 @@ class SimSummary:
     commands: int
     missed_commands: int
     """Steps where no command arrived in time (the previous command was held)."""
+    safe_commands: int
+    """Steps after arming that applied the robot's safe command (spurious motors-off)."""
     rtt_ms: tuple[float, float, float]
     """State publish -> command arrival, p50/p90/p99 (lockstep mode)."""
     wall_s: float
@@ -64,12 +78,12 @@ class SimSummary:
 
 
 def odometry_values(
-    pos_w: np.ndarray, quat_wxyz: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray
+    pos_w: np.ndarray, quat_wxyz: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray, now_ns: int
 ) -> dict[str, Any]:
-    """Nested field values of a ``nav_msgs/Odometry`` for one rigid body (twist in the body frame)."""
+    """Nested field values of a ``nav_msgs/Odometry`` for one rigid body (twist in the body frame),
+    stamped ``now_ns`` (nanoseconds since the epoch)."""
     w, x, y, z = (float(v) for v in quat_wxyz)
     lin_vel_b = quat_to_rotmat(np.asarray(quat_wxyz, dtype=np.float64)).T @ lin_vel_w
-    now_ns = time.time_ns()
 
     def xyz(v: np.ndarray) -> dict[str, float]:
         return {"x": float(v[0]), "y": float(v[1]), "z": float(v[2])}
@@ -109,8 +123,19 @@ class SimRobot:
         self._command: np.ndarray | None = None
         self._command_count = 0
         self._bad_commands = 0
+        self._answers: dict[int, np.ndarray] = {}
+        """Stamp (ns) of the state answered -> command, from the stamped echo (lockstep)."""
+        self._last_stamp_ns = 0
         cmd = robot.command
         transport.subscribe(cmd.topic, cmd.type, cmd.qos, self._on_command)
+        if cmd.stamped_topic:
+            transport.subscribe(cmd.stamped_topic, "sensor_msgs/msg/JointState", cmd.qos, self._on_answer)
+        self.stop = threading.Event()
+        """Set (e.g. from a signal handler) to end :meth:`run` after the current step."""
+        self._publish_clock = transport.publisher(SimClock.TOPIC, SimClock.TYPE, "reliable")
+        self.sim_time_ns: int | None = None
+        """Lockstep: simulation time (ns), advanced one control period per step; None in realtime."""
+        self._period_ns = round(float(env.dt) * 1e9)
         self._safe = None if robot.safety.safe_command is None else np.asarray(robot.safety.safe_command)
 
     def _on_command(self, message: Any) -> None:
@@ -126,30 +151,65 @@ class SimRobot:
             self._command_count += 1
             self._cond.notify_all()
 
+    def _on_answer(self, message: Any) -> None:
+        values = messages.to_vector(message.position)
+        if values.shape != (len(self.actions.scale),) or not np.isfinite(values).all():
+            return
+        stamp_ns = int(message.header.stamp.sec) * 1_000_000_000 + int(message.header.stamp.nanosec)
+        with self._cond:
+            self._answers[stamp_ns] = values
+            if len(self._answers) > 64:  # answers to states long gone
+                for old in sorted(self._answers)[:-16]:
+                    del self._answers[old]
+            self._cond.notify_all()
+
+    def _wait_answer(self, stamp_ns: int, timeout_s: float) -> np.ndarray | None:
+        """The node's command computed from the state stamped ``stamp_ns`` (None on timeout)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: stamp_ns in self._answers, timeout=timeout_s):
+                return None
+            return self._answers.pop(stamp_ns)
+
     def _check_setpoint(self) -> None:
-        # Odometry carries true world positions; the node subtracts its own setpoint parameter,
-        # which must therefore be the task's setpoint for the comparison with simulation to hold.
-        setpoint = self.env.physical_state().get("setpoint_w")
-        wanted = self.robot.params.get("setpoint_w")
-        if setpoint is not None and wanted is not None:
-            task_sp = torch.as_tensor(setpoint).reshape(-1, 3)[0].double().cpu().numpy()
-            if not np.allclose(task_sp, wanted, atol=1e-6):
+        # Odometry carries true world positions and attitudes; the node subtracts its own setpoint
+        # parameters (position, heading yaw), which must therefore be the task's for the comparison
+        # with simulation to hold. Checked again at every episode start (a task may draw them).
+        state = self.env.physical_state()
+        for key, size in (("setpoint_w", 3), ("setpoint_yaw_rad", 1)):
+            value, wanted = state.get(key), self.robot.params.get(key)
+            if value is None or wanted is None:
+                continue
+            task_value = torch.as_tensor(value).reshape(-1, size)[0].double().cpu().numpy()
+            if not np.allclose(task_value, wanted, atol=1e-6):
                 raise EmbodiedError(
-                    f"the task's setpoint is {task_sp.tolist()} but {self.robot.path} has setpoint_w "
-                    f"{list(wanted)}: pass --param setpoint_w={task_sp.tolist()} to both sim-robot and deploy"
+                    f"the task's {key} is {task_value.tolist()} but {self.robot.path} has {key} "
+                    f"{list(wanted)}: pass --param {key}={task_value.tolist()} to both sim-robot and deploy "
+                    "(a task that draws a new setpoint per episode cannot be served this way)"
                 )
 
-    def publish_state(self) -> None:
+    def publish_state(self) -> int:
+        """Publish the current state; returns its stamp in nanoseconds (unique per state)."""
         state = self.env.physical_state()
 
         def row(key: str) -> np.ndarray:
             return state[key][0].detach().cpu().double().numpy()
 
-        message = messages.make(
-            ODOMETRY, odometry_values(row("position_w"), row("quat_wb"), row("lin_vel_w"), row("ang_vel_b"))
-        )
+        # Strictly increasing stamps: the node rejects a stamp older than the newest it has seen.
+        stamp_ns = self.sim_time_ns if self.sim_time_ns is not None else max(time.time_ns(), self._last_stamp_ns + 1)
+        self._last_stamp_ns = stamp_ns
+        values = odometry_values(row("position_w"), row("quat_wb"), row("lin_vel_w"), row("ang_vel_b"), stamp_ns)
+        message = messages.make(ODOMETRY, values)
         for publish in self._publishers:
             publish(message)
+        return stamp_ns
+
+    def advance_clock(self) -> None:
+        """Lockstep: one control period of simulation time passes; publish it on ``/clock``."""
+        if self.sim_time_ns is None:
+            return
+        self.sim_time_ns += self._period_ns
+        ns = self.sim_time_ns
+        self._publish_clock(messages.make(SimClock.TYPE, {"clock": {"sec": ns // 10**9, "nanosec": ns % 10**9}}))
 
     def _wait_command(self, after: int, timeout_s: float) -> bool:
         with self._cond:
@@ -167,7 +227,9 @@ class SimRobot:
         while time.monotonic() < deadline:
             with self._cond:
                 count = self._command_count
+            # The state first, then the time it belongs to: a node on /clock wakes with it in hand.
             self.publish_state()
+            self.advance_clock()
             self._wait_command(count, period)
             if self._armed_command():
                 return
@@ -183,53 +245,81 @@ class SimRobot:
         seconds: float | None = None,
         seed: int = 0,
         realtime: bool = False,
-        command_timeout_s: float = 0.5,
+        command_timeout_s: float = 2.0,
         arm_timeout_s: float = 30.0,
     ) -> SimSummary:
         """Fly until ``episodes`` episodes ended or ``seconds`` of wall time passed."""
         if episodes is None and seconds is None:
             raise EmbodiedError("give a stop condition: --episodes N and/or --seconds S")
+        lockstep = not realtime
+        if lockstep and not self.robot.command.stamped_topic:
+            raise EmbodiedError(
+                f"{self.robot.path}: lockstep needs command.stamped_topic (the node's stamped echo of each "
+                "command) to match answers to states; set it or use --realtime"
+            )
         env = self.env
         env.reset(seed=seed)
+        # Simulation time starts at the wall time (stamps look plausible to any tool) and then
+        # moves only with the simulation.
+        self.sim_time_ns = None if realtime else time.time_ns()
         t_arm = time.monotonic()
         self.wait_until_armed(arm_timeout_s)
         log.info("node armed after %.2f s; flying", time.monotonic() - t_arm)
         t0 = time.monotonic()
-        done_episodes = successes = steps = missed = missed_in_row = 0
+        done_episodes = successes = steps = missed = missed_in_row = safe_count = 0
         lengths: list[int] = []
         rtts: list[float] = []
         ep_len = 0
         period = float(env.dt)
         next_tick = time.monotonic()
+        command: np.ndarray | None = None
         while (episodes is None or done_episodes < episodes) and (seconds is None or time.monotonic() - t0 < seconds):
+            if self.stop.is_set():
+                break
             with self._cond:
                 count = self._command_count
             sent = time.perf_counter()
-            self.publish_state()
+            stamp_ns = self.publish_state()
+            self.advance_clock()
             if realtime:
                 next_tick += period
                 time.sleep(max(0.0, next_tick - time.monotonic()))
                 if self._command_count == count:
                     missed += 1
-            elif self._wait_command(count, command_timeout_s):
-                rtts.append(time.perf_counter() - sent)
-                missed_in_row = 0
+                with self._cond:
+                    command = self._command
             else:
-                missed += 1
-                missed_in_row += 1
-                if missed_in_row >= MAX_MISSED_IN_ROW:
-                    raise EmbodiedError(
-                        f"{missed_in_row} states in a row got no command on {self.robot.command.topic} "
-                        f"within {command_timeout_s} s: the node stopped"
-                    )
-            with self._cond:
-                command = self._command
+                answer = None
+                for _ in range(CLOCK_NUDGES):
+                    answer = self._wait_answer(stamp_ns, command_timeout_s / CLOCK_NUDGES)
+                    if answer is not None:
+                        break
+                    # /clock may have overtaken the state on the wire, so the node's tick used the
+                    # previous one: let another period pass (time only; the physics waits).
+                    self.advance_clock()
+                if answer is not None:
+                    rtts.append(time.perf_counter() - sent)
+                    missed_in_row = 0
+                    command = answer
+                else:
+                    missed += 1
+                    missed_in_row += 1
+                    if missed_in_row >= MAX_MISSED_IN_ROW:
+                        raise EmbodiedError(
+                            f"{missed_in_row} states in a row got no answer on {self.robot.command.stamped_topic} "
+                            f"within {command_timeout_s} s: the node stopped"
+                        )
+                    with self._cond:
+                        command = self._command if command is None else command
             assert command is not None  # set before wait_until_armed returned
+            if self._safe is not None and np.allclose(command, self._safe):
+                safe_count += 1
             action = torch.as_tensor(self.actions.to_normalized(command), dtype=torch.float32, device=env.device)
             _obs, _reward, terminated, truncated, info = env.step(action.reshape(1, -1))
             steps += 1
             ep_len += 1
             if bool(terminated[0] | truncated[0]):
+                self._check_setpoint()
                 done_episodes += 1
                 successes += int(bool(info["success"][0]))
                 lengths.append(ep_len)
@@ -244,6 +334,7 @@ class SimRobot:
             steps=steps,
             commands=self._command_count,
             missed_commands=missed,
+            safe_commands=safe_count,
             rtt_ms=(p50, p90, p99),
             wall_s=wall,
         )

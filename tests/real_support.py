@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from export_support import write_io
 
 from embodied import registry
@@ -15,6 +18,71 @@ from embodied.export.onnx import export_onnx
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.policies.mlp import ExportedPolicy, mlp
 from embodied.real import messages
+from embodied.real.robot_config import ROBOTS_DIR
+
+# The shipped crazyflie_sim.yaml speaks the heading-frame quad-hover interface (pos_err_h, rot_hb,
+# lin_vel_h, pos_err_int_h). While the task in this tree still has the world-frame fields, tests fly
+# the shipped file with only the field names mapped back and the heading rotation dropped (the
+# setpoint yaw is 0 there, so the rotation is the identity); once the task has the heading-frame
+# fields, the shipped file is used as it is.
+_HEADING_TO_WORLD = {
+    "pos_err_h": "pos_err_w",
+    "rot_hb": "rot_wb",
+    "lin_vel_h": "lin_vel_w",
+    "pos_err_int_h": "pos_err_int_w",
+}
+
+
+@functools.cache
+def _quad_obs_names() -> tuple[str, ...]:
+    env = registry.make_env("quad-hover", registry.task_cfg("quad-hover"), 1, "cpu", 0)
+    names = tuple(f.name for f in env.io_spec().obs_fields)
+    env.close()
+    return names
+
+
+def quad_field(name: str) -> str:
+    """The quad-hover observation field called ``name`` in the heading-frame interface, as this
+    tree's task names it."""
+    return _HEADING_TO_WORLD.get(name, name) if "pos_err_w" in _quad_obs_names() else name
+
+
+@functools.cache
+def quad_robot() -> Path:
+    """The shipped crazyflie_sim.yaml, or its world-frame-named twin (see above)."""
+    shipped = ROBOTS_DIR / "crazyflie_sim.yaml"
+    if "pos_err_w" not in _quad_obs_names():
+        return shipped
+    data = yaml.safe_load(shipped.read_text())
+    observation = {}
+    for name, sig in data["observation"].items():
+        if "ops" in sig:
+            sig["ops"] = [op for op in sig["ops"] if not (isinstance(op, dict) and "world_to_heading" in op)]
+        observation[quad_field(name)] = sig
+    data["observation"] = observation
+    for check in data["safety"]["envelope"].values():
+        check["field"] = quad_field(check["field"])
+    path = Path(tempfile.mkdtemp(prefix="embodied_robot_")) / "crazyflie_sim.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def write_robot_variant(tmp_path: Path, base: Path, edits: dict[str, Any]) -> Path:
+    """A copy of robot config ``base`` with dotted-key ``edits`` applied (``None`` deletes)."""
+    data = yaml.safe_load(base.read_text())
+    for dotted, value in edits.items():
+        node = data
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    path = tmp_path / f"variant_{len(list(tmp_path.glob('variant_*')))}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
 
 ARM_JOINTS = ("joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6")
 
@@ -28,7 +96,8 @@ def quad_spec(history: int = 2, pos_scale: float = 1.0, pos_err_integral: bool =
     env = registry.make_env("quad-hover", cfg, 1, "cpu", 0)
     spec: IOSpec = env.io_spec()
     env.close()
-    fields = tuple(dataclasses.replace(f, scale=pos_scale) if f.name == "pos_err_w" else f for f in spec.obs_fields)
+    pos = quad_field("pos_err_h")
+    fields = tuple(dataclasses.replace(f, scale=pos_scale) if f.name == pos else f for f in spec.obs_fields)
     return dataclasses.replace(spec, obs_fields=fields)
 
 
@@ -64,12 +133,18 @@ def export_policy(export_dir: Path, io_spec: IOSpec, seed: int = 0, bias: float 
 
 
 def odometry(
-    pos_w: Any = (0.0, 0.0, 0.0),
+    pos_w: Any = (0.0, 0.0, 1.0),
     quat_xyzw: Any = (0.0, 0.0, 0.0, 1.0),
     lin_vel_b: Any = (0.0, 0.0, 0.0),
     ang_vel_b: Any = (0.0, 0.0, 0.0),
+    stamp_s: float | None = None,
 ) -> Any:
-    """A ``nav_msgs/Odometry`` (twist in the body frame, as ROS defines it)."""
+    """A ``nav_msgs/Odometry`` (twist in the body frame, as ROS defines it), stamped ``stamp_s``
+    (default: now)."""
+    import time
+
+    stamp_ns = time.time_ns() if stamp_s is None else round(stamp_s * 1e9)
+    sec, nanosec = divmod(stamp_ns, 1_000_000_000)
     x, y, z = (float(v) for v in pos_w)
     qx, qy, qz, qw = (float(v) for v in quat_xyzw)
     vx, vy, vz = (float(v) for v in lin_vel_b)
@@ -77,7 +152,7 @@ def odometry(
     return messages.make(
         "nav_msgs/msg/Odometry",
         {
-            "header": {"frame_id": "world"},
+            "header": {"frame_id": "world", "stamp": {"sec": sec, "nanosec": nanosec}},
             "child_frame_id": "cf",
             "pose": {
                 "pose": {"position": {"x": x, "y": y, "z": z}, "orientation": {"x": qx, "y": qy, "z": qz, "w": qw}}
@@ -87,9 +162,19 @@ def odometry(
     )
 
 
-def joint_state(names: Any, position: Any, velocity: Any) -> Any:
+def joint_state(names: Any, position: Any, velocity: Any, stamp_s: float | None = None) -> Any:
+    import time
+
+    stamp_ns = time.time_ns() if stamp_s is None else round(stamp_s * 1e9)
+    sec, nanosec = divmod(stamp_ns, 1_000_000_000)
     return messages.make(
-        "sensor_msgs/msg/JointState", {"name": list(names), "position": position, "velocity": velocity}
+        "sensor_msgs/msg/JointState",
+        {
+            "header": {"stamp": {"sec": sec, "nanosec": nanosec}},
+            "name": list(names),
+            "position": position,
+            "velocity": velocity,
+        },
     )
 
 

@@ -17,12 +17,10 @@ from typing import Any
 
 import pytest
 import torch
-import yaml
-from real_support import free_domain_id
+from real_support import free_domain_id, quad_robot, write_robot_variant
 
 from embodied import registry
 from embodied.export.bundle import export_module
-from embodied.real.robot_config import ROBOTS_DIR
 from embodied.real.runner import PolicyRunner
 from embodied.run import load_run
 
@@ -62,24 +60,20 @@ def in_process(export: Path, episodes: int, seed: int) -> tuple[float, float]:
     return successes / episodes, steps / episodes
 
 
-def lockstep_robot(tmp_path: Path) -> Path:
-    """crazyflie_sim with a watchdog timeout that tolerates scheduler hiccups of a loaded 2-core
-    machine: in lockstep the sensor rate is set by the simulator, not by a real clock."""
-    data = yaml.safe_load((ROBOTS_DIR / "crazyflie_sim.yaml").read_text())
-    data["inputs"]["odom"]["stale_timeout_s"] = 0.5
-    path = tmp_path / "crazyflie_lockstep.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
+@pytest.mark.slow  # trains a short PPO run first (minutes on 2 cores)
 def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Path) -> None:
-    robot = lockstep_robot(tmp_path)
+    # The shipped config (freshness limits derived from the policy's rate), with the training
+    # envelope opened wide: this test is about the DDS loop reproducing the in-process evaluation,
+    # which has no envelope; a short-trained policy's recoveries leave the default envelope
+    # (tilt beyond 1.6 rad). The envelope is tested in test_real_safety.py and test_real_fuzz.py.
+    wide = {k: 1e9 for k in ("pos_err_m", "tilt_rad", "ang_vel_rad_s", "lin_vel_m_s")}
+    robot = write_robot_variant(tmp_path, quad_robot(), {"safety.envelope_limits": wide})
     domain = str(free_domain_id())
     common = ["--robot", str(robot), "--transport", "dds", "--loopback", "--domain-id", domain]
     env_args = [a for kv in NOISE_FREE for a in ("--env", kv)]
     # Both processes start first: their start-up overlaps with the in-process reference run.
     node = subprocess.Popen(
-        [*CLI, "deploy", str(hover_export), *common, "--no-live", "--duration", "120"],
+        [*CLI, "deploy", str(hover_export), *common, "--no-live", "--duration", "120", "--use-sim-time"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -113,10 +107,10 @@ def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Pa
     assert sim.returncode == 0, sim_err + sim_out + node_out
     summary = json.loads(sim_out.strip().splitlines()[-1])
     assert summary["episodes"] == EPISODES and summary["missed_commands"] == 0
+    assert summary["safe_commands"] == 0, (summary, node_out)  # no spurious motors-off
     assert abs(summary["success_rate"] - success_ref) <= 0.05 + 1e-9, (summary, success_ref)
     assert summary["mean_episode_steps"] == pytest.approx(length_ref, rel=0.05), (summary, length_ref)
-    # The node flew every step: one answer per state, no bad data.
+    # The node flew every step at its own rate, no bad data; it answered SIGTERM with the safe command.
     status = node_out.strip().splitlines()[-1]
     assert "errors 0" in status, node_out
-    out_count = int(status.split(" out ")[1].split()[0])
-    assert out_count >= summary["steps"], status
+    assert "safe command [0.0, 0.0, 0.0, 0.0] sent" in node_out, node_out

@@ -7,6 +7,7 @@ import math
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from embodied.real.control_loop import ControlLoop, LoopStats
@@ -32,24 +33,32 @@ def test_timer_loop_counts_overruns_and_skips_missed_deadlines() -> None:
     assert starts[-1] - starts[0] >= (19 + 2 * 3) * PERIOD * 0.98
 
 
-def test_input_trigger_steps_on_events_and_on_silence() -> None:
-    # Load-independent: with a one-hour period, every step the loop takes while the test runs
-    # was caused by a trigger; a loop that waited for its period would never finish (the join
-    # below is only a hang guard, far longer than a triggered step needs).
-    trigger = threading.Event()
-    stepped = threading.Semaphore(0)
-    loop = ControlLoop(3600.0, lambda now: stepped.release(), trigger=trigger)
-    worker = threading.Thread(target=loop.run, args=(threading.Event(),), kwargs={"max_steps": 3}, daemon=True)
-    worker.start()
-    for _ in range(3):
-        trigger.set()
-        assert stepped.acquire(timeout=600.0), "a trigger did not step the loop"
-    worker.join(timeout=600.0)
-    assert not worker.is_alive() and loop.stats.steps == 3
+def test_loop_runs_at_its_own_rate_and_records_jitter() -> None:
+    """The loop's rate is its period, whatever else happens; jitter samples the period error."""
+    t = [0.0]
+    starts: list[float] = []
 
-    # Silence: without any trigger the loop still steps once per period (the watchdog needs it).
-    silent = ControlLoop(0.01, lambda now: None, trigger=threading.Event())
-    assert silent.run(threading.Event(), max_steps=3).steps == 3
+    def step(now: float) -> None:
+        starts.append(now)
+
+    def clock() -> float:
+        return t[0]
+
+    class Sleeper(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            # Deterministic clock: each wait overshoots by 1 ms on every 4th period.
+            t[0] += (timeout or 0.0) + (0.001 if len(starts) % 4 == 3 else 0.0)
+            return False
+
+    loop = ControlLoop(0.01, step, clock=clock)
+    stats = loop.run(Sleeper(), max_steps=41)
+    assert stats.steps == 41
+    # Absolute deadlines: a late start shortens the next period, the mean rate stays exact.
+    assert starts[-1] - starts[0] == pytest.approx(40 * 0.01, abs=1.1e-3)
+    jitter = np.asarray(stats.period_error_s)
+    assert len(jitter) == 40 and jitter.max() == pytest.approx(0.001, abs=1e-9)
+    assert stats.jitter_ms()[2] == pytest.approx(1.0, abs=1e-6)
+    assert stats.missed_deadlines == 0 and stats.overruns == 0
 
 
 def test_latency_percentiles_and_rate() -> None:

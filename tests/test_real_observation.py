@@ -10,15 +10,18 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from real_support import ARM_JOINTS, arm_io_spec, joint_state, odometry, quad_spec
+from real_support import ARM_JOINTS, arm_io_spec, joint_state, odometry, quad_field, quad_robot, quad_spec
 
 from embodied.config import ConfigError
 from embodied.real.observation import ObservationBuilder, ObservationError, quat_to_rotmat
 from embodied.real.robot_config import ROBOTS_DIR, load_robot
 
+POS, ROT, VEL, INT = (quad_field(n) for n in ("pos_err_h", "rot_hb", "lin_vel_h", "pos_err_int_h"))
+
 
 def _robot_variant(tmp_path: Path, name: str, edit: dict) -> Path:
-    data = yaml.safe_load((ROBOTS_DIR / f"{name}.yaml").read_text())
+    base = quad_robot() if name == "crazyflie_sim" else ROBOTS_DIR / f"{name}.yaml"
+    data = yaml.safe_load(base.read_text())
     for dotted, value in edit.items():
         node = data
         *parents, last = dotted.split(".")
@@ -31,7 +34,7 @@ def _robot_variant(tmp_path: Path, name: str, edit: dict) -> Path:
 
 
 def test_quad_observation_from_odometry_matches_conventions() -> None:
-    robot = load_robot("crazyflie_sim", params={"setpoint_w": [0.0, 0.0, 1.0]})
+    robot = load_robot(quad_robot(), params={"setpoint_w": [0.0, 0.0, 1.0]})
     builder = ObservationBuilder(robot, quad_spec(history=2))
     yaw = math.pi / 2  # body x points along world y
     q_xyzw = (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2))
@@ -48,7 +51,7 @@ def test_quad_observation_from_odometry_matches_conventions() -> None:
 
 
 def test_field_scale_from_policy_io_is_applied() -> None:
-    robot = load_robot("crazyflie_sim")
+    robot = load_robot(quad_robot())
     spec = quad_spec(history=1, pos_scale=2.0)  # scales pos_err_w
     obs = ObservationBuilder(robot, spec).build({"odom": odometry(pos_w=(0.5, 0.0, 0.0))})
     assert obs[0] == pytest.approx(1.0)
@@ -59,10 +62,10 @@ def test_ned_frd_and_degree_conversions(tmp_path: Path) -> None:
         tmp_path,
         "crazyflie_sim",
         {
-            "observation.pos_err_w.ops": ["ned_to_enu"],
-            "observation.rot_wb.ops": [{"quat_to_rotmat": "xyzw"}, "rotmat_ned_frd_to_enu_flu"],
+            f"observation.{POS}.ops": ["ned_to_enu"],
+            f"observation.{ROT}.ops": [{"quat_to_rotmat": "xyzw"}, "rotmat_ned_frd_to_enu_flu"],
             "observation.ang_vel_b.ops": ["deg_to_rad", "frd_to_flu"],
-            "observation.lin_vel_w.ops": [],
+            f"observation.{VEL}.ops": [],
         },
     )
     builder = ObservationBuilder(load_robot(path), quad_spec(history=1))
@@ -103,7 +106,7 @@ def test_bad_joint_states_raise_observation_error(message: object, match: str) -
 
 
 def test_zero_quaternion_is_an_observation_error() -> None:
-    builder = ObservationBuilder(load_robot("crazyflie_sim"), quad_spec(history=1))
+    builder = ObservationBuilder(load_robot(quad_robot()), quad_spec(history=1))
     with pytest.raises(ObservationError, match="zero norm"):
         builder.build({"odom": odometry(quat_xyzw=(0, 0, 0, 0))})
     with pytest.raises(ObservationError, match="no message received yet"):
@@ -111,28 +114,28 @@ def test_zero_quaternion_is_an_observation_error() -> None:
 
 
 def test_policy_io_and_robot_config_mismatch_names_the_fields() -> None:
-    with pytest.raises(ConfigError, match=r"policy fields without a source: pos_err_w.*joint_pos"):
+    with pytest.raises(ConfigError, match=rf"policy fields without a source: {POS}.*joint_pos"):
         ObservationBuilder(load_robot("ros2_control_arm"), quad_spec())
 
 
 def test_size_mismatch_and_history_mismatch(tmp_path: Path) -> None:
-    path = _robot_variant(tmp_path, "crazyflie_sim", {"observation.rot_wb.ops": []})
-    with pytest.raises(ConfigError, match=r"rot_wb yields 4 values but policy_io.json declares size 9"):
+    path = _robot_variant(tmp_path, "crazyflie_sim", {f"observation.{ROT}.ops": []})
+    with pytest.raises(ConfigError, match=rf"{ROT} yields 4 values but policy_io.json declares size 9"):
         ObservationBuilder(load_robot(path), quad_spec())
     with pytest.raises(ConfigError, match="config fields the policy does not take: prev_actions"):
-        ObservationBuilder(load_robot("crazyflie_sim"), quad_spec(history=0))
+        ObservationBuilder(load_robot(quad_robot()), quad_spec(history=0))
     no_hover = dataclasses.replace(quad_spec(history=1), extra={"action_history": 1})
     with pytest.raises(ConfigError, match=r"names 'hover_action', which policy_io\.json's extra does not hold"):
-        ObservationBuilder(load_robot("crazyflie_sim"), no_hover)
+        ObservationBuilder(load_robot(quad_robot()), no_hover)
 
 
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
-        ({"observation.pos_err_w.ops": ["ned_to_enuu"]}, r"unknown op 'ned_to_enuu'.*closest first\): ned_to_enu"),
-        ({"observation.pos_err_w.path": "pose.pose.positon"}, r"unknown field 'positon'.*position"),
-        ({"observation.pos_err_w.ops": [{"subtract": "setpoint"}]}, r"unknown parameter 'setpoint'.*setpoint_w"),
-        ({"observation.pos_err_w.input": "odometry"}, r"unknown input 'odometry'.*odom"),
+        ({f"observation.{POS}.ops": ["ned_to_enuu"]}, r"unknown op 'ned_to_enuu'.*closest first\): ned_to_enu"),
+        ({f"observation.{POS}.path": "pose.pose.positon"}, r"unknown field 'positon'.*position"),
+        ({f"observation.{POS}.ops": [{"subtract": "setpoint"}]}, r"unknown parameter 'setpoint'.*setpoint_w"),
+        ({f"observation.{POS}.input": "odometry"}, r"unknown input 'odometry'.*odom"),
         ({"inputs.odom.type": "nav_msgs/msg/Odom"}, r"nav_msgs/msg/Odometry"),
         ({"inputs.odom.qos": "best_effort"}, r"sensor"),
         ({"command.topik": "/x"}, r"unknown key 'topik'"),
@@ -158,7 +161,7 @@ def test_integrate_op_follows_the_recurrence_and_resets_with_the_history() -> No
     # A small limit, read from policy_io's extra like the others, so the clamp engages here.
     spec = dataclasses.replace(spec, extra=spec.extra | {"pos_err_int_limit_ms": 0.05})
     decay, limit, dt = (spec.extra[k] for k in ("pos_err_int_decay", "pos_err_int_limit_ms", "pos_err_int_dt_s"))
-    builder = ObservationBuilder(load_robot("crazyflie_sim", params={"setpoint_w": [0.0, 0.0, 1.0]}), spec)
+    builder = ObservationBuilder(load_robot(quad_robot(), params={"setpoint_w": [0.0, 0.0, 1.0]}), spec)
     rng = np.random.default_rng(0)
     positions = rng.uniform(-0.5, 0.5, size=(40, 3)) + np.array([0.0, 0.0, 1.0])
     positions[10:] = [0.4, -0.45, 1.3]  # a persistent error long enough to reach the clamp on x, y
@@ -180,9 +183,7 @@ def test_integrate_op_matches_the_task_in_closed_loop() -> None:
 
     cfg = QuadHoverCfg(pos_err_integral=True, action_history=1, obs_noise_std=(0.0,) * 4, episode_steps=25)
     env = QuadHover(cfg, 1, torch.device("cpu"), seed=2)
-    builder = ObservationBuilder(
-        load_robot("crazyflie_sim", params={"setpoint_w": list(cfg.setpoint_w)}), env.io_spec()
-    )
+    builder = ObservationBuilder(load_robot(quad_robot(), params={"setpoint_w": list(cfg.setpoint_w)}), env.io_spec())
     obs_task = env.observe(noise=False)["policy"][0].numpy()
     for _ in range(60):
         if env.episode_step[0] == 0:
@@ -211,17 +212,15 @@ def test_integrate_op_matches_the_task_in_closed_loop() -> None:
     ],
 )
 def test_integrate_op_config_errors(tmp_path: Path, ops: list, match: str) -> None:
-    path = _robot_variant(
-        tmp_path, "crazyflie_sim", {"observation.pos_err_int_w.ops": [{"subtract": "setpoint_w"}, *ops]}
-    )
+    path = _robot_variant(tmp_path, "crazyflie_sim", {f"observation.{INT}.ops": [{"subtract": "setpoint_w"}, *ops]})
     with pytest.raises(ConfigError, match=match):
         ObservationBuilder(load_robot(path), quad_spec(pos_err_integral=True))
 
 
 def test_optional_field_is_used_only_when_the_policy_takes_it(tmp_path: Path) -> None:
-    assert ObservationBuilder(load_robot("crazyflie_sim"), quad_spec(history=1)).io_spec.obs_dim == 22
-    path = _robot_variant(tmp_path, "crazyflie_sim", {"observation.pos_err_int_w.optional": False})
-    with pytest.raises(ConfigError, match="config fields the policy does not take: pos_err_int_w"):
+    assert ObservationBuilder(load_robot(quad_robot()), quad_spec(history=1)).io_spec.obs_dim == 22
+    path = _robot_variant(tmp_path, "crazyflie_sim", {f"observation.{INT}.optional": False})
+    with pytest.raises(ConfigError, match=f"config fields the policy does not take: {INT}"):
         ObservationBuilder(load_robot(path), quad_spec(history=1))
     hold = {"safety.hold": {"input": "odom", "path": "pose.pose.position", "ops": [{"integrate": {}}]}}
     path = _robot_variant(tmp_path, "crazyflie_sim", {**hold, "safety.safe_command": None})
@@ -234,3 +233,77 @@ def test_optional_field_is_used_only_when_the_policy_takes_it(tmp_path: Path) ->
 
     with pytest.raises(ConfigError, match="only observation fields"):
         compile_signal(robot, robot.safety.hold, "safety.hold")
+
+
+def test_shipped_config_builds_the_heading_frame_observation() -> None:
+    """crazyflie_sim.yaml as shipped, against the heading-frame interface (contract C3): with a
+    setpoint yaw of 90°, a vehicle east of the setpoint, yawed 90° and flying east sees itself
+    ahead in h, level and unrotated, flying forward."""
+    from embodied.io_spec import ActionField, IOSpec, ObsField
+
+    spec = IOSpec(
+        obs_fields=(
+            ObsField("pos_err_h", 3, "m", "heading"),
+            ObsField("rot_hb", 9),
+            ObsField("lin_vel_h", 3, "m/s", "heading"),
+            ObsField("ang_vel_b", 3, "rad/s", "body"),
+            ObsField("prev_actions", 4),
+        ),
+        action_fields=(ActionField("motor_thrust", 4, "N", scale=0.05625, offset=0.05625),),
+        control_period_s=0.01,
+        extra={"action_history": 1, "hover_action": 0.177},
+    )
+    robot = load_robot(ROBOTS_DIR / "crazyflie_sim.yaml", params={"setpoint_yaw_rad": [math.pi / 2]})
+    builder = ObservationBuilder(robot, spec)
+    half = math.sqrt(0.5)
+    yawed = (0.0, 0.0, half, half)  # xyzw: 90° about z
+    obs = builder.build({"odom": odometry(pos_w=(0.5, 0.0, 1.0), quat_xyzw=yawed, lin_vel_b=(1.0, 0.0, 0.0))})
+    # h = world rotated by 90°: world east (+x) is h's -y; the body (yawed 90°) is aligned with h.
+    np.testing.assert_allclose(obs[0:3], [0.0, -0.5, 0.0], atol=1e-6)
+    np.testing.assert_allclose(obs[3:12], np.eye(3).ravel(), atol=1e-6)
+    # Body forward = world +y = h's +x.
+    np.testing.assert_allclose(obs[12:15], [1.0, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(obs[18:22], 0.177, atol=1e-6)
+
+
+def test_topic_names_resolve_like_ros2() -> None:
+    from embodied.errors import EmbodiedError
+    from embodied.real.transports import resolve_topic
+
+    assert resolve_topic("cf/odom") == "/cf/odom"
+    assert resolve_topic("cf/odom", "/drone1") == "/drone1/cf/odom"
+    assert resolve_topic("cf/odom", "drone1/") == "/drone1/cf/odom"
+    assert resolve_topic("/diagnostics", "/drone1") == "/diagnostics"
+    assert resolve_topic("~/state", "/drone1", "policy") == "/drone1/policy/state"
+    with pytest.raises(EmbodiedError, match="empty token"):
+        resolve_topic("cf//odom")
+
+
+def test_nan_velocity_of_a_joint_without_velocity_interface_is_not_measured(tmp_path: Path) -> None:
+    """joint_state_broadcaster publishes NaN velocities for joints without a velocity interface;
+    the shipped arm config treats them as not measured (0); per joint, null keeps NaN a fault."""
+    vel = [0.5, float("nan"), 0.0, float("nan"), 0.0, 1.0]
+    message = joint_state(ARM_JOINTS, [0.0] * 6, vel)
+    obs = ObservationBuilder(load_robot("ros2_control_arm"), arm_io_spec()).build({"joints": message})
+    np.testing.assert_allclose(obs[6:12], [0.05, 0.0, 0.0, 0.0, 0.0, 0.1])  # velocity x scale 0.1
+    per_joint = [0.0, 0.0, 0.0, None, 0.0, 0.0]  # joint_4 has a velocity interface: NaN is a fault
+    data = yaml.safe_load((ROBOTS_DIR / "ros2_control_arm.yaml").read_text())
+    data["observation"]["joint_vel"]["ops"][-1] = {"fill_nan": per_joint}
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    builder = ObservationBuilder(load_robot(path), arm_io_spec())
+    with pytest.raises(ObservationError, match="joint_vel: non-finite"):
+        builder.build({"joints": message})
+    vel[3] = 0.2
+    obs = builder.build({"joints": joint_state(ARM_JOINTS, [0.0] * 6, vel)})
+    np.testing.assert_allclose(obs[6:12], [0.05, 0.0, 0.0, 0.02, 0.0, 0.1])
+
+
+def test_command_joint_order_must_match_the_held_joints(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROBOTS_DIR / "ros2_control_arm.yaml").read_text())
+    assert data["command"]["joints"] == list(ARM_JOINTS)
+    data["command"]["joints"] = list(reversed(ARM_JOINTS))
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"command\.joints is .*wrong joints"):
+        load_robot(path)

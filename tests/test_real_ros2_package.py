@@ -28,7 +28,8 @@ def test_package_xml_is_format_3_ament_python() -> None:
     assert root.findtext("name") == "embodied_ros2"
     assert root.findtext("export/build_type") == "ament_python"
     deps = {e.text for e in root.findall("exec_depend")}
-    assert {"rclpy", "launch", "launch_ros", "std_msgs", "nav_msgs", "sensor_msgs"} <= deps
+    assert {"rclpy", "launch", "launch_ros", "std_msgs", "nav_msgs", "sensor_msgs", "diagnostic_msgs"} <= deps
+    assert {"rosgraph_msgs", "rcl_interfaces", "lifecycle_msgs"} <= deps  # /clock, parameters, lifecycle
     for tag in ("version", "description", "maintainer", "license"):
         assert (root.findtext(tag) or "").strip(), tag
 

@@ -130,7 +130,7 @@ def test_node_over_dds_survives_malformed_joint_states(tmp_path: Path) -> None:
             for _ in range(5):
                 publish(message)
                 time.sleep(period)
-        assert worker.is_alive() and node.error_count >= 3
+        assert worker.is_alive() and node.rejections["invalid_observation"] >= 3
         assert node.state is SafetyState.FAULT
         good = joint_state(ARM_JOINTS, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.0] * 6)
         deadline = time.monotonic() + 120.0  # hang guard: re-arming takes a few periods
@@ -147,3 +147,87 @@ def test_node_over_dds_survives_malformed_joint_states(tmp_path: Path) -> None:
     assert commands and all(np.isfinite(c).all() for c in commands)
     assert any(np.allclose(c, [0.0] * 6) for c in commands)  # held while the NaN samples came
     assert any(np.allclose(c, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) for c in commands)
+
+
+# rmw_dds_common/msg/*.msg of each distro (the interface definitions rmw_cyclonedds publishes).
+RMW_DDS_COMMON_MSGS = {
+    "humble": {"Gid": "char[24] data"},
+    "jazzy": {"Gid": "char[16] data"},
+}
+NODE_ENTITIES_INFO = "string<=256 node_namespace\nstring<=256 node_name\nGid[] reader_gid_seq\nGid[] writer_gid_seq\n"
+PARTICIPANT_ENTITIES_INFO = "Gid gid\nNodeEntitiesInfo[] node_entities_info_seq\n"
+
+
+@pytest.mark.parametrize("distro", ["humble", "jazzy"])
+def test_ros_discovery_info_decodes_with_the_rmw_dds_common_definition(distro: str) -> None:
+    """The DDS-mode node announces itself like rmw_cyclonedds: read back over real Cyclone DDS,
+    the sample's CDR decodes with rosbags from the distro's rmw_dds_common message definitions."""
+    from cyclonedds.sub import DataReader
+    from cyclonedds.topic import Topic
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    from embodied.real.transports.dds import DdsTransport, _qos
+    from embodied.real.transports.discovery import DISCOVERY_TOPIC, participant_entities_info
+
+    store = get_typestore(Stores.ROS2_HUMBLE if distro == "humble" else Stores.ROS2_JAZZY)
+    types: dict = {}
+    for name, text in {
+        **RMW_DDS_COMMON_MSGS[distro],
+        "NodeEntitiesInfo": NODE_ENTITIES_INFO,
+        "ParticipantEntitiesInfo": PARTICIPANT_ENTITIES_INFO,
+    }.items():
+        types.update(get_types_from_msg(text, f"rmw_dds_common/msg/{name}"))
+    store.register(types)
+
+    domain = free_domain_id()
+    node_side = DdsTransport(
+        domain_id=domain, loopback=True, namespace="/drone1", node_name="policy", ros_distro=distro
+    )
+    node_side.subscribe("cf/odom", "nav_msgs/msg/Odometry", "sensor", lambda m: None)
+    node_side.publisher("cf/motor_thrust", "std_msgs/msg/Float32MultiArray", "reliable")
+    # A late joiner (like `ros2 node list` started afterwards) still gets the latched sample.
+    observer = DdsTransport(domain_id=domain, loopback=True)
+    reader = DataReader(
+        observer._participant,
+        Topic(observer._participant, DISCOVERY_TOPIC, participant_entities_info(distro)[0]),
+        qos=_qos("latched"),
+    )
+    samples: list = []
+    deadline = time.monotonic() + 10.0
+    while not samples and time.monotonic() < deadline:
+        samples = [s for s in reader.take(N=10) if getattr(s.sample_info, "valid_data", True)]
+        time.sleep(0.05)
+    assert samples, "no ros_discovery_info sample"
+    decoded: Any = store.deserialize_cdr(samples[-1].serialize(), "rmw_dds_common/msg/ParticipantEntitiesInfo")
+    gid_size = 24 if distro == "humble" else 16
+    participant = bytes(decoded.gid.data)
+    assert len(participant) == gid_size
+    assert participant[:16] == node_side._participant.guid.bytes and participant[16:] == bytes(gid_size - 16)
+    (node,) = decoded.node_entities_info_seq
+    assert (node.node_namespace, node.node_name) == ("/drone1", "policy")
+    readers = {bytes(g.data)[:16] for g in node.reader_gid_seq}
+    writers = {bytes(g.data)[:16] for g in node.writer_gid_seq}
+    assert readers == {g.bytes for g in node_side._reader_guids} and len(readers) == 1
+    assert writers == {g.bytes for g in node_side._writer_guids} and len(writers) == 1
+    node_side.close()
+    observer.close()
+
+
+def test_closing_a_publisher_participant_is_seen_at_once() -> None:
+    """DdsTransport.close deletes its participant: a subscriber learns that the publisher left
+    without waiting for a timeout (the node then sends the safe command next period)."""
+    from embodied.real.transports.dds import DdsTransport
+
+    domain = free_domain_id()
+    receiver = DdsTransport(domain_id=domain, loopback=True)
+    sender = DdsTransport(domain_id=domain, loopback=True)
+    lost = threading.Event()
+    receiver.subscribe("cf/odom", "nav_msgs/msg/Odometry", "sensor", lambda m: None, lost.set)
+    publish = sender.publisher("cf/odom", "nav_msgs/msg/Odometry", "reliable")
+    assert sender.wait_for_subscribers(publish, timeout_s=10.0)
+    publish(odometry())
+    t0 = time.monotonic()
+    sender.close()
+    assert lost.wait(5.0), "the subscriber never saw the publisher leave"
+    assert time.monotonic() - t0 < 1.0  # far below Cyclone's 10 s default lease
+    receiver.close()

@@ -20,8 +20,15 @@ install needed, ROS 2 nodes on the same domain see its topics. --transport ros2 
 rclpy node (needs a sourced ROS 2 Humble/Jazzy); without rclpy it prints the equivalent
 `ros2 launch embodied_ros2 policy.launch.py ...` line and how to install ROS 2.
 
-A live line shows the safety state (waiting/stale/fault/estop/rearming/armed), loop rate,
-input->command latency percentiles, overruns and data errors.
+The control loop runs at the policy's trained rate on its own clock and samples the newest
+input. Inputs count as stale from their arrival time and header stamps (limits derived from the
+rate; set per input in the robot config). Outside the training envelope, on stale or invalid
+data, on the e-stop topic, and on every way out (SIGINT/SIGTERM, error) the robot's safe command
+is sent. Every state change is logged with its reason and published on /diagnostics and
+~/state; rejected messages are counted there by reason.
+
+A live line shows the safety state (waiting/stale/fault/envelope/estop/rearming/armed), loop
+rate, period jitter, input->command latency percentiles, overruns and rejections.
 """
 
 
@@ -35,8 +42,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or its export/ folder) holding policy.onnx")
     p.add_argument("--robot", required=True, help="robot config: built-in name or path to a YAML file")
     p.add_argument("--transport", choices=("dds", "ros2"), default="dds", help="middleware (default: dds)")
-    p.add_argument("--trigger", choices=("timer", "input"), default=None, help="override the config's trigger mode")
     add_middleware_arguments(p)
+    p.add_argument("--namespace", default="", help="ROS 2 namespace for the config's relative topic names (dds)")
+    p.add_argument("--node-name", default="embodied_policy", help="node name (private ~/ topics, ros2 node list)")
+    p.add_argument(
+        "--use-sim-time",
+        action="store_true",
+        help="run the loop and judge input ages on /clock (rosgraph_msgs/Clock), e.g. with `sim-robot` lockstep",
+    )
+
     p.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
     p.add_argument("--no-live", action="store_true", help="no live status line (log a status every 5 s)")
     p.add_argument("--print-launch", action="store_true", help="print the ros2 launch line and exit")
@@ -65,12 +79,33 @@ def run(args: argparse.Namespace) -> int:
             )
         transport = open_transport("ros2")
     else:
-        transport = open_transport("dds", domain_id=args.domain_id, loopback=args.loopback)
+        transport = open_transport(
+            "dds",
+            domain_id=args.domain_id,
+            loopback=args.loopback,
+            namespace=args.namespace,
+            node_name=args.node_name,
+            ros_distro=args.ros_distro,
+        )
     try:
-        node = build_node(transport, args.run_dir, args.robot, params, trigger=args.trigger)
+        node_kwargs: dict[str, Any] = {}
+        if args.use_sim_time:
+            from embodied.real.freshness import SimClock
+
+            sim_clock = SimClock()
+            transport.subscribe(SimClock.TOPIC, SimClock.TYPE, "sensor", sim_clock.on_clock)
+            node_kwargs["sim_clock"] = sim_clock
+        node = build_node(transport, args.run_dir, args.robot, params, **node_kwargs)
         stop = threading.Event()
-        # SIGTERM (e.g. from a process manager) stops the loop cleanly, like Ctrl-C.
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+        # SIGTERM (a process manager) and SIGINT (Ctrl-C): the safe command goes out from the
+        # handler itself (no command can follow it), then the loop ends.
+        def on_signal(signum: int, _frame: Any) -> None:
+            stop.set()
+            node.shutdown(signal.Signals(signum).name)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
         worker = threading.Thread(target=node.run, args=(stop, args.duration), name="control-loop", daemon=True)
         worker.start()
         try:
@@ -87,9 +122,9 @@ def run(args: argparse.Namespace) -> int:
 def _status_line(status: dict[str, Any]) -> str:
     p50, p90, p99 = status["latency_ms"]
     line = (
-        f"{status['state']:>8} | {status['rate_hz']:6.1f} Hz | latency ms p50 {p50:.3f} p90 {p90:.3f} "
-        f"p99 {p99:.3f} | overruns {status['overruns']} | in {status['received']} out {status['commands']} "
-        f"| errors {status['errors']}"
+        f"{status['state']:>8} | {status['rate_hz']:6.1f} Hz | jitter ms p99 {status['jitter_ms'][2]:.3f} "
+        f"| latency ms p50 {p50:.3f} p90 {p90:.3f} p99 {p99:.3f} | overruns {status['overruns']} "
+        f"| in {status['received']} out {status['commands']} | errors {status['errors']}"
     )
     if status["last_error"]:
         line += f" | last: {status['last_error'][:80]}"
@@ -97,15 +132,43 @@ def _status_line(status: dict[str, Any]) -> str:
 
 
 def _show_status(node: Any, worker: Any, live: bool) -> None:
+    try:
+        from rich.live import Live
+        from rich.text import Text
+    except ImportError:  # a minimal robot-side install has no rich: log the status instead
+        live = False
     if not live:
         while worker.is_alive():
             worker.join(timeout=5.0)
             log.info("%s", _status_line(node.status()))
         return
-    from rich.live import Live
-    from rich.text import Text
-
     with Live(Text(_status_line(node.status())), refresh_per_second=4, transient=True) as display:
         while worker.is_alive():
             worker.join(timeout=0.25)
             display.update(Text(_status_line(node.status())))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``embodied-deploy`` / ``python -m embodied.commands.deploy``: the deploy command alone.
+
+    The full ``embodied`` CLI loads every command (training needs torch); this entry point
+    loads only the robot-side runtime, for a ROS 2 Python without torch.
+    """
+    import sys
+
+    from embodied.config import ConfigError
+    from embodied.errors import EmbodiedError
+
+    parser = argparse.ArgumentParser(prog="embodied-deploy")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["deploy", *(sys.argv[1:] if argv is None else argv)])
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return run(args)
+    except (ConfigError, EmbodiedError, FileNotFoundError) as err:
+        logging.getLogger("embodied").error("%s", err)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,11 +14,13 @@ the robot config's input topics) and apply the commands `embodied deploy` sends 
 the two in separate shells with the same --robot, e.g.
 
   embodied sim-robot quad-hover --episodes 20 --loopback
-  embodied deploy RUN_DIR --robot crazyflie_sim --loopback
+  embodied deploy RUN_DIR --robot crazyflie_sim --loopback --use-sim-time
 
-By default the simulator waits for each command (lockstep, faster than real time);
---realtime steps on the wall clock and holds the last command. Ends with a summary: episodes,
-success rate, steps, missed commands, state->command round trip.
+By default (lockstep) simulation time advances one control period per step and is published on
+/clock; the simulator waits for the node's answer to each state it published, matched by the
+state's header stamp, so the node must run on /clock (--use-sim-time). --realtime steps on the
+wall clock and holds the last command, as a vehicle would (deploy without --use-sim-time). Ends with a summary: episodes, success rate, steps, missed commands, safe commands
+applied after arming (spurious motors-off), state->command round trip.
 """
 
 
@@ -84,9 +86,19 @@ def run(args: argparse.Namespace) -> int:
     # One env steps fastest on one thread, and idle OpenMP workers spin on the cores the node needs.
     torch.set_num_threads(1)
     env = registry.make_env(args.task, env_cfg, 1, "cpu", args.seed)
-    transport = open_transport(args.transport, domain_id=args.domain_id, loopback=args.loopback)
+    transport = open_transport(
+        args.transport,
+        domain_id=args.domain_id,
+        loopback=args.loopback,
+        node_name="embodied_sim_robot",
+        ros_distro=args.ros_distro,
+    )
     try:
+        import signal
+
         sim = SimRobot(env, robot, transport)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: sim.stop.set())
         summary = sim.run(
             episodes=args.episodes,
             seconds=args.seconds,
@@ -104,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"episodes {summary.episodes} | success {summary.success_rate:.1%} ({summary.successes}) | "
             f"mean length {summary.mean_episode_steps:.1f} steps | steps {summary.steps} | "
-            f"missed commands {summary.missed_commands} | state->command ms p50 {p50:.3f} p90 {p90:.3f} "
+            f"missed commands {summary.missed_commands} | safe commands {summary.safe_commands} | state->command ms p50 {p50:.3f} p90 {p90:.3f} "
             f"p99 {p99:.3f} | {summary.wall_s:.1f} s"
         )
     return 0

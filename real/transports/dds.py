@@ -23,7 +23,8 @@ from typing import Any
 
 from embodied.real import messages
 from embodied.real.messages import ARRAY, BASE, NAME
-from embodied.real.transports import MessageCallback, Publish, qos_profile
+from embodied.real.transports import MessageCallback, Publish, qos_profile, resolve_topic
+from embodied.real.transports.discovery import DEFAULT_DISTRO, DISCOVERY_TOPIC, entities_info, participant_entities_info
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ def _qos(name: str) -> Any:
         if profile.reliable
         else Policy.Reliability.BestEffort
     )
-    return Qos(reliability, Policy.History.KeepLast(profile.depth), Policy.Durability.Volatile)
+    durability = Policy.Durability.TransientLocal if profile.transient_local else Policy.Durability.Volatile
+    return Qos(reliability, Policy.History.KeepLast(profile.depth), durability)
 
 
 class DdsTransport:
@@ -120,8 +122,23 @@ class DdsTransport:
     the domain to ``lo``; otherwise Cyclone uses ``$CYCLONEDDS_URI`` or its defaults.
     """
 
-    def __init__(self, domain_id: int | None = None, loopback: bool = False) -> None:
+    def __init__(
+        self,
+        domain_id: int | None = None,
+        loopback: bool = False,
+        namespace: str = "",
+        node_name: str = "",
+        ros_distro: str = DEFAULT_DISTRO,
+    ) -> None:
         from cyclonedds.domain import Domain, DomainParticipant
+
+        self.namespace, self.node_name = namespace, node_name or "embodied"
+        self.ros_distro = ros_distro
+        self._announce_node = bool(node_name)
+        """Publish ``ros_discovery_info`` (:mod:`.discovery`) so ROS 2 tools list the node."""
+        self._discovery_writer: Any = None
+        self._reader_guids: list[Any] = []
+        self._writer_guids: list[Any] = []
 
         if domain_id is None:
             domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0"))
@@ -140,20 +157,35 @@ class DdsTransport:
         self.decode_errors = 0
         """Samples dropped because they could not be deserialized (malformed payloads)."""
 
+    def resolve(self, topic: str) -> str:
+        """The absolute ROS 2 name of ``topic`` in this transport's namespace."""
+        return resolve_topic(topic, self.namespace, self.node_name)
+
     def _topic(self, topic: str, type_name: str) -> Any:
         from cyclonedds.topic import Topic
 
-        key = messages.dds_topic_name(topic)
+        key = messages.dds_topic_name(self.resolve(topic))
         with self._lock:
             if key not in self._topics:
                 self._topics[key] = Topic(self._participant, key, idl_struct(type_name))
             return self._topics[key]
 
-    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+    def subscribe(
+        self,
+        topic: str,
+        type_name: str,
+        qos: str,
+        callback: MessageCallback,
+        on_publishers_lost: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_publishers_lost`` is called when the last matched writer leaves (its participant
+        closed, or its lease expired after a crash): faster than any timeout."""
         from cyclonedds.core import Listener
         from cyclonedds.sub import DataReader
 
         def on_data_available(reader: Any) -> None:
+            if self._participant is None:  # closing: the reader is being deleted under us
+                return
             try:
                 samples = reader.take(N=64)
             except Exception as err:  # a malformed payload must not kill the listener thread
@@ -164,19 +196,27 @@ class DdsTransport:
                 if getattr(sample.sample_info, "valid_data", True):
                     callback(sample)
 
+        def on_subscription_matched(_reader: Any, status: Any) -> None:
+            if on_publishers_lost is not None and status.current_count == 0 and status.current_count_change < 0:
+                on_publishers_lost()
+
         reader = DataReader(
             self._participant,
             self._topic(topic, type_name),
             qos=_qos(qos),
-            listener=Listener(on_data_available=on_data_available),
+            listener=Listener(on_data_available=on_data_available, on_subscription_matched=on_subscription_matched),
         )
         self._entities.append(reader)
+        self._reader_guids.append(reader.guid)
+        self._announce()
 
     def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
         from cyclonedds.pub import DataWriter
 
         writer = DataWriter(self._participant, self._topic(topic, type_name), qos=_qos(qos))
         self._entities.append(writer)
+        self._writer_guids.append(writer.guid)
+        self._announce()
         convert: Callable[[Any, str], Any] = to_idl
 
         def publish(message: Any) -> None:
@@ -184,6 +224,29 @@ class DdsTransport:
 
         self._writers[id(publish)] = writer
         return publish
+
+    def _announce(self) -> None:
+        """(Re)publish this participant's node and its readers/writers on ``ros_discovery_info``."""
+        if not self._announce_node:
+            return
+        from cyclonedds.pub import DataWriter
+        from cyclonedds.topic import Topic
+
+        if self._discovery_writer is None:
+            info_type = participant_entities_info(self.ros_distro)[0]
+            topic = Topic(self._participant, DISCOVERY_TOPIC, info_type)
+            self._discovery_writer = DataWriter(self._participant, topic, qos=_qos("latched"))
+            self._entities.append(self._discovery_writer)
+        self._discovery_writer.write(
+            entities_info(
+                self.ros_distro,
+                self._participant.guid,
+                self.namespace,
+                self.node_name,
+                self._reader_guids,
+                self._writer_guids,
+            )
+        )
 
     def wait_for_subscribers(self, publish: Publish, count: int = 1, timeout_s: float = 5.0) -> bool:
         """Block until the writer behind ``publish`` has matched ``count`` readers (discovery)."""
@@ -196,7 +259,16 @@ class DdsTransport:
         return False
 
     def close(self) -> None:
+        """Delete the participant (and its readers and writers) now, so peers see them leave at
+        once; garbage collection alone would wait for every closure holding a writer."""
+        participant, self._participant = self._participant, None
         self._entities.clear()
         self._writers.clear()
         self._topics.clear()
-        self._participant = None
+        self._discovery_writer = None
+        if participant is not None:
+            ref = participant._ref
+            # Cyclone's own deletion (dds_delete, recursive); dropped from its registry first so the
+            # Python objects' finalizers do not delete the handle a second time.
+            participant._entities.pop(ref, None)
+            participant._delete(ref)

@@ -56,14 +56,15 @@ def _qos(name: str) -> Any:
         history=HistoryPolicy.KEEP_LAST,
         depth=profile.depth,
         reliability=ReliabilityPolicy.RELIABLE if profile.reliable else ReliabilityPolicy.BEST_EFFORT,
-        durability=DurabilityPolicy.VOLATILE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if profile.transient_local else DurabilityPolicy.VOLATILE,
     )
 
 
 class RclpyTransport:
     """An rclpy node spun on a background thread; callbacks run on that thread."""
 
-    def __init__(self, node_name: str = "embodied_policy", node: Any = None) -> None:
+    def __init__(self, node_name: str = "embodied_policy", node: Any = None, spin: bool = True) -> None:
+        """``spin=False``: the caller already spins ``node`` (e.g. a lifecycle node's executor)."""
         try:
             import rclpy
             from rclpy.executors import SingleThreadedExecutor
@@ -75,12 +76,17 @@ class RclpyTransport:
                 rclpy.init()
             node = rclpy.create_node(node_name)
         self.node = node
-        self._executor = SingleThreadedExecutor()
-        self._executor.add_node(node)
-        self._thread = threading.Thread(target=self._executor.spin, name="rclpy-spin", daemon=True)
-        self._thread.start()
+        self._executor: Any = None
+        if spin:
+            self._executor = SingleThreadedExecutor()
+            self._executor.add_node(node)
+            threading.Thread(target=self._executor.spin, name="rclpy-spin", daemon=True).start()
 
-    def subscribe(self, topic: str, type_name: str, qos: str, callback: MessageCallback) -> None:
+    def subscribe(
+        self, topic: str, type_name: str, qos: str, callback: MessageCallback, on_publishers_lost: Any = None
+    ) -> None:
+        # rclpy reports matched-publisher changes only through event callbacks that differ by
+        # distro; without them the freshness limits catch a publisher that left.
         self.node.create_subscription(_message_class(type_name), topic, callback, _qos(qos))
 
     def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
@@ -94,7 +100,8 @@ class RclpyTransport:
     def close(self) -> None:
         import rclpy
 
-        self._executor.shutdown()
+        if self._executor is not None:
+            self._executor.shutdown()
         if self._owns_context:
             self.node.destroy_node()
             if rclpy.ok():

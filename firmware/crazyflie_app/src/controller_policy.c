@@ -99,13 +99,6 @@
 #define QC_INITIAL_ACTION 0.0f
 #endif
 
-/* quad_ctrl's observation assembly takes the setpoint yaw once it rotates into the heading
-   frame (contract C3; quad_ctrl.h then defines QC_HAS_SETPOINT_YAW). */
-#ifdef QC_HAS_SETPOINT_YAW
-#define QC_STEP(CTX, STATE, SP_W, YAW_RAD, ACTION) qc_step((CTX), (STATE), (SP_W), (YAW_RAD), (ACTION))
-#else
-#define QC_STEP(CTX, STATE, SP_W, YAW_RAD, ACTION) ((void)(YAW_RAD), qc_step((CTX), (STATE), (SP_W), (ACTION)))
-#endif
 
 /* Why the policy is not flying (log embodied.fault); the last one that happened. */
 enum {
@@ -379,7 +372,7 @@ void controllerOutOfTree(control_t *control, const setpoint_t *setpoint, const s
         return;
     }
     if (((uint32_t)(stabilizerStep - qc_engage_tick) % QC_DECIMATION) == 0) {
-        QC_STEP(&qc_ctx, &qc_state, setpoint_w, qc_yaw_sp_rad, qc_action);
+        qc_step(&qc_ctx, &qc_state, setpoint_w, qc_yaw_sp_rad, qc_action);
         for (i = 0; i < POLICY_ACTION_DIM; ++i) {
             qc_forces[i] = qc_force_of_action(qc_action[i]);
         }

@@ -8,16 +8,18 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
-# (name in the robot configs, launch argument that remaps it)
+# (name in the robot configs, launch argument that remaps it); the names are relative, so the
+# node's namespace applies to them.
 REMAPPABLE_TOPICS = (
-    ("/cf/odom", "odom_topic"),
-    ("/cf/motor_rpm", "motor_command_topic"),
-    ("/cf/estop", "estop_topic"),
-    ("/joint_states", "joint_states_topic"),
-    ("/forward_position_controller/commands", "joint_command_topic"),
-    ("/estop", "arm_estop_topic"),
+    ("cf/odom", "odom_topic"),
+    ("cf/motor_thrust", "motor_command_topic"),
+    ("cf/estop", "estop_topic"),
+    ("joint_states", "joint_states_topic"),
+    ("forward_position_controller/commands", "joint_command_topic"),
+    ("estop", "arm_estop_topic"),
 )
 
 
@@ -30,6 +32,8 @@ def generate_launch_description() -> LaunchDescription:
         ),
         DeclareLaunchArgument("params_json", default_value="", description="robot param overrides as JSON"),
         DeclareLaunchArgument("params_file", default_value=default_params, description="node parameter YAML"),
+        DeclareLaunchArgument("namespace", default_value="", description="namespace of the node and its topics"),
+        DeclareLaunchArgument("use_sim_time", default_value="false", description="judge stamps against /clock"),
     ]
     arguments += [
         DeclareLaunchArgument(arg, default_value=topic, description=f"topic used for {topic}")
@@ -39,13 +43,17 @@ def generate_launch_description() -> LaunchDescription:
         package="embodied_ros2",
         executable="policy_node",
         name="embodied_policy",
+        namespace=LaunchConfiguration("namespace"),
         output="screen",
         parameters=[
             LaunchConfiguration("params_file"),
             {
                 "export_dir": LaunchConfiguration("export_dir"),
                 "robot_config": LaunchConfiguration("robot_config"),
-                "params_json": LaunchConfiguration("params_json"),
+                # A JSON object would otherwise be parsed as YAML into a mapping, which a ROS 2
+                # parameter cannot hold ("Got <class 'dict'>"): keep it a string.
+                "params_json": ParameterValue(LaunchConfiguration("params_json"), value_type=str),
+                "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
             },
         ],
         remappings=[(topic, LaunchConfiguration(arg)) for topic, arg in REMAPPABLE_TOPICS],

@@ -1,0 +1,134 @@
+"""``policy_io.json`` reader: the interface file written next to every exported policy.
+
+It holds :meth:`IOSpec.to_dict` plus what a deployment needs to trust the file: the hash of
+the exported weights (``model_sha256``), format versions and the source run. The ROS 2
+runtime, the C generator and the firmware build read it through :func:`read_policy_io`, which
+validates it and names the key at fault.
+
+This module imports no torch: the robot-side runtime (``embodied.real``) depends on it and
+must install into a ROS 2 Python with only numpy, onnxruntime and a middleware. The writer and
+the weight hash live in :mod:`embodied.export.policy_io`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from embodied.errors import EmbodiedError
+from embodied.io_spec import ActionField, IOSpec, ObsField
+
+POLICY_IO_FILENAME = "policy_io.json"
+POLICY_IO_VERSION = 1
+"""Bumped whenever a reader would misinterpret an older file."""
+
+FORMAT_VERSIONS: dict[str, int] = {"policy_io": POLICY_IO_VERSION, "onnx_opset": 17, "c_header": 1}
+
+_REQUIRED_KEYS: tuple[str, ...] = (
+    "obs_fields",
+    "action_fields",
+    "control_period_s",
+    "obs_dim",
+    "action_dim",
+    "model_sha256",
+    "format_versions",
+)
+
+
+ONNX_FILENAME = "policy.onnx"
+"""The ONNX model's name inside an export folder, next to ``policy_io.json``."""
+
+
+@dataclass(frozen=True)
+class PolicyIO:
+    """A validated ``policy_io.json``."""
+
+    io_spec: IOSpec
+    model_sha256: str
+    format_versions: dict[str, int]
+    source_run: str
+    path: Path
+
+    @property
+    def action_history(self) -> int:
+        """``extra.action_history`` (0 when the task keeps no action history)."""
+        return int(self.io_spec.extra.get("action_history", 0))
+
+
+def _fail(path: Path, message: str) -> EmbodiedError:
+    return EmbodiedError(f"{path}: {message}")
+
+
+def _validate(path: Path, data: Any) -> PolicyIO:
+    if not isinstance(data, dict):
+        raise _fail(path, f"expected a JSON object at the top level, got {type(data).__name__}")
+    missing = [k for k in _REQUIRED_KEYS if k not in data]
+    if missing:
+        raise _fail(path, f"missing key(s) {', '.join(missing)}; re-export with `embodied export RUN_DIR`")
+    version = data["format_versions"].get("policy_io") if isinstance(data["format_versions"], dict) else None
+    if version != POLICY_IO_VERSION:
+        raise _fail(path, f"format_versions.policy_io is {version!r}; this reader understands {POLICY_IO_VERSION}")
+    try:
+        spec = IOSpec.from_dict(data)
+    except (TypeError, KeyError, ValueError) as err:
+        raise _fail(path, f"malformed obs_fields/action_fields: {err}") from None
+    groups: tuple[tuple[str, Sequence[ObsField | ActionField]], ...] = (
+        ("obs_fields", spec.obs_fields),
+        ("action_fields", spec.action_fields),
+    )
+    for kind, fields in groups:
+        if not fields:
+            raise _fail(path, f"{kind} is empty")
+        for i, f in enumerate(fields):
+            if not isinstance(f.size, int) or f.size <= 0:
+                raise _fail(path, f"{kind}[{i}] ({f.name!r}): size must be a positive integer, got {f.size!r}")
+            if not math.isfinite(f.scale):
+                raise _fail(path, f"{kind}[{i}] ({f.name!r}): scale must be finite, got {f.scale!r}")
+    if spec.obs_dim != data["obs_dim"]:
+        raise _fail(path, f"obs_dim is {data['obs_dim']} but the obs_fields sum to {spec.obs_dim}")
+    if spec.action_dim != data["action_dim"]:
+        raise _fail(path, f"action_dim is {data['action_dim']} but the action_fields sum to {spec.action_dim}")
+    if not (math.isfinite(spec.control_period_s) and spec.control_period_s > 0):
+        raise _fail(path, f"control_period_s must be a positive number of seconds, got {spec.control_period_s!r}")
+    sha = data["model_sha256"]
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise _fail(path, f"model_sha256 must be 64 lowercase hex digits, got {sha!r}")
+    return PolicyIO(
+        io_spec=spec,
+        model_sha256=sha,
+        format_versions={str(k): int(v) for k, v in data["format_versions"].items()},
+        source_run=str(data.get("source_run", "")),
+        path=path,
+    )
+
+
+def check_model_hash(onnx_metadata: Mapping[str, str], policy_io: PolicyIO, onnx_path: Path) -> None:
+    """Raise unless the ONNX file's ``model_sha256`` metadata equals ``policy_io.json``'s.
+
+    ``onnx_metadata`` is the model's metadata map (onnxruntime's ``custom_metadata_map``);
+    ``policy_io`` is what :func:`read_policy_io` returned.
+    """
+    found = onnx_metadata.get("model_sha256")
+    if found != policy_io.model_sha256:
+        raise EmbodiedError(
+            f"{onnx_path}: model_sha256 {(found or '<missing>')[:12]} does not match {policy_io.path} "
+            f"({policy_io.model_sha256[:12]}); the two files come from different exports: re-export the run"
+        )
+
+
+def read_policy_io(path: Path) -> PolicyIO:
+    """Read and validate ``policy_io.json`` (a file, or a directory that contains one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / POLICY_IO_FILENAME
+    if not path.is_file():
+        raise EmbodiedError(f"{path}: not found; run `embodied export RUN_DIR` first")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise _fail(path, f"not valid JSON ({err})") from None
+    return _validate(path, data)
