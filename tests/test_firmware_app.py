@@ -8,7 +8,6 @@ tests/test_firmware_real.py checks that model against the real firmware source.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from embodied.export import firmware_build as fb
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.policy_io import read_policy_io
-from embodied.io_spec import ActionField, IOSpec
+from embodied.io_spec import IOSpec
 from embodied.policies.mlp import ExportedPolicy
 
 RAD_TO_DEG = np.float32(180.0 / math.pi)
@@ -65,7 +64,8 @@ def reference_forces(lib: HostPolicyLib, estimate10: np.ndarray, gyro_rad_s: np.
     """The policy's command on a fresh history (quad_ctrl.c alone), as normalizedForces of 2025.12."""
     ctx = lib.new_contexts(1, initial_action=HOVER_ACTION)
     state13 = np.concatenate([estimate10, gyro_rad_s]).astype(np.float32)
-    action = lib.step(ctx, state13[None], SETPOINT[None])[0].astype(np.float64)
+    setpoint_with_yaw = np.append(SETPOINT, 0.0).astype(np.float32)
+    action = lib.step(ctx, state13[None], setpoint_with_yaw[None])[0].astype(np.float64)
     thrust = (action + 1.0) / 2.0 * MAX_THRUST_N
     return np.where(thrust >= MIN_THRUST_N, thrust / THRUST_MAX_N[202512], 0.0)
 
@@ -357,20 +357,6 @@ def test_app_refuses_to_build_without_battery_compensation_or_thrust_action(tmp_
     assert proc.returncode != 0 and "motor_thrust action" in proc.stderr
 
 
-def thrust_io_spec(spec: IOSpec) -> IOSpec:
-    """The task's interface with the contract-C2 action and extras (no change once the task writes them)."""
-    if spec.action_fields[0].name == "motor_thrust":
-        return spec
-    extra = {
-        "max_thrust_per_motor_n": MAX_THRUST_N,
-        "min_thrust_per_motor_n": MIN_THRUST_N,
-        "envelope": dict(ENVELOPE),
-        "rotor_spin": [-1, 1, -1, 1],
-    } | dict(spec.extra)
-    action = ActionField("motor_thrust", 4, "N", scale=MAX_THRUST_N / 2, offset=MAX_THRUST_N / 2)
-    return dataclasses.replace(spec, action_fields=(action,), extra=extra)
-
-
 @needs_gcc
 def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) -> None:
     """controller_policy.c at 1 kHz in the loop with the torch simulator: every 10 ms command,
@@ -382,7 +368,7 @@ def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) 
 
     cfg = QuadHoverCfg(action_history=4, obs_noise_std=(0.0,) * 4, episode_steps=40, init_level_fraction=1.0)
     env = QuadHover(cfg, num_envs=1, device=torch.device("cpu"), seed=0)
-    spec = thrust_io_spec(env.io_spec())
+    spec = env.io_spec()
     hover = float(spec.extra["hover_action"])
     module = near_hover_policy(spec.obs_dim, hover, seed=11)
     lib = build_app_lib(tmp_path, module, spec)
@@ -402,7 +388,14 @@ def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) 
         estimate10, gyro_deg_s = states[0, :10], states[0, 10:13] * RAD_TO_DEG
         commands = []
         for _ in range(decimation):  # the stabilizer's 1 kHz ticks within one policy period
-            mode, forces, _ = lib.cf_tick(tick, estimate10, gyro_deg_s, setpoints[0], setpoint_timestamp_ms=tick)
+            mode, forces, _ = lib.cf_tick(
+                tick,
+                estimate10,
+                gyro_deg_s,
+                setpoints[0, :3],
+                setpoint_timestamp_ms=tick,
+                setpoint_yaw_deg=float(setpoints[0, 3]) * RAD_TO_DEG,
+            )
             assert mode == FORCE
             commands.append(forces.copy())
             tick += 1

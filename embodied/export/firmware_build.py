@@ -76,7 +76,7 @@ def run_checked(
 def is_quad_policy(c_dir: Path) -> bool:
     """Whether the generated header carries the quad-hover observation layout."""
     header = Path(c_dir) / "policy.h"
-    return header.is_file() and "POLICY_OBS_POS_ERR_W_START" in header.read_text()
+    return header.is_file() and "POLICY_OBS_POS_ERR_H_START" in header.read_text()
 
 
 def flies_thrust(c_dir: Path) -> bool:
@@ -231,7 +231,7 @@ def stage_crazyflie_app(c_dir: Path, dest: Path) -> Path:
     _require_generated(c_dir)
     if not is_quad_policy(c_dir):
         raise EmbodiedError(
-            f"{c_dir}/policy.h has no quad-hover observation layout (pos_err_w, rot_wb, lin_vel_w, "
+            f"{c_dir}/policy.h has no quad-hover observation layout (pos_err_h, rot_hb, lin_vel_h, "
             "ang_vel_b); the Crazyflie app flies quad-hover policies only"
         )
     if not flies_thrust(c_dir):
