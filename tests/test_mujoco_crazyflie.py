@@ -181,7 +181,8 @@ def _random_state(n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def test_observation_assembly_equals_the_torch_task() -> None:
-    """World-frame fields, with the position-error integral and two actions of history."""
+    """Heading-frame fields for random setpoint yaws, with the position-error integral and two
+    actions of history."""
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
     n = 8
@@ -189,10 +190,12 @@ def test_observation_assembly_equals_the_torch_task() -> None:
     state = _random_state(n, 1)
     history = np.random.default_rng(2).uniform(-1, 1, (n, 8))
     integral = np.random.default_rng(3).uniform(-0.4, 0.4, (n, 3))
+    yaw_sp_rad = np.random.default_rng(4).uniform(-np.pi, np.pi, n)
     want = task.set_physical_state(
         **{k: torch.as_tensor(v, dtype=torch.float32) for k, v in state.items()},
         action_hist=torch.as_tensor(history, dtype=torch.float32),
-        pos_err_int_w=torch.as_tensor(integral, dtype=torch.float32),
+        pos_err_int_h=torch.as_tensor(integral, dtype=torch.float32),
+        yaw_sp_rad=torch.as_tensor(yaw_sp_rad, dtype=torch.float32),
     )["policy"].numpy()
     sim = _sim(n)
     sim.reset(**state, motor_rpm=np.zeros((n, 4)), rng=np.random.default_rng(0))
@@ -202,7 +205,7 @@ def test_observation_assembly_equals_the_torch_task() -> None:
         quat_to_rot(sim.quat_wb),
         sim.lin_vel_w,
         sim.ang_vel_b,
-        np.zeros(n),
+        yaw_sp_rad,
     )
     got = layout.assemble(terms, integral, history, rng=None)
     assert got.shape == want.shape

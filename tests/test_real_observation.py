@@ -181,9 +181,18 @@ def test_integrate_op_matches_the_task_in_closed_loop() -> None:
     """Odometry of the task's own states through crazyflie_sim.yaml gives the task's observation."""
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
-    cfg = QuadHoverCfg(pos_err_integral=True, action_history=1, obs_noise_std=(0.0,) * 4, episode_steps=25)
+    # A fixed, non-zero setpoint yaw: the node's heading frame is a parameter of the deployment.
+    cfg = QuadHoverCfg(
+        pos_err_integral=True,
+        action_history=1,
+        obs_noise_std=(0.0,) * 4,
+        episode_steps=25,
+        setpoint_yaw_rad=0.7,
+        setpoint_yaw_range_rad=0.0,
+    )
     env = QuadHover(cfg, 1, torch.device("cpu"), seed=2)
-    builder = ObservationBuilder(load_robot(quad_robot(), params={"setpoint_w": list(cfg.setpoint_w)}), env.io_spec())
+    params = {"setpoint_w": list(cfg.setpoint_w), "setpoint_yaw_rad": [cfg.setpoint_yaw_rad]}
+    builder = ObservationBuilder(load_robot(quad_robot(), params=params), env.io_spec())
     obs_task = env.observe(noise=False)["policy"][0].numpy()
     for _ in range(60):
         if env.episode_step[0] == 0:
