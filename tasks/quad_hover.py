@@ -84,7 +84,7 @@ YAW_SP_COL = 29
 """Column of the setpoint yaw (rad) in an initial-condition row."""
 
 ENVELOPE_MAX_TILT_RAD = 1.6
-"""Tilt bound written to ``extra.envelope`` (C4): the initial attitudes reach 90° and recoveries
+"""Tilt bound written to ``extra.envelope``: the initial attitudes reach 90° and recoveries
 overshoot a little; beyond this the policy has not been trained."""
 ENVELOPE_ANG_VEL_MARGIN_RAD_S = 9.0
 """Added to the largest initial body rate for ``extra.envelope.ang_vel_rad_s`` (recoveries from

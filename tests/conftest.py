@@ -114,7 +114,7 @@ def trained_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     return build
 
 
-HOVER_PPO_ENV_STEPS = 400_000
+HOVER_PPO_ENV_STEPS = 1_000_000
 """A short PPO run: enough to hover for a good part of an episode, not to be a finished policy."""
 
 

@@ -14,7 +14,7 @@ from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.policies.mlp import ExportedPolicy, mlp
 
 MAX_THRUST_N = 0.1125
-"""Contract C2: per-motor thrust command T = (a + 1) / 2 * MAX_THRUST_N."""
+"""The command chain of docs/conventions.md: per-motor thrust command T = (a + 1) / 2 * MAX_THRUST_N."""
 MIN_THRUST_N = 0.02
 HOVER_ACTION = 2.0 * (0.027 * 9.81 / 4.0) / MAX_THRUST_N - 1.0
 ENVELOPE = {"pos_err_m": 0.6, "tilt_rad": 1.6, "ang_vel_rad_s": 10.0, "lin_vel_m_s": 3.0}

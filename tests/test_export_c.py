@@ -129,7 +129,7 @@ def test_pos_err_integral_defines_come_from_policy_io(tmp_path: Path) -> None:
 
 
 def test_envelope_and_thrust_extras_become_defines(tmp_path: Path) -> None:
-    """Contract C2/C4 constants reach policy.h: numbers, and one level of dicts (``envelope``)."""
+    """The command-chain and flight-envelope constants of docs/conventions.md reach policy.h: numbers, and one level of dicts (``envelope``)."""
     module = random_policy()
     c_out = _export(module, quad_io_spec(history=32), tmp_path)
     header = (c_out / "policy.h").read_text().splitlines()

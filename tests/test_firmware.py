@@ -353,7 +353,7 @@ def test_firmware_commands_on_a_run(tiny_run: Path, capsys: pytest.CaptureFixtur
     assert out["instructions_per_forward"] > 0 and out["instructions_per_mac"] > 1.0
     build = argparse.Namespace(run_dir=tiny_run, crazyflie_base=None)
     if not fb.flies_thrust(tiny_run / "export" / "c"):
-        # A task still exporting the rpm action (before contract C2): refused with the reason.
+        # A task still exporting the rpm action (before the command chain of docs/conventions.md): refused with the reason.
         with pytest.raises(EmbodiedError, match="no motor_thrust action"):
             firmware.run_build(build)
         return

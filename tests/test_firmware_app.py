@@ -56,7 +56,7 @@ def thrust_of_forces(forces: np.ndarray, firmware: int = 202512) -> np.ndarray:
 
 
 def action_of_thrust(thrust_n: np.ndarray) -> np.ndarray:
-    """Contract C2 inverted: a = 2 T / T_max - 1."""
+    """The command chain of docs/conventions.md inverted: a = 2 T / T_max - 1."""
     return 2.0 * thrust_n / MAX_THRUST_N - 1.0
 
 

@@ -11,7 +11,7 @@ skipped. For each tree:
     host) and terminates, and the shim's eprintf model agrees with it on probe formats;
   - the motor command for known observations, through the tree's own ``powerDistributionForce``
     and ``motorsCompensateBatteryVoltage`` (extracted from its source and compiled for the host
-    with its ``platform_defaults.h``), produces the simulator's thrust command (contract C2), and
+    with its ``platform_defaults.h``), produces the simulator's thrust command (the command chain of docs/conventions.md), and
     the shim's model of that chain agrees with the real one.
 """
 
@@ -317,7 +317,7 @@ def test_motor_command_for_known_observations_equals_the_simulators_thrust(tree:
         gyro_rad_s = rng.uniform(-2, 2, 3).astype(np.float32)
         mode, forces, _ = lib.cf_tick(0, est, np.degrees(gyro_rad_s), setpoint, setpoint_timestamp_ms=0)
         assert mode == 2
-        # The simulator's side: the network on the observation of that state, then contract C2.
+        # The simulator's side: the network on the observation of that state, then the command chain of docs/conventions.md.
         ctx = lib.new_contexts(1, initial_action=HOVER_ACTION)
         obs, _ = lib.assemble_obs(ctx, np.concatenate([est, gyro_rad_s])[None], setpoint[None])
         action = module(torch.from_numpy(obs)).detach().numpy()[0].clip(-1, 1).astype(np.float64)

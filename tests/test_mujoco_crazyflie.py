@@ -1,5 +1,5 @@
-"""The independent MuJoCo Crazyflie: hover equilibrium, rotor spin (C1), thrust-command chain (C2),
-disturbances, contact, and the observation assembly against the torch task and the heading frame (C3)."""
+"""The independent MuJoCo Crazyflie: hover equilibrium, rotor spin, thrust-command chain,
+disturbances, contact, and the observation assembly against the torch task and the heading frame."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _hover_rpm(params: CrazyflieParams = P) -> float:
 
 
 THRUST_ACTION = ActionField("motor_thrust", 4, "N", scale=T_MAX / 2, offset=T_MAX / 2)
-"""The C2 action: per-motor thrust command in newtons."""
+"""The action of the command chain: per-motor thrust command in newtons."""
 
 
 def _spec(fields: dict[str, int], **extra: object) -> IOSpec:
@@ -59,14 +59,14 @@ def _spec(fields: dict[str, int], **extra: object) -> IOSpec:
 
 
 def _thrust_spec(**extra: object) -> IOSpec:
-    """World-frame observation, H = 1, the C2 extras."""
+    """World-frame observation, H = 1, the command chain extras."""
     world = {"pos_err_w": 3, "rot_wb": 9, "lin_vel_w": 3, "ang_vel_b": 3, "prev_actions": 4}
     c2 = {"max_thrust_per_motor_n": T_MAX, "min_thrust_per_motor_n": 0.02, "rotor_spin": [-1, 1, -1, 1]}
     return _spec(world, **c2, **extra)
 
 
 def test_hover_command_holds_the_vehicle_still() -> None:
-    hover_action = 2.0 * P.hover_thrust_n / T_MAX - 1.0  # C2: ≈ 0.177 for 27 g
+    hover_action = 2.0 * P.hover_thrust_n / T_MAX - 1.0  # command chain: ≈ 0.177 for 27 g
     assert hover_action == pytest.approx(0.177, abs=2e-3)
     rpm = ActionDecoder(_thrust_spec(), P, "test")(np.full((1, 4), hover_action))
     assert rpm == pytest.approx(np.full((1, 4), _hover_rpm()), rel=1e-9)
@@ -89,7 +89,7 @@ def test_hover_command_holds_the_vehicle_still() -> None:
 
 
 def test_rotor_spin_gives_the_crazyflie_yaw_sign() -> None:
-    """C1: M2 and M4 spin clockwise (reaction +z): raising them yaws the body positively."""
+    """Rotor spin: M2 and M4 spin clockwise (reaction +z): raising them yaws the body positively."""
     base = _hover_rpm()
     for boosted, sign in (((1, 3), 1.0), ((0, 2), -1.0)):
         sim = _sim()
@@ -216,13 +216,13 @@ def test_observation_assembly_equals_the_torch_task() -> None:
 
 
 def _heading_spec() -> IOSpec:
-    """C3 heading-frame observation with the integral and H = 2."""
+    """Heading-frame observation with the integral and H = 2."""
     fields = {"pos_err_h": 3, "rot_hb": 9, "lin_vel_h": 3, "ang_vel_b": 3, "pos_err_int_h": 3, "prev_actions": 8}
     return _spec(fields, heading_frame="setpoint_yaw", action_history=2)
 
 
 def test_heading_frame_observation_is_invariant_to_a_common_yaw() -> None:
-    """C3: rotating the vehicle and the setpoint heading together leaves the observation unchanged."""
+    """Heading frame: rotating the vehicle and the setpoint heading together leaves the observation unchanged."""
     n = 6
     layout = ObservationLayout(_heading_spec(), "synthetic policy_io.json")
     assert layout.heading_frame and layout.integral_source == "pos_err_h"

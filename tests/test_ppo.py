@@ -352,7 +352,7 @@ def test_ppo_beats_untrained_policy_on_quad_hover(
         run_dir = hover_ppo_run
     else:
         overrides = [
-            "trainer.total_env_steps=300000",
+            "trainer.total_env_steps=1000000",
             "env.pos_err_integral=true",
             "env.disturbance_force_std_n=0.0132",
         ]

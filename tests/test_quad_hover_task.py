@@ -117,7 +117,7 @@ def _quat_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("integral", [False, True])
 def test_heading_frame_observation_is_yaw_equivariant(integral: bool) -> None:
     """Rotating the world state about the setpoint and the setpoint yaw together by the same
-    angle leaves the policy observation unchanged (C3), also after a step of the same actions."""
+    angle leaves the policy observation unchanged (heading frame), also after a step of the same actions."""
     n = 6
     env = QuadHover(quiet_cfg(pos_err_integral=integral, action_history=1), n, CPU, seed=0)
     gen = torch.Generator().manual_seed(5)

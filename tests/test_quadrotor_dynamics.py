@@ -88,7 +88,7 @@ def test_torque_signs_follow_motor_layout(faster: tuple[int, int], axis: int) ->
 
 
 def test_yaw_torque_pattern_of_the_crazyflie_mixer() -> None:
-    """The firmware's positive yaw command raises M2/M4 and lowers M1/M3 (C1): +z acceleration."""
+    """The firmware's positive yaw command raises M2/M4 and lowers M1/M3 (rotor spin): +z acceleration."""
     base, delta = 14000.0, 800.0
     alpha = _angular_acc_after_one_step([base - delta, base + delta, base - delta, base + delta])
     assert alpha[2].item() > 0.0
@@ -98,7 +98,7 @@ def test_yaw_torque_pattern_of_the_crazyflie_mixer() -> None:
 
 
 def test_action_is_a_thrust_command_with_the_firmware_cut() -> None:
-    """C2: T = (a + 1) / 2 * T_max; below T_min the motor stops; thrust k_f rpm^2 = T at steady state."""
+    """Command chain: T = (a + 1) / 2 * T_max; below T_min the motor stops; thrust k_f rpm^2 = T at steady state."""
     p = QuadrotorParams()
     sim = make()
     t_max, t_min = p.max_thrust_per_motor_n, p.min_thrust_per_motor_n

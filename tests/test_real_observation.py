@@ -245,7 +245,7 @@ def test_optional_field_is_used_only_when_the_policy_takes_it(tmp_path: Path) ->
 
 
 def test_shipped_config_builds_the_heading_frame_observation() -> None:
-    """crazyflie_sim.yaml as shipped, against the heading-frame interface (contract C3): with a
+    """crazyflie_sim.yaml as shipped, against the heading-frame interface (the heading frame of docs/conventions.md): with a
     setpoint yaw of 90°, a vehicle east of the setpoint, yawed 90° and flying east sees itself
     ahead in h, level and unrotated, flying forward."""
     from embodied.io_spec import ActionField, IOSpec, ObsField

@@ -80,7 +80,7 @@ def is_quad_policy(c_dir: Path) -> bool:
 
 
 def flies_thrust(c_dir: Path) -> bool:
-    """Whether the generated policy commands per-motor thrust (``motor_thrust``, contract C2),
+    """Whether the generated policy commands per-motor thrust (``motor_thrust``, the command chain of docs/conventions.md),
     the only action the Crazyflie app flies."""
     return "POLICY_ACTION_MOTOR_THRUST_START" in (Path(c_dir) / "policy.h").read_text()
 
@@ -117,7 +117,7 @@ def build_host_library(
     if is_quad_policy(c_dir):
         sources += [fw / "common" / "quad_ctrl.c", fw / "host" / "sil_api.c"]
     if is_quad_policy(c_dir) and flies_thrust(c_dir):
-        # The Crazyflie app on the shim; it needs the thrust action (contract C2).
+        # The Crazyflie app on the shim; it needs the thrust action (the command chain of docs/conventions.md).
         app = fw / "crazyflie_app" / "src" / "controller_policy.c"
         sources += [app, fw / "shim" / "shim.c", fw / "host" / "cf_harness.c"]
         includes += [Path(platform_dir)] if platform_dir is not None else []

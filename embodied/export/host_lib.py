@@ -128,7 +128,7 @@ class HostPolicyLib:
         """``controllerOutOfTreeInit()`` then ``controllerOutOfTreeTest()`` of the Crazyflie app."""
         if not self.has_app:
             raise EmbodiedError(
-                f"{self.path} has no Crazyflie app built in: the policy lacks the motor_thrust action (contract C2)"
+                f"{self.path} has no Crazyflie app built in: the policy lacks the motor_thrust action (docs/conventions.md, command chain)"
             )
         self._lib.controllerOutOfTreeInit()
         return bool(self._lib.controllerOutOfTreeTest())

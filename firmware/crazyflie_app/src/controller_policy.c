@@ -19,9 +19,9 @@
  * Observation: assembled by the portable quad_ctrl.c exactly as the simulator does
  * (docs/conventions.md) from the estimator's position, quaternion and velocity, the gyro
  * converted from deg/s to rad/s (body FLU, the Crazyflie body frame), the action history, and
- * the setpoint: position (m) and yaw (setpoint->attitude.yaw, degrees -> rad; contract C3).
+ * the setpoint: position (m) and yaw (setpoint->attitude.yaw, degrees -> rad; the heading frame of docs/conventions.md).
  *
- * Output (contract C2): per-motor thrust T_i = (a_i + 1) / 2 * POLICY_MAX_THRUST_PER_MOTOR_N,
+ * Output (the command chain of docs/conventions.md): per-motor thrust T_i = (a_i + 1) / 2 * POLICY_MAX_THRUST_PER_MOTOR_N,
  * zero below POLICY_MIN_THRUST_PER_MOTOR_N (as the simulator cuts it), sent as controlModeForce
  * with normalizedForces[i] = T_i / THRUST_MAX, THRUST_MAX being this firmware's own macro. The
  * firmware turns f back into f * THRUST_MAX newtons, inverts its motor-voltage thrust curve with
@@ -58,7 +58,7 @@
 #endif
 #if !defined(POLICY_ACTION_MOTOR_THRUST_START) || !defined(POLICY_MAX_THRUST_PER_MOTOR_N) || \
     !defined(POLICY_MIN_THRUST_PER_MOTOR_N)
-#error "policy.h lacks the motor_thrust action and extra max/min_thrust_per_motor_n (policy_io.json, contract C2); export a policy trained with the thrust action"
+#error "policy.h lacks the motor_thrust action and extra max/min_thrust_per_motor_n (policy_io.json; docs/conventions.md); export a policy trained with the thrust action"
 #endif
 
 #define QC_DEG_TO_RAD 0.017453292519943295f
@@ -70,7 +70,7 @@
 #define QC_STALE_ESTIMATE_MS 100 /* the Kalman filter predicts at 100 Hz: 10 missed updates */
 #endif
 
-/* Flight envelope (contract C4): policy_io.json extra.envelope, else the training box. */
+/* Flight envelope (docs/conventions.md): policy_io.json extra.envelope, else the training box. */
 #if defined(POLICY_ENVELOPE_POS_ERR_M) && defined(POLICY_ENVELOPE_TILT_RAD) && defined(POLICY_ENVELOPE_ANG_VEL_RAD_S) && \
     defined(POLICY_ENVELOPE_LIN_VEL_M_S)
 #define QC_ENVELOPE_FROM_POLICY 1
@@ -311,7 +311,7 @@ static void qc_disengage(uint8_t fault)
     }
 }
 
-/* The motor command of action a in [-1, 1] (contract C2): T / THRUST_MAX, 0 below the cut. */
+/* The motor command of action a in [-1, 1] (the command chain of docs/conventions.md): T / THRUST_MAX, 0 below the cut. */
 static float qc_force_of_action(float a)
 {
     const float thrust_n = 0.5f * (a + 1.0f) * (float)POLICY_MAX_THRUST_PER_MOTOR_N;
