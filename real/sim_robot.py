@@ -175,8 +175,9 @@ class SimRobot:
         # parameters (position, heading yaw), which must therefore be the task's for the comparison
         # with simulation to hold. Checked again at every episode start (a task may draw them).
         state = self.env.physical_state()
-        for key, size in (("setpoint_w", 3), ("setpoint_yaw_rad", 1)):
-            value, wanted = state.get(key), self.robot.params.get(key)
+        # Robot parameter -> the task's physical_state key of the same quantity.
+        for key, state_key, size in (("setpoint_w", "setpoint_w", 3), ("setpoint_yaw_rad", "yaw_sp_rad", 1)):
+            value, wanted = state.get(state_key), self.robot.params.get(key)
             if value is None or wanted is None:
                 continue
             task_value = torch.as_tensor(value).reshape(-1, size)[0].double().cpu().numpy()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
+
+import numpy as np
 
 from embodied.real.transports import add_middleware_arguments
 
@@ -23,6 +26,20 @@ wall clock and holds the last command, as a vehicle would (deploy without --use-
 applied after arming (spurious motors-off), state->command round trip.
 """
 
+
+
+def held_setpoint(robot_params: dict[str, Any], env_cfg: object) -> dict[str, Any]:
+    """Task overrides that fix the setpoint to the robot config's ``setpoint_w`` /
+    ``setpoint_yaw_rad`` parameters, for the task fields of the same names (``{}`` if none)."""
+    fields = {f.name for f in dataclasses.fields(env_cfg)} if dataclasses.is_dataclass(env_cfg) else set()
+    held: dict[str, Any] = {}
+    if "setpoint_w" in robot_params and "setpoint_w" in fields:
+        held["setpoint_w"] = [float(v) for v in robot_params["setpoint_w"]]
+    if "setpoint_yaw_rad" in robot_params and "setpoint_yaw_rad" in fields:
+        held["setpoint_yaw_rad"] = float(np.asarray(robot_params["setpoint_yaw_rad"], dtype=float).reshape(-1)[0])
+        if "setpoint_yaw_range_rad" in fields:
+            held["setpoint_yaw_range_rad"] = 0.0
+    return held
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -77,9 +94,14 @@ def run(args: argparse.Namespace) -> int:
         if run_cfg.task_name != args.task:
             raise ConfigError(f"--run {args.run} trained task {run_cfg.task_name!r}, not {args.task!r}")
         env_cfg = run_cfg.env
-    if args.env:
-        from embodied.config import apply_overrides
+    from embodied.config import apply_overrides
 
+    held = held_setpoint(robot.params, env_cfg)
+    if held:
+        # The node holds one setpoint (its parameters), so the served task holds the same one
+        # instead of drawing a new setpoint (yaw) per episode.
+        env_cfg = apply_overrides(env_cfg, held, f"{robot.path} params")
+    if args.env:
         env_cfg = apply_overrides(env_cfg, parse_dotted(args.env, source="--env"), "--env")
     import torch
 
