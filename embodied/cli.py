@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 from embodied.config import ConfigError
 from embodied.errors import EmbodiedError
@@ -34,8 +35,15 @@ COMMAND_MODULES: tuple[str, ...] = (
 """Modules of ``embodied.commands``, in the order ``--help`` lists them."""
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``embodied train: error: ...``) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="embodied",
         description="Sim-to-real reinforcement learning: train, evaluate, export and deploy robot policies.",
         epilog="Start with: embodied train quad-hover   (CPU, a few seconds). Every subcommand has its own --help.",
@@ -69,8 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, raise_terminated) if in_main_thread else None
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, EmbodiedError, FileNotFoundError) as err:
+    except (ConfigError, EmbodiedError) as err:
         logging.getLogger("embodied").error("%s", err)
+        return 2
+    except OSError as err:
+        # A full disk, a read-only or missing folder: name the path, no traceback.
+        where = f"{err.filename}: " if err.filename else ""
+        logging.getLogger("embodied").error("%s%s", where, err.strerror or err)
         return 2
     except Terminated:
         logging.getLogger("embodied").warning("terminated (SIGTERM)")

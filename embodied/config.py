@@ -14,6 +14,7 @@ exceed are lifted per key with ``--i-know-what-im-doing KEY``.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import difflib
@@ -21,10 +22,11 @@ import fnmatch
 import inspect
 import itertools
 import math
+import re
 import textwrap
 import types
 import typing
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -343,3 +345,31 @@ def describe(cfg: Any, prefix: str = "") -> list[tuple[str, str, str]]:
         else:
             rows.append((prefix + f.name, repr(value), docs.get(f.name, "")))
     return rows
+
+
+def int_in_range(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type=``: an integer in ``[low, high]`` (``1e3`` accepted), else a one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            number = float(text)
+            value = int(number) if math.isfinite(number) and number.is_integer() else None
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+DEVICE_PATTERN = r"cpu|cuda(:[0-9]{1,3})?"
+"""What ``device`` / ``--device`` accept."""
+
+
+def device_flag(text: str) -> str:
+    """An argparse ``type=`` for ``--device``: ``cpu``, ``cuda`` or ``cuda:N``."""
+    if not re.fullmatch(DEVICE_PATTERN, text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return text

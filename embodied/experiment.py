@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied import registry
-from embodied.config import ConfigError, apply_overrides, check_numbers, load_yaml, parse_dotted
+from embodied.config import DEVICE_PATTERN, ConfigError, apply_overrides, check_numbers, load_yaml, parse_dotted
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class ExperimentCfg:
     def __post_init__(self) -> None:
         if self.num_envs < 1:
             raise ConfigError(f"num_envs must be >= 1, got {self.num_envs}")
-        if not re.fullmatch(r"cpu|cuda(:[0-9]{1,3})?", self.device):
+        if not re.fullmatch(DEVICE_PATTERN, self.device):
             raise ConfigError(f"key 'device' must be cpu, cuda or cuda:N, got {self.device!r}")
 
 
@@ -157,10 +157,8 @@ def load_experiment(config_path: Path, allow: Collection[str] = ()) -> Experimen
     for key in _FIXED_KEYS:
         if not isinstance(data[key], str):
             raise ConfigError(f"{config_path}: key {key!r} expects a name (str), got {data[key]!r}")
-    saved_allow = data.pop(ALLOW_KEY, [])
-    if not (isinstance(saved_allow, list) and all(isinstance(k, str) for k in saved_allow)):
-        raise ConfigError(f"{config_path}: key {ALLOW_KEY!r} expects a list of dotted keys, got {saved_allow!r}")
-    allow = [*allow, *saved_allow]
+    allow = [*allow, *_saved_allow(data, config_path)]
+    data.pop(ALLOW_KEY, None)
     cfg = ExperimentCfg(
         task_name=data["task_name"],
         algo_name=data["algo_name"],
@@ -170,6 +168,31 @@ def load_experiment(config_path: Path, allow: Collection[str] = ()) -> Experimen
     cfg = _layer(cfg, data, str(config_path), allow)
     check_numbers(cfg, "default", allow)
     return cfg
+
+
+def _saved_allow(data: dict[str, Any], config_path: Path) -> list[str]:
+    saved = data.get(ALLOW_KEY, [])
+    if not (isinstance(saved, list) and all(isinstance(k, str) for k in saved)):
+        raise ConfigError(f"{config_path}: key {ALLOW_KEY!r} expects a list of dotted keys, got {saved!r}")
+    return saved
+
+
+def saved_allow(config_path: Path) -> list[str]:
+    """The keys a saved ``config.yaml`` lists under ``i_know_what_im_doing``."""
+    return _saved_allow(load_yaml(config_path), config_path)
+
+
+def check_allow_keys(cfg: ExperimentCfg, keys: Collection[str]) -> None:
+    """Raise unless every ``--i-know-what-im-doing KEY`` names a numeric key of ``cfg``."""
+    from embodied.config import closest, describe
+
+    known = [key for key, _, _ in describe(cfg)]
+    for key in keys:
+        if key not in known:
+            raise ConfigError(
+                f"command line: --i-know-what-im-doing {key}: unknown key; valid keys (closest first): "
+                + ", ".join(closest(key, known)[:5])
+            )
 
 
 def replace_trainer(cfg: ExperimentCfg, **changes: Any) -> ExperimentCfg:

@@ -208,7 +208,9 @@ def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> 
         raise CheckpointError(f"{path}: not a checkpoint (holds a {type(state).__name__}, expected a mapping)")
     integrity = state.pop(INTEGRITY_KEY, None)
     if integrity is None:
-        raise CheckpointError(f"{path}: has no integrity hash (written by an older version or by hand); cannot trust it")
+        raise CheckpointError(
+            f"{path}: has no integrity hash (written by an older version or by hand); cannot trust it"
+        )
     expected = integrity.get("sha256") if isinstance(integrity, dict) else None
     actual = state_sha256(state)
     if actual != expected:

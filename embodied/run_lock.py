@@ -8,6 +8,7 @@ gone is taken over with a log line naming the dead holder.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -71,17 +72,19 @@ class RunLock:
     def release(self) -> None:
         if not self.held:
             return
-        try:
-            os.ftruncate(self._fd, 0)  # an empty lock file: the folder was released cleanly
-        except OSError:
-            pass  # a full or read-only disk: the kernel still drops the lock below
+        # An empty lock file: the folder was released cleanly (on a full or read-only disk the
+        # truncation fails, and the kernel still drops the lock at close).
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
         os.close(self._fd)
         self._fd = -1
 
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()
 
     def __del__(self) -> None:

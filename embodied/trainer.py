@@ -412,7 +412,10 @@ class Trainer:
         if ret is not None and not math.isfinite(ret):
             raise NonFiniteError(f"non-finite episode return {ret} after {st.env_steps} env steps")
         stats = self.stats
-        if not stats.longer_than_one_step and stats.episodes_seen >= DEGENERATE_MIN_EPISODES_PER_ENV * self.cfg.num_envs:
+        if (
+            not stats.longer_than_one_step
+            and stats.episodes_seen >= DEGENERATE_MIN_EPISODES_PER_ENV * self.cfg.num_envs
+        ):
             raise DegenerateRunError(
                 f"every one of the {stats.episodes_seen} episodes so far ended at its first step (after "
                 f"{st.env_steps} env steps): the simulation diverges at once; check the env.* values in "

@@ -108,12 +108,13 @@ def test_gymnasium_run_resumes_with_fresh_episodes(tmp_path: Path) -> None:
 
 def test_read_metrics_skips_only_a_torn_last_line(tmp_path: Path) -> None:
     """A run killed mid-write leaves a partial last line: the rows before it are still read;
-    a bad line elsewhere is corruption and raises."""
+    a bad line elsewhere is corruption and raises naming the file and line."""
+    from embodied.errors import EmbodiedError
     from embodied.run import METRICS_FILE, read_metrics
 
     path = tmp_path / METRICS_FILE
-    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "eval/succ')
-    assert [row["step"] for row in read_metrics(tmp_path)] == [1, 2]
-    path.write_text('{"step": 1}\n{"step": 2\n{"step": 3}\n')
-    with pytest.raises(json.JSONDecodeError):
+    path.write_text('{"env_steps": 1}\n{"env_steps": 2}\n{"env_steps": 3, "eval/succ')
+    assert [row["env_steps"] for row in read_metrics(tmp_path)] == [1, 2]
+    path.write_text('{"env_steps": 1}\n{"env_steps": 2\n{"env_steps": 3}\n')
+    with pytest.raises(EmbodiedError, match=r"metrics.jsonl: line 2 is not a JSON row"):
         read_metrics(tmp_path)
