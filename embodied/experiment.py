@@ -165,9 +165,30 @@ def load_experiment(config_path: Path, allow: Collection[str] = ()) -> Experimen
         env=registry.task_cfg(data["task_name"]),
         algo=registry.algo_cfg(data["algo_name"]),
     )
+    # A saved config lists every key: one that is missing means a truncated or damaged file,
+    # which must not silently fall back to today's defaults.
+    absent = _absent_keys(cfg, data)
+    if absent:
+        shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+        raise ConfigError(f"{config_path}: missing key(s) {shown}: the file is truncated or damaged")
     cfg = _layer(cfg, data, str(config_path), allow)
     check_numbers(cfg, "default", allow)
     return cfg
+
+
+def _absent_keys(cfg: Any, data: Any, prefix: str = "") -> list[str]:
+    """Dotted keys of dataclass ``cfg`` that the nested mapping ``data`` does not hold."""
+    if not isinstance(data, dict):
+        return []  # a wrong type is reported, naming the key, when the layer is applied
+    absent: list[str] = []
+    for f in dataclasses.fields(cfg):
+        if f.name not in data:
+            absent.append(prefix + f.name)
+            continue
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            absent += _absent_keys(value, data[f.name], prefix=f"{prefix}{f.name}.")
+    return absent
 
 
 def _saved_allow(data: dict[str, Any], config_path: Path) -> list[str]:

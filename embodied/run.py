@@ -7,7 +7,7 @@ a run directory.
 
 Nothing here damages what is already on disk: checkpoints and the config are replaced
 atomically, a metrics row is appended whole or not at all, and a checkpoint carries a SHA-256
-of its contents (:mod:`embodied.checkpoint_hash`) that every load verifies.
+of all its bytes (:mod:`embodied.checkpoint_seal`) that every load verifies.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 import yaml
 
 from embodied import registry
-from embodied.checkpoint_hash import INTEGRITY_KEY, state_sha256
+from embodied.checkpoint_seal import SealError, seal, unseal
 from embodied.config import to_plain
 from embodied.errors import EmbodiedError
 from embodied.experiment import ALLOW_KEY, ExperimentCfg, config_key, load_experiment
@@ -173,24 +173,24 @@ class CheckpointError(EmbodiedError):
 
 
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
-    """Atomically write ``ckpt/latest.pt`` with a SHA-256 of ``state`` (see :func:`atomic_file`).
+    """Atomically write sealed ``ckpt/latest.pt`` (see :func:`atomic_file`, :mod:`embodied.checkpoint_seal`).
 
     The state is serialized in memory first, so a full disk fails as a plain ``OSError`` of the
     temp file (and leaves the previous checkpoint in place), never inside torch's ZIP writer."""
     path = Path(run_dir) / CHECKPOINT_FILE
     buffer = io.BytesIO()
-    torch.save(state | {INTEGRITY_KEY: {"sha256": state_sha256(state)}}, buffer)
-    atomic_write_bytes(path, buffer.getbuffer())
+    torch.save(state, buffer)
+    atomic_write_bytes(path, seal(buffer.getvalue()))
     return path
 
 
 _CORRUPT_ERRORS = (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, KeyError, TypeError)
-"""What ``torch.load`` raises for truncated, overwritten or foreign files."""
+"""What ``torch.load`` raises for damaged or foreign contents."""
 
 
 def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load ``ckpt/latest.pt`` with ``weights_only=True`` (no arbitrary code from pickles) and
-    verify its SHA-256; raise :class:`CheckpointError` naming the file otherwise."""
+    """Load ``ckpt/latest.pt`` after verifying its seal, with ``weights_only=True`` (no arbitrary
+    code from pickles); raise :class:`CheckpointError` naming the file otherwise."""
     path = Path(run_dir) / CHECKPOINT_FILE
     if not path.is_file():
         raise CheckpointError(
@@ -198,7 +198,10 @@ def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> 
             "or this is not a run directory)"
         )
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        data = unseal(path.read_bytes(), str(path))
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except SealError as err:
+        raise CheckpointError(str(err)) from None
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read the checkpoint: {err.strerror or err}") from None
     except _CORRUPT_ERRORS as err:
@@ -206,17 +209,6 @@ def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> 
         raise CheckpointError(f"{path}: corrupt or not a checkpoint ({first})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: not a checkpoint (holds a {type(state).__name__}, expected a mapping)")
-    integrity = state.pop(INTEGRITY_KEY, None)
-    if integrity is None:
-        raise CheckpointError(
-            f"{path}: has no integrity hash (written by an older version or by hand); cannot trust it"
-        )
-    expected = integrity.get("sha256") if isinstance(integrity, dict) else None
-    actual = state_sha256(state)
-    if actual != expected:
-        raise CheckpointError(
-            f"{path}: checksum mismatch (stored {str(expected)[:12]}, contents {actual[:12]}): the file is corrupt"
-        )
     return state
 
 
