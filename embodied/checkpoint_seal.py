@@ -38,7 +38,9 @@ def seal(archive: bytes) -> bytes:
 def unseal(data: bytes, name: str) -> bytes:
     """Verify ``data``'s seal; return it unchanged. Raise :class:`SealError` naming ``name``."""
     if len(data) < _EOCD_SIZE + _COMMENT_LEN or data[-_COMMENT_LEN:-64] != MAGIC:
-        raise SealError(f"{name}: no integrity seal at its end: truncated, damaged, or not a sealed embodied checkpoint (older versions wrote none)")
+        raise SealError(
+            f"{name}: no integrity seal at its end: truncated, damaged, or not a sealed embodied checkpoint (older versions wrote none)"
+        )
     body, stored = data[:-_COMMENT_LEN], data[-64:]
     eocd = body[-_EOCD_SIZE:]
     if eocd[:4] != _EOCD or eocd[-2:] != struct.pack("<H", _COMMENT_LEN):

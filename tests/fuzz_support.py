@@ -520,9 +520,13 @@ class Fuzzer:
         if case.must_reject:
             return "silent_acceptance", f"exit 0: {case.family} {argv}"
         if case.onnx_oracle:
-            same = onnx_outputs_equal(self.base_run / RUN_FILES["policy.onnx"], case_dir / "run" / RUN_FILES["policy.onnx"])
+            same = onnx_outputs_equal(
+                self.base_run / RUN_FILES["policy.onnx"], case_dir / "run" / RUN_FILES["policy.onnx"]
+            )
             return ("accepted_edit", "") if same else ("silent_acceptance", f"changed ONNX output accepted: {argv}")
-        return ("accepted_edit" if case.family.startswith(("file:", "config:bitflip", "config:random")) else "accepted"), ""
+        return (
+            "accepted_edit" if case.family.startswith(("file:", "config:bitflip", "config:random")) else "accepted"
+        ), ""
 
 
 def onnx_outputs_equal(original: Path, changed: Path, num: int = 64) -> bool:

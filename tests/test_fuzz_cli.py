@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from fuzz_support import FAILURES, Fuzzer, make_base_run, summary
 
 
@@ -28,10 +27,10 @@ def _run(base_run: Path, work: Path, seed: int, cases: int) -> dict:
 
 
 def test_fuzz_a_few_hundred_cases(base_run: Path, tmp_path: Path) -> None:
-    report = _run(base_run, tmp_path, seed=2026, cases=300)
+    report = _run(base_run, tmp_path, seed=2026, cases=200)
     # The mix really reaches every family and really rejects (not an always-exit-0 runner).
     assert set(report["families"]) == {"override", "config", "flag", "file"}, report
-    assert report["verdicts"].get("rejected", 0) > 150, report
+    assert report["verdicts"].get("rejected", 0) > 100, report
 
 
 @pytest.mark.slow
