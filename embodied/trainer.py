@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -178,7 +179,17 @@ class Trainer:
     def _setup(self, resume: bool, allow: list[str] | None) -> None:
         cfg = self.cfg
         clean_temp_files(self.run_dir)
-        if not resume and (self.run_dir / CONFIG_FILE).exists():
+        if resume and not (self.run_dir / CHECKPOINT_FILE).exists():
+            # Stopped before its first checkpoint: no training progress was kept, so the run starts
+            # again; rows it logged describe that lost progress and are moved aside, not deleted.
+            log.warning("%s has no checkpoint yet: starting the run from its beginning", self.run_dir)
+            resume = False
+            metrics = self.run_dir / METRICS_FILE
+            if metrics.exists() and metrics.stat().st_size > 0:
+                aside = metrics.with_name(f"metrics.before-restart-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+                os.replace(metrics, aside)
+                log.warning("rows of the lost progress moved to %s", aside)
+        elif not resume and (self.run_dir / CONFIG_FILE).exists():
             raise EmbodiedError(
                 f"{self.run_dir} already holds a run; continue it with: embodied train --resume {self.run_dir}"
             )

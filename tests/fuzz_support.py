@@ -204,7 +204,9 @@ def _file_case(rng: np.random.Generator, base_files: dict[str, bytes]) -> Case:
     if name == "metrics.jsonl":
         must = mutation in {"latin1", "utf16", "directory"}
     elif name == "latest.pt":
-        must = True  # sealed: any changed byte
+        # Sealed: any changed byte. A run without a checkpoint is resumed from its beginning
+        # (nothing was kept to lose), so a deleted one is refused only where it is read.
+        must = not (mutation == "delete" and command[0] == "train")
     else:
         # policy.onnx: hashed weights and graph, but its free-text metadata is not; the oracle
         # decides whether an accepted change was harmless.
