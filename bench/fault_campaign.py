@@ -1,7 +1,7 @@
 """Stop ``embodied train`` at random moments and check that no work is lost and no row is duplicated.
 
 Two campaigns, each against one uninterrupted reference run of the same small configuration
-(quad-hover PPO, 16 envs, 12 updates, periodic evaluations and a separate final evaluation):
+(quad-hover PPO, 16 envs, 6 updates, a periodic evaluation and a separate final evaluation):
 
 ``signals``: a trial starts the run, waits a random time (or, for a share of trials, until the
 final evaluation has begun, i.e. the checkpoint of the last step exists), sends SIGTERM, SIGINT
@@ -47,11 +47,11 @@ from embodied.run import CHECKPOINT_FILE, load_checkpoint, read_metrics
 
 RUN_ARGS = [
     "quad-hover", "--no-progress", "--seed", "0", "num_envs=16", "algo.num_steps_per_env=16",
-    "trainer.total_env_steps=3072", "trainer.eval_every_env_steps=2000", "trainer.eval_episodes=256",
-    "trainer.checkpoint_every_updates=3", "trainer.tensorboard=false",
+    "trainer.total_env_steps=1536", "trainer.eval_every_env_steps=1000", "trainer.eval_episodes=128",
+    "trainer.checkpoint_every_updates=2", "trainer.tensorboard=false",
 ]  # fmt: skip
-"""12 updates of 256 env steps; an evaluation at 2048 env steps and a final one at 3072."""
-TOTAL_ENV_STEPS = 3072
+"""6 updates of 256 env steps; an evaluation at 1024 env steps and a final one at 1536."""
+TOTAL_ENV_STEPS = 1536
 
 
 def _train(argv: list[str]) -> subprocess.Popen[str]:

@@ -138,6 +138,10 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        # A write to the open temp file fails without a file name: name the file being replaced.
+        raise OSError(err.errno, err.strerror or str(err), str(err.filename or path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
