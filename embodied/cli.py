@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Only the main thread may set handlers (tests and notebooks may call main() from others).
     # Set before the command modules import torch, so a stop during start-up exits cleanly too.
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if in_main_thread:
         clear_pending_stop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -96,8 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("embodied").warning("interrupted")
         return EXIT_INTERRUPTED
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
 
 
 def _run(argv: Sequence[str] | None) -> int:

@@ -152,7 +152,7 @@ def test_a_stop_during_the_final_evaluation_keeps_the_last_step(tmp_path: Path) 
     def interrupted_eval() -> None:
         raise KeyboardInterrupt  # a second Ctrl-C in the middle of the final evaluation
 
-    trainer.run_eval = interrupted_eval  # type: ignore[method-assign]
+    trainer.run_eval = interrupted_eval  # type: ignore[method-assign,assignment]
     with pytest.raises(KeyboardInterrupt):
         trainer.train()
     assert load_checkpoint(tmp_path / "stopped")["trainer"]["env_steps"] == 2 * 64
