@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from embodied.cli import main
+from embodied.stop import pending_stop
 
 CASE_TIMEOUT_S = 60.0
 """A case running longer than this counts as a hang (loaded 2-core machines included)."""
@@ -501,6 +502,8 @@ class Fuzzer:
             signal.signal(signal.SIGALRM, previous)
             root.removeHandler(records)
         seconds = time.perf_counter() - start
+        if pending_stop() is not None:  # main() turned a Ctrl-C/SIGTERM meant for the fuzzer into an exit code
+            raise KeyboardInterrupt
         errors = "\n".join(records.lines + [line for line in stderr.getvalue().splitlines() if line.strip()])
         if isinstance(escaped, _Hang):
             return Outcome(case, None, errors, "hang", f"over {CASE_TIMEOUT_S:g} s: {argv}", seconds)
