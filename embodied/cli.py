@@ -96,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("embodied").warning("interrupted")
         return EXIT_INTERRUPTED
     finally:
+        clear_pending_stop()  # handled here: a later run in this process must not see it
         for restored, handler in previous.items():
             signal.signal(restored, handler)
 
