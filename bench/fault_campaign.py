@@ -52,6 +52,9 @@ RUN_ARGS = [
 ]  # fmt: skip
 """6 updates of 256 env steps; an evaluation at 1024 env steps and a final one at 1536."""
 TOTAL_ENV_STEPS = 1536
+WINDOW_S: float | None = None
+"""Random moments are drawn in [0, WINDOW_S] s after start (``--window-s``; default: the
+reference run's wall time, which on a loaded machine can exceed a later run's)."""
 
 
 def _train(argv: list[str]) -> subprocess.Popen[str]:
@@ -140,7 +143,7 @@ def signal_trial(index: int, rng: np.random.Generator, out: Path, ref: tuple) ->
     run_dir = out / f"trial{index:03d}"
     sig = [signal.SIGTERM, signal.SIGTERM, signal.SIGINT, signal.SIGKILL][index % 4]
     at_final_eval = index % 5 == 4 and sig != signal.SIGKILL
-    delay = float(rng.uniform(0.0, ref_wall))
+    delay = float(rng.uniform(0.0, WINDOW_S or ref_wall))
     trial: dict[str, Any] = {"trial": index, "signal": signal.Signals(sig).name, "failures": []}
     proc = _train([*RUN_ARGS, "--run-dir", str(run_dir)])
     start = time.perf_counter()
@@ -204,7 +207,7 @@ def diskfull_trial(index: int, rng: np.random.Generator, out: Path, ref: tuple) 
     try:
         run_dir = mount / "run"
         filler = mount / "filler"
-        delay = float(rng.uniform(0.3, ref_wall))
+        delay = float(rng.uniform(0.3, WINDOW_S or ref_wall))
         trial["moment"] = f"{delay:.2f} s after start"
         proc = _train([*RUN_ARGS, "--run-dir", str(run_dir)])
         start = time.perf_counter()
@@ -252,7 +255,12 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=50, help="number of trials (default: 50)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random moments (default: 0)")
     parser.add_argument("--out", type=Path, required=True, help="output folder (run directories, results.json)")
+    parser.add_argument(
+        "--window-s", type=float, default=None, help="moments in [0, this] s (default: reference wall time)"
+    )
     args = parser.parse_args()
+    global WINDOW_S
+    WINDOW_S = args.window_s
     args.out.mkdir(parents=True, exist_ok=True)
     ref = reference(args.out)
     rng = np.random.default_rng(args.seed)
