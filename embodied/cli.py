@@ -14,10 +14,19 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from embodied.config import ConfigError
 from embodied.errors import EmbodiedError
-from embodied.stop import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, raise_terminated
+from embodied.stop import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Terminated,
+    clear_pending_stop,
+    pending_stop,
+    raise_stop,
+    stop_exception,
+)
 
 COMMAND_MODULES: tuple[str, ...] = (
     "train",
@@ -35,8 +44,15 @@ COMMAND_MODULES: tuple[str, ...] = (
 """Modules of ``embodied.commands``, in the order ``--help`` lists them."""
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``embodied train: error: ...``) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="embodied",
         description="Sim-to-real reinforcement learning: train, evaluate, export and deploy robot policies.",
         epilog="Start with: embodied train quad-hover   (CPU, a few seconds). Every subcommand has its own --help.",
@@ -49,6 +65,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (0 ok, 2 bad input, 130 Ctrl-C, 143 SIGTERM)."""
+    # Only the main thread may set handlers (tests and notebooks may call main() from others).
+    # Set before the command modules import torch, so a stop during start-up exits cleanly too.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous: dict[signal.Signals, Any] = {}
+    if in_main_thread:
+        clear_pending_stop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if handler is not signal.SIG_IGN and handler is not None:  # ignored stays ignored
+                previous[signum] = signal.signal(signum, raise_stop)
+    try:
+        code = _run(argv)
+        stopped = pending_stop()
+        if stopped is not None:  # the stop's exception was swallowed, yet the command ended
+            raise stop_exception(stopped)
+        return code
+    except (ConfigError, EmbodiedError) as err:
+        logging.getLogger("embodied").error("%s", err)
+        return 2
+    except OSError as err:
+        # A full disk, a read-only or missing folder: name the path, no traceback.
+        where = f"{err.filename}: " if err.filename else ""
+        logging.getLogger("embodied").error("%s%s", where, err.strerror or err)
+        return 2
+    except Terminated:
+        logging.getLogger("embodied").warning("terminated (SIGTERM)")
+        return EXIT_TERMINATED
+    except KeyboardInterrupt:
+        logging.getLogger("embodied").warning("interrupted")
+        return EXIT_INTERRUPTED
+    finally:
+        clear_pending_stop()  # handled here: a later run in this process must not see it
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     # key=value overrides may come after options (``--seed 1 algo.lr=3e-4``); argparse stops
     # collecting a positional list at the first option, so gather the stragglers here.
@@ -65,23 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
-    # Only the main thread may set handlers (tests and notebooks may call main() from others).
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, raise_terminated) if in_main_thread else None
-    try:
-        return int(args.func(args) or 0)
-    except (ConfigError, EmbodiedError, FileNotFoundError) as err:
-        logging.getLogger("embodied").error("%s", err)
-        return 2
-    except Terminated:
-        logging.getLogger("embodied").warning("terminated (SIGTERM)")
-        return EXIT_TERMINATED
-    except KeyboardInterrupt:
-        logging.getLogger("embodied").warning("interrupted")
-        return EXIT_INTERRUPTED
-    finally:
-        if previous is not None:  # None: no handler to restore, or one not set from Python
-            signal.signal(signal.SIGTERM, previous)
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -3,19 +3,30 @@
 Dataclasses hold the defaults and (in attribute docstrings) the documentation. Configs are
 frozen: overriding builds new instances, nothing mutates a config it was handed. Unknown keys
 and wrong types raise :class:`ConfigError` naming the key, the source and the expected type.
+
+Every number that enters a config is checked where it enters (:func:`check_number`): NaN is
+never accepted, infinity only where the field's default is infinite, and magnitudes must lie in
+the range :data:`NUMERIC_BOUNDS` gives for the dotted key (a generic bound otherwise), so an
+absurd value fails at once, naming the key and its source, instead of hanging the run,
+overflowing an allocation or diverging every episode. Upper bounds a user could truly want to
+exceed are lifted per key with ``--i-know-what-im-doing KEY``.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import difflib
+import fnmatch
 import inspect
 import itertools
+import math
+import re
 import textwrap
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +37,99 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names key, source and expected form."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """Allowed closed range of a numeric config value; ``overridable``: ``--i-know-what-im-doing``
+    lifts the upper bound (for limits that only guard against hangs and huge allocations)."""
+
+    low: float
+    high: float
+    overridable: bool = True
+    why: str = ""
+
+
+GENERIC_FLOAT_BOUND = Bound(-1e9, 1e9, why="no physical or training quantity here is that large")
+GENERIC_INT_BOUND = Bound(-(2**53), 2**53, why="larger integers lose precision as floats")
+
+NUMERIC_BOUNDS: dict[str, Bound] = {
+    "seed": Bound(0, 2**31 - 1, overridable=False, why="seeds must fit every RNG (numpy: < 2**32 after offsets)"),
+    "num_envs": Bound(1, 262_144, why="one batch that large exhausts memory"),
+    "trainer.total_env_steps": Bound(1, 10**12, why="beyond any run this toolkit can finish"),
+    "trainer.eval_every_env_steps": Bound(0, 10**12),
+    "trainer.eval_episodes": Bound(0, 1_000_000, why="an evaluation that long looks like a hang"),
+    "trainer.log_every_updates": Bound(1, 10**9),
+    "trainer.checkpoint_every_updates": Bound(1, 10**9),
+    "trainer.torch_threads": Bound(0, 1024),
+    "*substeps": Bound(1, 1000, why="each control step would take seconds"),
+    "*episode_steps": Bound(0, 10**7),
+    "*action_history": Bound(0, 10_000),
+    "*num_steps_per_env": Bound(1, 100_000, why="the rollout buffer would exhaust memory"),
+    "*num_epochs": Bound(1, 10_000),
+    "*num_minibatches": Bound(1, 10**7),
+    "*batch_size": Bound(1, 10**7, why="the batch would exhaust memory"),
+    "*buffer_size": Bound(1, 10**9, why="the replay buffer would exhaust memory"),
+    "*_hidden": Bound(1, 65_536, why="a layer that wide exhausts memory"),
+    "*learning_starts": Bound(0, 10**12),
+}
+"""Ranges by dotted key (``fnmatch`` patterns; a tuple entry ``key[i]`` is checked as ``key``).
+Keys not listed get :data:`GENERIC_FLOAT_BOUND` / :data:`GENERIC_INT_BOUND`; a dataclass's own
+``__post_init__`` checks the finer physical rules (positive masses, stable step sizes)."""
+
+
+def bound_for(key: str, value: int | float) -> Bound:
+    """The :class:`Bound` for dotted ``key`` (``[i]`` suffixes ignored)."""
+    base = key.split("[", 1)[0]
+    for pattern, bound in NUMERIC_BOUNDS.items():
+        if fnmatch.fnmatchcase(base, pattern):
+            return bound
+    return GENERIC_INT_BOUND if isinstance(value, int) else GENERIC_FLOAT_BOUND
+
+
+def check_number(key: str, value: Any, default: Any, source: str, allow: Collection[str] = ()) -> None:
+    """Raise :class:`ConfigError` unless every number in ``value`` (a number or a tuple of them) is
+    finite and inside :func:`bound_for`'s range. Infinity passes only where ``default`` (the same
+    position of the field's current value) is infinite too; ``allow`` holds the dotted keys whose
+    overridable upper bound ``--i-know-what-im-doing`` lifted."""
+    if isinstance(value, tuple):
+        for i, item in enumerate(value):
+            item_default = default[i] if isinstance(default, tuple) and i < len(default) else None
+            check_number(f"{key}[{i}]", item, item_default, source, allow)
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        default_inf = isinstance(default, float) and math.isinf(default)
+        if math.isnan(value) or not default_inf:
+            raise ConfigError(f"{source}: key {key!r} must be a finite number, got {value!r}")
+        return
+    bound = bound_for(key, value)
+    lifted = bound.overridable and key.split("[", 1)[0] in allow
+    if value < bound.low or (value > bound.high and not lifted):
+        hint = ""
+        if value > bound.high:
+            hint = f" ({bound.why})" if bound.why else ""
+            if bound.overridable:
+                hint += f"; to really use it add --i-know-what-im-doing {key.split('[', 1)[0]}"
+        low, high = (_fmt(b) for b in (bound.low, bound.high))
+        raise ConfigError(f"{source}: key {key!r} must be in [{low}, {high}], got {value!r}{hint}")
+
+
+def _fmt(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() and abs(number) < 1e16 else f"{number:g}"
+
+
+def check_numbers(cfg: Any, source: str, allow: Collection[str] = (), prefix: str = "") -> None:
+    """:func:`check_number` on every numeric field of dataclass ``cfg``, recursively (the
+    defaults and anything set without :func:`apply_overrides`)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_numbers(value, source, allow, prefix=f"{prefix}{f.name}.")
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else None
+            check_number(prefix + f.name, value, default, source, allow)
 
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
@@ -46,7 +150,7 @@ def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
-def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
+def _coerce(value: Any, tp: Any, key: str, source: str, allow: Collection[str] = ()) -> Any:
     """Check ``value`` against annotation ``tp``; return it converted (lists -> tuples, int -> float)."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -63,7 +167,7 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, key, source)
+                return _coerce(value, arg, key, source, allow)
             except ConfigError:
                 continue
         raise fail()
@@ -82,7 +186,7 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, Mapping):
             raise fail()
-        return apply_overrides(tp(), value, source, prefix=f"{key}.")
+        return apply_overrides(tp(), value, source, prefix=f"{key}.", allow=allow)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -116,8 +220,11 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     raise fail()
 
 
-def apply_overrides(cfg: T, overrides: Mapping[str, Any], source: str, prefix: str = "") -> T:
-    """Return a copy of dataclass ``cfg`` with nested ``overrides`` applied and type-checked."""
+def apply_overrides(
+    cfg: T, overrides: Mapping[str, Any], source: str, prefix: str = "", allow: Collection[str] = ()
+) -> T:
+    """Return a copy of dataclass ``cfg`` with nested ``overrides`` applied, type- and range-checked
+    (:func:`check_number`; ``allow``: keys whose upper bound ``--i-know-what-im-doing`` lifted)."""
     if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         raise TypeError(f"expected a dataclass instance, got {type(cfg).__name__}")
     hints = typing.get_type_hints(type(cfg))
@@ -133,14 +240,18 @@ def apply_overrides(cfg: T, overrides: Mapping[str, Any], source: str, prefix: s
         if dataclasses.is_dataclass(current) and not isinstance(current, type):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{source}: key {prefix}{key!r} expects a mapping of sub-keys, got {value!r}")
-            changes[key] = apply_overrides(current, value, source, prefix=f"{prefix}{key}.")
+            changes[key] = apply_overrides(current, value, source, prefix=f"{prefix}{key}.", allow=allow)
         else:
-            changes[key] = _coerce(value, hints[key], prefix + key, source)
+            changes[key] = _coerce(value, hints[key], prefix + key, source, allow)
+            check_number(prefix + key, changes[key], current, source, allow)
     try:
         return dataclasses.replace(cfg, **changes)
-    except (ValueError, TypeError) as err:
-        if isinstance(err, ConfigError):
+    except ConfigError as err:
+        # A dataclass's own __post_init__ check does not know where its values came from.
+        if str(err).startswith(f"{source}:"):
             raise
+        raise ConfigError(f"{source}: {err}") from err
+    except (ValueError, TypeError, ArithmeticError) as err:
         raise ConfigError(f"{source}: {err}") from err
 
 
@@ -154,7 +265,9 @@ def parse_dotted(pairs: Iterable[str], source: str = "command line") -> dict[str
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as err:
-            raise ConfigError(f"{source}: cannot parse value of {dotted!r}: {err}") from err
+            raise ConfigError(f"{source}: cannot parse value of {dotted!r}: {' '.join(str(err).split())}") from None
+        except RecursionError:
+            raise ConfigError(f"{source}: cannot parse value of {dotted!r}: nested too deeply") from None
         node = nested
         parts = dotted.strip().split(".")
         for part in parts[:-1]:
@@ -171,9 +284,17 @@ def load_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); save it as UTF-8"
+        ) from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {err}") from err
+        raise ConfigError(f"{path}: invalid YAML: {' '.join(str(err).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -224,3 +345,31 @@ def describe(cfg: Any, prefix: str = "") -> list[tuple[str, str, str]]:
         else:
             rows.append((prefix + f.name, repr(value), docs.get(f.name, "")))
     return rows
+
+
+def int_in_range(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type=``: an integer in ``[low, high]`` (``1e3`` accepted), else a one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            number = float(text)
+            value = int(number) if math.isfinite(number) and number.is_integer() else None
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+DEVICE_PATTERN = r"cpu|cuda(:[0-9]{1,3})?"
+"""What ``device`` / ``--device`` accept."""
+
+
+def device_flag(text: str) -> str:
+    """An argparse ``type=`` for ``--device``: ``cpu``, ``cuda`` or ``cuda:N``."""
+    if not re.fullmatch(DEVICE_PATTERN, text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return text

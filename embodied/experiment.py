@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from embodied import registry
-from embodied.config import ConfigError, apply_overrides, load_yaml, parse_dotted
+from embodied.config import DEVICE_PATTERN, ConfigError, apply_overrides, check_numbers, load_yaml, parse_dotted
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,13 @@ class ExperimentCfg:
     def __post_init__(self) -> None:
         if self.num_envs < 1:
             raise ConfigError(f"num_envs must be >= 1, got {self.num_envs}")
+        if not re.fullmatch(DEVICE_PATTERN, self.device):
+            raise ConfigError(f"key 'device' must be cpu, cuda or cuda:N, got {self.device!r}")
 
 
 _FIXED_KEYS = ("task_name", "algo_name")
+ALLOW_KEY = "i_know_what_im_doing"
+"""Top-level ``config.yaml`` entry listing the keys whose range bound the run lifted."""
 
 
 def config_key(task_name: str) -> str:
@@ -98,12 +103,12 @@ def default_config_file(task_name: str, algo_name: str) -> Path | None:
     return Path(str(candidate)) if candidate.is_file() else None
 
 
-def _layer(cfg: ExperimentCfg, data: dict[str, Any], source: str) -> ExperimentCfg:
+def _layer(cfg: ExperimentCfg, data: dict[str, Any], source: str, allow: Collection[str] = ()) -> ExperimentCfg:
     for key in _FIXED_KEYS:
         if key in data and data[key] != getattr(cfg, key):
             raise ConfigError(f"{source}: {key!r} is set by the command line, not by config files")
     data = {k: v for k, v in data.items() if k not in _FIXED_KEYS}
-    return apply_overrides(cfg, data, source)
+    return apply_overrides(cfg, data, source, allow=allow)
 
 
 def resolve_experiment(
@@ -114,8 +119,12 @@ def resolve_experiment(
     seed: int | None = None,
     device: str | None = None,
     num_envs: int | None = None,
+    allow: Collection[str] = (),
 ) -> ExperimentCfg:
-    """Build the fully resolved config (see module docstring for the layer order)."""
+    """Build the fully resolved config (see module docstring for the layer order).
+
+    ``allow``: dotted keys whose upper range bound ``--i-know-what-im-doing`` lifted
+    (:func:`embodied.config.check_number`)."""
     cfg = ExperimentCfg(
         task_name=task_name,
         algo_name=algo_name,
@@ -124,30 +133,87 @@ def resolve_experiment(
     )
     shipped = default_config_file(task_name, algo_name)
     if shipped is not None:
-        cfg = _layer(cfg, load_yaml(shipped), str(shipped))
+        cfg = _layer(cfg, load_yaml(shipped), str(shipped), allow)
     if config_file is not None:
-        cfg = _layer(cfg, load_yaml(Path(config_file)), str(config_file))
+        cfg = _layer(cfg, load_yaml(Path(config_file)), str(config_file), allow)
     if overrides:
-        cfg = _layer(cfg, parse_dotted(overrides), "command line")
+        cfg = _layer(cfg, parse_dotted(overrides), "command line", allow)
     flags = {k: v for k, v in {"seed": seed, "device": device, "num_envs": num_envs}.items() if v is not None}
     if flags:
-        cfg = _layer(cfg, flags, "command line")
+        cfg = _layer(cfg, flags, "command line", allow)
+    check_numbers(cfg, "default", allow)  # what no layer set is a default; those are checked too
     return cfg
 
 
-def load_experiment(config_path: Path) -> ExperimentCfg:
-    """Rebuild a saved ``config.yaml`` (as written by :func:`embodied.run.write_config`)."""
+def load_experiment(config_path: Path, allow: Collection[str] = ()) -> ExperimentCfg:
+    """Rebuild a saved ``config.yaml`` (as written by :func:`embodied.run.write_config`).
+
+    ``allow``: keys whose range bound the run was started with ``--i-know-what-im-doing`` for
+    (saved in the file as ``i_know_what_im_doing``)."""
     data = load_yaml(config_path)
     missing = [k for k in _FIXED_KEYS if k not in data]
     if missing:
         raise ConfigError(f"{config_path}: missing key(s) {', '.join(missing)}")
+    for key in _FIXED_KEYS:
+        if not isinstance(data[key], str):
+            raise ConfigError(f"{config_path}: key {key!r} expects a name (str), got {data[key]!r}")
+    allow = [*allow, *_saved_allow(data, config_path)]
+    data.pop(ALLOW_KEY, None)
     cfg = ExperimentCfg(
         task_name=data["task_name"],
         algo_name=data["algo_name"],
         env=registry.task_cfg(data["task_name"]),
         algo=registry.algo_cfg(data["algo_name"]),
     )
-    return _layer(cfg, data, str(config_path))
+    # A saved config lists every key: one that is missing means a truncated or damaged file,
+    # which must not silently fall back to today's defaults.
+    absent = _absent_keys(cfg, data)
+    if absent:
+        shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+        raise ConfigError(f"{config_path}: missing key(s) {shown}: the file is truncated or damaged")
+    cfg = _layer(cfg, data, str(config_path), allow)
+    check_numbers(cfg, "default", allow)
+    return cfg
+
+
+def _absent_keys(cfg: Any, data: Any, prefix: str = "") -> list[str]:
+    """Dotted keys of dataclass ``cfg`` that the nested mapping ``data`` does not hold."""
+    if not isinstance(data, dict):
+        return []  # a wrong type is reported, naming the key, when the layer is applied
+    absent: list[str] = []
+    for f in dataclasses.fields(cfg):
+        if f.name not in data:
+            absent.append(prefix + f.name)
+            continue
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            absent += _absent_keys(value, data[f.name], prefix=f"{prefix}{f.name}.")
+    return absent
+
+
+def _saved_allow(data: dict[str, Any], config_path: Path) -> list[str]:
+    saved = data.get(ALLOW_KEY, [])
+    if not (isinstance(saved, list) and all(isinstance(k, str) for k in saved)):
+        raise ConfigError(f"{config_path}: key {ALLOW_KEY!r} expects a list of dotted keys, got {saved!r}")
+    return saved
+
+
+def saved_allow(config_path: Path) -> list[str]:
+    """The keys a saved ``config.yaml`` lists under ``i_know_what_im_doing``."""
+    return _saved_allow(load_yaml(config_path), config_path)
+
+
+def check_allow_keys(cfg: ExperimentCfg, keys: Collection[str]) -> None:
+    """Raise unless every ``--i-know-what-im-doing KEY`` names a numeric key of ``cfg``."""
+    from embodied.config import closest, describe
+
+    known = [key for key, _, _ in describe(cfg)]
+    for key in keys:
+        if key not in known:
+            raise ConfigError(
+                f"command line: --i-know-what-im-doing {key}: unknown key; valid keys (closest first): "
+                + ", ".join(closest(key, known)[:5])
+            )
 
 
 def replace_trainer(cfg: ExperimentCfg, **changes: Any) -> ExperimentCfg:

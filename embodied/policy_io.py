@@ -12,6 +12,7 @@ the weight hash live in :mod:`embodied.export.policy_io`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -106,8 +107,44 @@ def _validate(path: Path, data: Any) -> PolicyIO:
     )
 
 
+def graph_sha256(graph: Any) -> str:
+    """Hex SHA-256 of an ONNX ``GraphProto``'s initializers and nodes (needs only ``onnx``).
+
+    Initializers in name order: name, element type, dims, raw little-endian bytes; then nodes in
+    graph order: operator, inputs, outputs and each attribute's serialized form."""
+    from onnx import numpy_helper
+
+    digest = hashlib.sha256()
+    for init in sorted(graph.initializer, key=lambda t: t.name):
+        array = numpy_helper.to_array(init)
+        digest.update(f"I{init.name}|{init.data_type}|{tuple(init.dims)}|".encode())
+        digest.update(array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
+    for node in graph.node:
+        digest.update(f"N{node.op_type}|{list(node.input)}|{list(node.output)}|".encode())
+        for attr in sorted(node.attribute, key=lambda a: a.name):
+            digest.update(attr.SerializeToString(deterministic=True))
+    return digest.hexdigest()
+
+
+def onnx_file_sha256(path: Path) -> str:
+    """:func:`graph_sha256` of an ONNX file; a file ``onnx`` cannot parse raises naming it."""
+    try:
+        import onnx
+    except ImportError:
+        raise EmbodiedError(
+            f"{path}: checking model_sha256 needs the onnx package (pip install onnx; part of the runtime extra)"
+        ) from None
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as err:  # protobuf's DecodeError and onnx's own errors share no base class
+        raise EmbodiedError(f"{path}: not a valid ONNX model ({' '.join(str(err).split())[:160]})") from None
+    return graph_sha256(model.graph)
+
+
 def check_model_hash(onnx_metadata: Mapping[str, str], policy_io: PolicyIO, onnx_path: Path) -> None:
-    """Raise unless the ONNX file's ``model_sha256`` metadata equals ``policy_io.json``'s.
+    """Raise unless the ONNX file's ``model_sha256`` metadata and the hash of its weights and
+    graph (:func:`onnx_file_sha256`) both equal ``policy_io.json``'s.
 
     ``onnx_metadata`` is the model's metadata map (onnxruntime's ``custom_metadata_map``);
     ``policy_io`` is what :func:`read_policy_io` returned.
@@ -117,6 +154,13 @@ def check_model_hash(onnx_metadata: Mapping[str, str], policy_io: PolicyIO, onnx
         raise EmbodiedError(
             f"{onnx_path}: model_sha256 {(found or '<missing>')[:12]} does not match {policy_io.path} "
             f"({policy_io.model_sha256[:12]}); the two files come from different exports: re-export the run"
+        )
+    # The metadata could be copied onto other weights: hash what the file actually computes.
+    actual = onnx_file_sha256(onnx_path)
+    if actual != policy_io.model_sha256:
+        raise EmbodiedError(
+            f"{onnx_path}: its weights and graph hash to {actual[:12]}, not the model_sha256 "
+            f"{policy_io.model_sha256[:12]} of {policy_io.path}: the file was altered or damaged; re-export the run"
         )
 
 
@@ -128,7 +172,13 @@ def read_policy_io(path: Path) -> PolicyIO:
     if not path.is_file():
         raise EmbodiedError(f"{path}: not found; run `embodied export RUN_DIR` first")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise _fail(path, f"not UTF-8 text (offset {err.start}); re-export the run") from None
     except json.JSONDecodeError as err:
         raise _fail(path, f"not valid JSON ({err})") from None
+    except RecursionError:
+        raise _fail(path, "not valid JSON (nested too deeply)") from None
+    except OSError as err:
+        raise _fail(path, f"cannot read: {err.strerror or err}") from None
     return _validate(path, data)

@@ -1,20 +1,29 @@
 """The run directory: resolved config, git state, metrics, TensorBoard, atomic checkpoints.
 
 Layout: ``runs/<task>/<stamp>_<algo>_s<seed>/`` with ``config.yaml``, ``git.txt``,
-``metrics.jsonl``, ``tb/`` (TensorBoard events), ``ckpt/latest.pt``, ``export/``, ``videos/``.
-``play``, ``eval``, ``export`` and ``deploy`` take a run directory.
+``metrics.jsonl``, ``tb/`` (TensorBoard events), ``ckpt/latest.pt``, ``export/``, ``videos/``
+and ``.lock`` (see :mod:`embodied.run_lock`). ``play``, ``eval``, ``export`` and ``deploy`` take
+a run directory.
+
+Nothing here damages what is already on disk: checkpoints and the config are replaced
+atomically, a metrics row is appended whole or not at all, and a checkpoint carries a SHA-256
+of all its bytes (:mod:`embodied.checkpoint_seal`) that every load verifies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import json
 import logging
 import math
 import os
+import pickle
 import subprocess
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +33,10 @@ import torch
 import yaml
 
 from embodied import registry
+from embodied.checkpoint_seal import SealError, seal, unseal
 from embodied.config import to_plain
 from embodied.errors import EmbodiedError
-from embodied.experiment import ExperimentCfg, config_key, load_experiment
+from embodied.experiment import ALLOW_KEY, ExperimentCfg, config_key, load_experiment
 from embodied.io_spec import IOSpec
 
 log = logging.getLogger(__name__)
@@ -37,23 +47,53 @@ CHECKPOINT_FILE = Path("ckpt") / "latest.pt"
 
 
 def new_run_dir(root: Path, cfg: ExperimentCfg) -> Path:
-    """Create ``root/<task>/<stamp>_<algo>_s<seed>/`` (a numeric suffix avoids collisions)."""
+    """Create ``root/<task>/<stamp>_<algo>_s<seed>/`` (a numeric suffix avoids collisions).
+
+    Creation is the existence check (``mkdir`` without ``exist_ok``), so processes starting
+    together never share a folder."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(root) / config_key(cfg.task_name) / f"{stamp}_{cfg.algo_name}_s{cfg.seed}"
+    _make_parent(base.parent)
     path, n = base, 1
-    while path.exists():
-        path = base.with_name(f"{base.name}-{n}")
-        n += 1
-    path.mkdir(parents=True)
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            path = base.with_name(f"{base.name}-{n}")
+            n += 1
+
+
+def make_run_dir(path: Path) -> Path:
+    """Create the exact run directory ``path`` (and its parents) if needed; errors name the path."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise EmbodiedError(f"--run-dir {path}: exists and is not a directory")
+    _make_parent(path)
     return path
 
 
-def write_config(run_dir: Path, cfg: ExperimentCfg) -> None:
-    """Save the fully resolved config and the git state of the code that ran."""
+def _make_parent(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise EmbodiedError(f"{path}: cannot create the run directory: a file is in the way") from None
+    except OSError as err:
+        raise EmbodiedError(f"{path}: cannot create the run directory: {err.strerror or err}") from None
+
+
+def write_config(run_dir: Path, cfg: ExperimentCfg, allow: list[str] | None = None) -> None:
+    """Save the fully resolved config and the git state of the code that ran.
+
+    ``allow``: the keys whose range bound ``--i-know-what-im-doing`` lifted; saved so that
+    ``--resume``, ``eval`` and ``play`` accept the same values."""
     text = "# Resolved configuration of this run (embodied train --resume reads it).\n"
-    text += yaml.safe_dump(to_plain(cfg), sort_keys=False)
+    plain = to_plain(cfg)
+    if allow:
+        plain[ALLOW_KEY] = sorted(allow)
+    text += yaml.safe_dump(plain, sort_keys=False)
     atomic_write_bytes(run_dir / CONFIG_FILE, text.encode())
-    (run_dir / "git.txt").write_text(_git_description())
+    atomic_write_bytes(run_dir / "git.txt", _git_description().encode())
 
 
 def _git_description() -> str:
@@ -98,9 +138,32 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        # A write to the open temp file fails without a file name: name the file being replaced.
+        raise OSError(err.errno, err.strerror or str(err), str(err.filename or path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+TEMP_GLOB = ".*.tmp"
+"""Temp files of :func:`atomic_file`; one left behind means a process died while writing it."""
+
+
+def clean_temp_files(run_dir: Path) -> list[Path]:
+    """Delete temp files a killed writer left in ``run_dir``, ``ckpt/`` and ``export/``.
+
+    Call only while holding the run's lock (:mod:`embodied.run_lock`): then no writer is live."""
+    removed = []
+    for folder in (Path(run_dir), Path(run_dir) / CHECKPOINT_FILE.parent, Path(run_dir) / "export"):
+        if folder.is_dir():
+            for tmp in folder.glob(TEMP_GLOB):
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
+    if removed:
+        log.info("removed %d temp file(s) of an interrupted write: %s", len(removed), ", ".join(map(str, removed)))
+    return removed
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -109,32 +172,73 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         fh.write(data)
 
 
+class CheckpointError(EmbodiedError):
+    """``ckpt/latest.pt`` is missing, unreadable, corrupt or does not match the run's config."""
+
+
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
-    """Atomically write ``ckpt/latest.pt`` (see :func:`atomic_file`)."""
+    """Atomically write sealed ``ckpt/latest.pt`` (see :func:`atomic_file`, :mod:`embodied.checkpoint_seal`).
+
+    The state is serialized in memory first, so a full disk fails as a plain ``OSError`` of the
+    temp file (and leaves the previous checkpoint in place), never inside torch's ZIP writer."""
     path = Path(run_dir) / CHECKPOINT_FILE
-    with atomic_file(path) as fh:
-        torch.save(state, fh)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(path, seal(buffer.getvalue()))
     return path
 
 
+_CORRUPT_ERRORS = (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, KeyError, TypeError)
+"""What ``torch.load`` raises for damaged or foreign contents."""
+
+
 def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load ``ckpt/latest.pt`` with ``weights_only=True`` (no arbitrary code from pickles)."""
+    """Load ``ckpt/latest.pt`` after verifying its seal, with ``weights_only=True`` (no arbitrary
+    code from pickles); raise :class:`CheckpointError` naming the file otherwise."""
     path = Path(run_dir) / CHECKPOINT_FILE
     if not path.is_file():
-        raise EmbodiedError(
+        raise CheckpointError(
             f"{run_dir}: no checkpoint at {path} (the run was not trained long enough to save one, "
             "or this is not a run directory)"
         )
-    state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        data = unseal(path.read_bytes(), str(path))
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except SealError as err:
+        raise CheckpointError(str(err)) from None
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read the checkpoint: {err.strerror or err}") from None
+    except _CORRUPT_ERRORS as err:
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: corrupt or not a checkpoint ({first})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a checkpoint (holds a {type(state).__name__}, expected a mapping)")
     return state
 
 
 class MetricsLogger:
-    """Appends one JSON object per log step to ``metrics.jsonl``; mirrors scalars to TensorBoard."""
+    """Appends one JSON object per log step to ``metrics.jsonl``; mirrors scalars to TensorBoard.
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    Every row carries ``env_steps``. A row is written with one ``write`` on an append-only
+    descriptor and cut back off if the write fails (a full disk), so the file only ever holds
+    whole rows. ``keep_rows`` (a resume: the count its checkpoint recorded) or
+    ``keep_up_to_env_steps`` first drops the rows logged after the checkpoint, which the resumed
+    run logs again; a torn last line is always dropped.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool = True,
+        keep_rows: int | None = None,
+        keep_up_to_env_steps: int | None = None,
+    ) -> None:
         self.path = Path(run_dir) / METRICS_FILE
-        self._fh = self.path.open("a")
+        self.rows = 0
+        """Rows in the file (whole lines), the count a checkpoint records."""
+        if self.path.exists():
+            self.rows = repair_metrics(self.path, keep_rows, keep_up_to_env_steps)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _FILE_MODE)
         self._tb: Any = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -145,34 +249,89 @@ class MetricsLogger:
         row = {"env_steps": env_steps, "time": time.time()} | {
             k: (v if math.isfinite(v) else str(v)) for k, v in metrics.items()
         }
-        self._fh.write(json.dumps(row) + "\n")
-        self._fh.flush()
+        data = (json.dumps(row) + "\n").encode()
+        size = os.fstat(self._fd).st_size
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)  # never leave half a row behind
+            raise OSError(err.errno, err.strerror, str(self.path)) from None
+        self.rows += 1
         if self._tb is not None:
             for key, value in metrics.items():
                 self._tb.add_scalar(key, value, env_steps)
 
     def close(self) -> None:
-        self._fh.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         if self._tb is not None:
-            self._tb.close()
+            with contextlib.suppress(OSError):
+                self._tb.close()
+            self._tb = None
+
+
+def _parse_rows(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
+    """``(byte offset of the line's end, row)`` for each complete line of a metrics file."""
+    rows: list[tuple[int, dict[str, Any]]] = []
+    offset = 0
+    for number, line in enumerate(text.split("\n")[:-1], start=1):
+        offset += len(line.encode()) + 1
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise EmbodiedError(f"{path}: line {number} is not a JSON row ({err.msg}); the file is corrupt") from None
+        if not isinstance(row, dict) or not isinstance(row.get("env_steps"), int):
+            raise EmbodiedError(f"{path}: line {number} is not a metrics row with an integer 'env_steps'")
+        rows.append((offset, row))
+    return rows
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise EmbodiedError(f"{path}: not UTF-8 text (offset {err.start}); the file is corrupt") from None
+
+
+def repair_metrics(path: Path, keep_rows: int | None = None, keep_up_to_env_steps: int | None = None) -> int:
+    """Cut a torn last line (a writer died mid-row) and the rows after the first ``keep_rows``
+    or after ``keep_up_to_env_steps`` (a resumed run logs them again); return the rows left.
+    A damaged complete line raises naming the file and line."""
+    text = _read_text(path)
+    size = len(text.encode())
+    rows = _parse_rows(path, text)
+    keep = rows[-1][0] if rows else 0
+    if not text.endswith("\n") and text:
+        log.warning("%s: dropped a torn last line left by an interrupted write", path)
+    count = len(rows)
+    if keep_rows is None and keep_up_to_env_steps is not None:
+        keep_rows = next((i for i, (_, row) in enumerate(rows) if row["env_steps"] > keep_up_to_env_steps), count)
+    if keep_rows is not None and keep_rows < count:
+        log.info("%s: dropped %d row(s) logged after the checkpoint (they are logged again)", path, count - keep_rows)
+        count = keep_rows
+        keep = rows[keep_rows - 1][0] if keep_rows > 0 else 0
+    # Blank lines count for nothing: cut at the end of the last kept row.
+    if keep != size:
+        with path.open("r+b") as fh:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return count
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """All rows of ``metrics.jsonl``. A last line that does not parse (the run is writing it,
-    or died while writing it) is left out; a bad line anywhere else raises."""
+    """All rows of ``metrics.jsonl``. A last line without its newline (the run is writing it,
+    or died while writing it) is left out; a bad line anywhere else raises naming the file."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return []
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    rows = []
-    for i, line in enumerate(lines):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise
-    return rows
+    return [row for _, row in _parse_rows(path, _read_text(path))]
 
 
 @dataclass
@@ -209,8 +368,21 @@ def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
     env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs, device, cfg.seed)
     try:
         algo = registry.make_algo(cfg.algo_name, cfg.algo, env)
-        algo.load_state_dict(checkpoint["algo"])
+        load_algo_state(algo, checkpoint, run_dir)
         io_spec = env.io_spec()
     finally:
         env.close()
     return LoadedRun(run_dir=run_dir, cfg=cfg, algo=algo, io_spec=io_spec, checkpoint=checkpoint)
+
+
+def load_algo_state(algo: Any, checkpoint: dict[str, Any], run_dir: Path) -> None:
+    """``algo.load_state_dict(checkpoint["algo"])``; a checkpoint that does not fit the networks
+    ``config.yaml`` describes (an edited ``actor_hidden``) raises :class:`CheckpointError`."""
+    try:
+        algo.load_state_dict(checkpoint["algo"])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{Path(run_dir) / CHECKPOINT_FILE} does not fit {Path(run_dir) / CONFIG_FILE} ({first}); "
+            "was config.yaml edited after training?"
+        ) from None

@@ -35,9 +35,33 @@ def stop_exception(signum: int) -> KeyboardInterrupt:
     return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+_pending: int | None = None
+"""A stop signal received outside :func:`deferred_stop` (see :func:`raise_stop`)."""
+
+
 def raise_terminated(signum: int, frame: FrameType | None) -> None:
     """SIGTERM handler outside :func:`deferred_stop`: unwind at once."""
-    raise Terminated()
+    raise_stop(signum, frame)
+
+
+def raise_stop(signum: int, frame: FrameType | None) -> None:
+    """Handler for Ctrl-C and SIGTERM outside :func:`deferred_stop`: remember the signal, then
+    unwind at once. Remembering matters when third-party code swallows the exception (a bare
+    ``except:`` in an import): the next :func:`deferred_stop` then honours the request at its
+    first whole state instead of losing it, and :func:`pending_stop` reports it."""
+    global _pending
+    _pending = signum
+    raise stop_exception(signum)
+
+
+def pending_stop() -> int | None:
+    """The signal :func:`raise_stop` recorded since the last :func:`clear_pending_stop`."""
+    return _pending
+
+
+def clear_pending_stop() -> None:
+    global _pending
+    _pending = None
 
 
 class StopRequest:
@@ -70,6 +94,7 @@ def deferred_stop() -> Iterator[StopRequest]:
     request then never fires and signals behave as they did before.
     """
     request = StopRequest()
+    request.signum = _pending  # a stop whose exception something swallowed on the way here
     if threading.current_thread() is not threading.main_thread():
         yield request
         return

@@ -3,12 +3,18 @@
 Never typed to one algorithm: it drives anything that satisfies ``embodied.algo.Algorithm``.
 Training wall time (``train_time_s``) excludes evaluation and checkpoint writing, which are
 timed separately, so speed targets measure learning alone.
+
+A trainer holds its run directory's lock (:mod:`embodied.run_lock`) from construction to the
+end of :meth:`Trainer.train`. Every stop path keeps the last completed step: Ctrl-C/SIGTERM are
+deferred to a whole state (loop top, or after the final save), the final evaluation runs after
+a checkpoint of the last step, and a full disk stops with one line naming what was kept.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -20,11 +26,23 @@ import torch
 from embodied import registry
 from embodied.algo import Transition
 from embodied.env import ObsDict, resumes_exactly
-from embodied.errors import NonFiniteError
+from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.evaluate import EvalResult, evaluate
 from embodied.experiment import ExperimentCfg
 from embodied.progress import TrainProgress
-from embodied.run import MetricsLogger, load_checkpoint, save_checkpoint, write_config
+from embodied.run import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    METRICS_FILE,
+    MetricsLogger,
+    clean_temp_files,
+    load_algo_state,
+    load_checkpoint,
+    make_run_dir,
+    save_checkpoint,
+    write_config,
+)
+from embodied.run_lock import RunLock
 from embodied.stop import StopRequest, deferred_stop
 
 log = logging.getLogger(__name__)
@@ -44,6 +62,8 @@ class TrainState:
     evals: list[dict[str, float]] = field(default_factory=list)
     time_to_target_s: float | None = None
     env_steps_to_target: int | None = None
+    metrics_rows: int = 0
+    """Rows in ``metrics.jsonl`` when the state was saved (a resume cuts the file back to them)."""
 
 
 class EpisodeStats:
@@ -55,6 +75,9 @@ class EpisodeStats:
         self.done_sums = torch.zeros(4, dtype=torch.float64, device=device)  # count, return, length, success
         self.term_sums: dict[str, torch.Tensor] = {}
         self.term_steps = 0
+        self.episodes_seen = 0
+        self.longer_than_one_step = False
+        """Whether any finished episode so far lasted more than one step (see :meth:`pop`)."""
 
     def add(
         self, reward: torch.Tensor, done: torch.Tensor, success: torch.Tensor, terms: dict[str, torch.Tensor]
@@ -85,6 +108,8 @@ class EpisodeStats:
         out: dict[str, float] = {}
         count, ret, length, success = self.done_sums.tolist()
         if count > 0:
+            self.episodes_seen += int(count)
+            self.longer_than_one_step |= length > count
             out |= {
                 "train/return": ret / count,
                 "train/episode_length": length / count,
@@ -97,6 +122,24 @@ class EpisodeStats:
         self.term_steps = 0
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        """Running episodes and the sums since the last log row (a mid-rollout stop keeps them)."""
+        return {
+            "ep_return": self.ep_return,
+            "ep_length": self.ep_length,
+            "done_sums": self.done_sums,
+            "term_sums": dict(self.term_sums),
+            "term_steps": self.term_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ep_return.copy_(state["ep_return"])
+        self.ep_length.copy_(state["ep_length"])
+        if "done_sums" in state:
+            self.done_sums.copy_(state["done_sums"])
+            self.term_sums = {k: v.to(self.done_sums.device).clone() for k, v in state["term_sums"].items()}
+            self.term_steps = int(state["term_steps"])
+
 
 def _check_finite(what: str, tensors: dict[str, torch.Tensor], env_steps: int) -> None:
     """Raise :class:`NonFiniteError` naming the group and first offending env (tensors ``[N, ...]``)."""
@@ -107,12 +150,49 @@ def _check_finite(what: str, tensors: dict[str, torch.Tensor], env_steps: int) -
             raise NonFiniteError(f"non-finite {what} {name!r} (first at env {env_index}) after {env_steps} env steps")
 
 
-class Trainer:
-    """Builds env + algorithm from an :class:`ExperimentCfg` and trains them in ``run_dir``."""
+DEGENERATE_MIN_EPISODES_PER_ENV = 3
+"""A run stops once this many episodes per env have finished, all of them after one step."""
 
-    def __init__(self, cfg: ExperimentCfg, run_dir: Path, resume: bool = False) -> None:
+
+class DegenerateRunError(EmbodiedError):
+    """Every episode ends at its first step (diverged physics, an absurd config): nothing to learn."""
+
+
+class Trainer:
+    """Builds env + algorithm from an :class:`ExperimentCfg` and trains them in ``run_dir``.
+
+    Takes the run directory's lock (a second trainer on it fails naming the holder), removes
+    temp files a killed writer left, and refuses to start a new run where one already is.
+    ``allow``: keys whose range bound ``--i-know-what-im-doing`` lifted (saved in the config).
+    """
+
+    def __init__(self, cfg: ExperimentCfg, run_dir: Path, resume: bool = False, allow: list[str] | None = None) -> None:
         self.cfg = cfg
-        self.run_dir = Path(run_dir)
+        self.run_dir = make_run_dir(Path(run_dir))
+        self.lock = RunLock(self.run_dir).acquire()
+        try:
+            self._setup(resume, allow)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _setup(self, resume: bool, allow: list[str] | None) -> None:
+        cfg = self.cfg
+        clean_temp_files(self.run_dir)
+        if resume and not (self.run_dir / CHECKPOINT_FILE).exists():
+            # Stopped before its first checkpoint: no training progress was kept, so the run starts
+            # again; rows it logged describe that lost progress and are moved aside, not deleted.
+            log.warning("%s has no checkpoint yet: starting the run from its beginning", self.run_dir)
+            resume = False
+            metrics = self.run_dir / METRICS_FILE
+            if metrics.exists() and metrics.stat().st_size > 0:
+                aside = metrics.with_name(f"metrics.before-restart-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+                os.replace(metrics, aside)
+                log.warning("rows of the lost progress moved to %s", aside)
+        elif not resume and (self.run_dir / CONFIG_FILE).exists():
+            raise EmbodiedError(
+                f"{self.run_dir} already holds a run; continue it with: embodied train --resume {self.run_dir}"
+            )
         self.device = registry.resolve_device(cfg.device)
         if cfg.trainer.torch_threads > 0:
             torch.set_num_threads(cfg.trainer.torch_threads)
@@ -123,11 +203,23 @@ class Trainer:
         self.state = TrainState()
         self.obs: ObsDict = self.env.reset(seed=cfg.seed)
         self.stats = EpisodeStats(cfg.num_envs, self.device)
-        if resume:
-            self._restore()
-        else:
-            write_config(self.run_dir, cfg)
-        self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard)
+        self._saved_steps: int | None = None
+        try:
+            if resume:
+                self._restore()
+                self._saved_steps = self.state.env_steps
+            write_config(self.run_dir, cfg, allow)  # on resume: records a changed training budget
+            # A resume cuts metrics.jsonl back to the rows its checkpoint had seen (checkpoints
+            # from before that count was saved: to the rows up to its env step).
+            rows = self.state.metrics_rows if resume else 0
+            self.logger = MetricsLogger(
+                self.run_dir,
+                tensorboard=cfg.trainer.tensorboard,
+                keep_rows=rows if rows >= 0 else None,
+                keep_up_to_env_steps=self.state.env_steps if rows < 0 else None,
+            )
+        except OSError as err:
+            raise self._disk_error(err) from None
 
     # ----------------------------------------------------------------- checkpoints
     def checkpoint_state(self) -> dict[str, Any]:
@@ -136,7 +228,7 @@ class Trainer:
             "algo": self.algo.state_dict(),
             "env": self.env.state_dict(),
             "obs": {k: v.clone() for k, v in self.obs.items()},
-            "stats": {"ep_return": self.stats.ep_return, "ep_length": self.stats.ep_length},
+            "stats": self.stats.state_dict(),
             "trainer": {
                 "env_steps": s.env_steps,
                 "updates": s.updates,
@@ -145,6 +237,7 @@ class Trainer:
                 "evals": s.evals,
                 "time_to_target_s": s.time_to_target_s,
                 "env_steps_to_target": s.env_steps_to_target,
+                "metrics_rows": self.logger.rows,
             },
             "rng": {
                 "torch": torch.get_rng_state(),
@@ -154,11 +247,13 @@ class Trainer:
         }
 
     def save(self) -> Path:
-        return save_checkpoint(self.run_dir, self.checkpoint_state())
+        path = save_checkpoint(self.run_dir, self.checkpoint_state())
+        self._saved_steps = self.state.env_steps
+        return path
 
     def _restore(self) -> None:
         ckpt = load_checkpoint(self.run_dir, map_location=self.device)
-        self.algo.load_state_dict(ckpt["algo"])
+        load_algo_state(self.algo, ckpt, self.run_dir)
         self.env.load_state_dict(ckpt["env"])
         self.obs = {k: v.to(self.device) for k, v in ckpt["obs"].items()}
         if not resumes_exactly(self.env):
@@ -166,8 +261,7 @@ class Trainer:
             # the checkpointed observation with a different physical state.
             log.warning("%s cannot restore its simulator state: resuming with fresh episodes", type(self.env).__name__)
             self.obs = self.env.reset(seed=self.cfg.seed + ckpt["trainer"]["env_steps"])
-        self.stats.ep_return.copy_(ckpt["stats"]["ep_return"])
-        self.stats.ep_length.copy_(ckpt["stats"]["ep_length"])
+        self.stats.load_state_dict(ckpt["stats"])
         t = ckpt["trainer"]
         self.state = TrainState(
             env_steps=t["env_steps"],
@@ -177,6 +271,7 @@ class Trainer:
             evals=list(t["evals"]),
             time_to_target_s=t["time_to_target_s"],
             env_steps_to_target=t["env_steps_to_target"],
+            metrics_rows=int(t.get("metrics_rows", -1)),
         )
         torch.set_rng_state(ckpt["rng"]["torch"].cpu())
         if torch.cuda.is_available() and ckpt["rng"]["cuda"]:
@@ -213,6 +308,8 @@ class Trainer:
             result.mean_return,
             result.mean_episode_length,
         )
+        if cfg.trainer.check_finite:
+            self._check_eval(result)
         target = cfg.trainer.success_target
         if target is not None and self.state.time_to_target_s is None and result.success_rate >= target:
             self.state.time_to_target_s = self.state.train_time_s
@@ -228,71 +325,16 @@ class Trainer:
     # ----------------------------------------------------------------- loop
     def train(self) -> TrainState:
         """Train until ``trainer.total_env_steps`` (or the success target is held)."""
-        tcfg, st = self.cfg.trainer, self.state
-        next_eval = (
-            (st.env_steps // tcfg.eval_every_env_steps + 1) * tcfg.eval_every_env_steps
-            if tcfg.eval_every_env_steps > 0
-            else None
-        )
-        progress = TrainProgress(tcfg.total_env_steps, enabled=tcfg.progress, start=st.env_steps)
-        last_saved_steps = st.env_steps
-        ended_early = False
         try:
-            with progress, deferred_stop() as stop:
-                tick = time.perf_counter()
-                while st.env_steps < tcfg.total_env_steps:
-                    if stop.signum is not None:
-                        self._save_and_stop(stop, time.perf_counter() - tick)
-                    self._env_step()
-                    if not self.algo.ready_to_update():
-                        continue
-                    metrics = self.algo.update()
-                    st.updates += 1
-                    if tcfg.check_finite:
-                        bad = [k for k, v in metrics.items() if not math.isfinite(v)]
-                        if bad:
-                            raise NonFiniteError(
-                                f"non-finite {', '.join(bad)} in update {st.updates} after {st.env_steps} env steps"
-                            )
-                    now = time.perf_counter()
-                    st.train_time_s += now - tick
-                    if st.updates % tcfg.log_every_updates == 0:
-                        row = {f"algo/{k}": v for k, v in metrics.items()} | self.stats.pop()
-                        row |= {
-                            "perf/sps": st.env_steps / max(st.train_time_s, 1e-9),
-                            "perf/train_time_s": st.train_time_s,
-                        }
-                        self.logger.log(st.env_steps, row)
-                        progress.update(st.env_steps, row)
-                    if next_eval is not None and st.env_steps >= next_eval:
-                        next_eval += tcfg.eval_every_env_steps
-                        result = self.run_eval()
-                        progress.update(st.env_steps, {"eval/success_rate": result.success_rate})
-                        if self._target_held():
-                            ended_early = True
-                    if st.updates % tcfg.checkpoint_every_updates == 0 or ended_early:
-                        self.save()
-                        last_saved_steps = st.env_steps
-                    if ended_early:
-                        log.info(
-                            "success target %.2f held on two consecutive evaluations: stopping", tcfg.success_target
-                        )
-                        break
-                    tick = time.perf_counter()
-            if (
-                not ended_early
-                and tcfg.eval_episodes > 0
-                and (not st.evals or st.evals[-1]["eval/env_steps"] != st.env_steps)
-            ):
-                self.run_eval()
-            if st.env_steps != last_saved_steps or not (self.run_dir / "ckpt" / "latest.pt").exists():
-                self.save()
+            self._train()
         except NonFiniteError as err:
-            saved = self.run_dir / "ckpt" / "latest.pt"
-            keep = f"; last good checkpoint kept: {saved}" if saved.exists() else "; no checkpoint was written yet"
-            raise NonFiniteError(f"{err}{keep}") from err
+            raise NonFiniteError(f"{err}; {self._kept()}") from err
+        except OSError as err:
+            raise self._disk_error(err) from None
         finally:
             self.logger.close()
+            self.lock.release()
+        st = self.state
         summary = {
             "summary/env_steps": st.env_steps,
             "summary/train_time_s": st.train_time_s,
@@ -301,10 +343,126 @@ class Trainer:
         log.info("done: %s", ", ".join(f"{k.split('/')[1]}={v:.4g}" for k, v in summary.items()))
         return st
 
+    def _train(self) -> None:
+        tcfg, st = self.cfg.trainer, self.state
+        next_eval = (
+            (st.env_steps // tcfg.eval_every_env_steps + 1) * tcfg.eval_every_env_steps
+            if tcfg.eval_every_env_steps > 0
+            else None
+        )
+        progress = TrainProgress(tcfg.total_env_steps, enabled=tcfg.progress, start=st.env_steps)
+        ended_early = False
+        with progress, deferred_stop() as stop:
+            tick = time.perf_counter()
+            while st.env_steps < tcfg.total_env_steps:
+                if stop.signum is not None:
+                    self._save_and_stop(stop, time.perf_counter() - tick)
+                self._env_step()
+                if not self.algo.ready_to_update():
+                    continue
+                metrics = self.algo.update()
+                st.updates += 1
+                if tcfg.check_finite:
+                    bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+                    if bad:
+                        raise NonFiniteError(
+                            f"non-finite {', '.join(bad)} in update {st.updates} after {st.env_steps} env steps"
+                        )
+                now = time.perf_counter()
+                st.train_time_s += now - tick
+                if st.updates % tcfg.log_every_updates == 0:
+                    row = {f"algo/{k}": v for k, v in metrics.items()} | self.stats.pop()
+                    row |= {
+                        "perf/sps": st.env_steps / max(st.train_time_s, 1e-9),
+                        "perf/train_time_s": st.train_time_s,
+                    }
+                    self.logger.log(st.env_steps, row)
+                    progress.update(st.env_steps, row)
+                    if tcfg.check_finite:
+                        self._check_episodes(row)
+                if next_eval is not None and st.env_steps >= next_eval:
+                    next_eval += tcfg.eval_every_env_steps
+                    result = self.run_eval()
+                    progress.update(st.env_steps, {"eval/success_rate": result.success_rate})
+                    if self._target_held():
+                        ended_early = True
+                if st.updates % tcfg.checkpoint_every_updates == 0 or ended_early:
+                    self.save()
+                if ended_early:
+                    log.info("success target %.2f held on two consecutive evaluations: stopping", tcfg.success_target)
+                    break
+                tick = time.perf_counter()
+            # Still inside the deferred region: the last step is saved before the final
+            # evaluation, so a stop during that evaluation loses only the evaluation (a resume
+            # runs it again); a stop during a save is honoured right after it.
+            if st.env_steps != self._saved_steps or not (self.run_dir / CHECKPOINT_FILE).exists():
+                self.save()
+            if stop.signum is None and not ended_early and tcfg.eval_episodes > 0 and not self._evaluated_here():
+                try:
+                    self.run_eval()
+                except KeyboardInterrupt:
+                    log.warning("final evaluation interrupted: checkpoint of %d env steps kept", st.env_steps)
+                    raise
+                self.save()
+            if stop.signum is not None:
+                log.warning(
+                    "checkpoint at %d env steps kept (continue with: embodied train --resume %s)",
+                    st.env_steps,
+                    self.run_dir,
+                )
+                stop.raise_now()
+
+    def _evaluated_here(self) -> bool:
+        evals = self.state.evals
+        return bool(evals) and evals[-1]["eval/env_steps"] == self.state.env_steps
+
+    def _check_episodes(self, row: dict[str, float]) -> None:
+        """Stop a run whose episodes all end at step 1 or whose returns are not finite."""
+        st = self.state
+        ret = row.get("train/return")
+        if ret is not None and not math.isfinite(ret):
+            raise NonFiniteError(f"non-finite episode return {ret} after {st.env_steps} env steps")
+        stats = self.stats
+        if (
+            not stats.longer_than_one_step
+            and stats.episodes_seen >= DEGENERATE_MIN_EPISODES_PER_ENV * self.cfg.num_envs
+        ):
+            raise DegenerateRunError(
+                f"every one of the {stats.episodes_seen} episodes so far ended at its first step (after "
+                f"{st.env_steps} env steps): the simulation diverges at once; check the env.* values in "
+                f"{self.run_dir / CONFIG_FILE} (physical parameters, disturbances, limits)"
+            )
+
+    def _check_eval(self, result: EvalResult) -> None:
+        where = f"evaluation at {self.state.env_steps} env steps"
+        if not (math.isfinite(result.mean_return) and math.isfinite(result.std_return)):
+            raise NonFiniteError(f"non-finite mean return {result.mean_return} in the {where}")
+        if result.mean_episode_length <= 1.0:
+            raise DegenerateRunError(
+                f"every episode of the {where} ended at its first step: the simulation diverges at once; "
+                f"check the env.* values in {self.run_dir / CONFIG_FILE}"
+            )
+
+    def _kept(self) -> str:
+        if self._saved_steps is not None and (self.run_dir / CHECKPOINT_FILE).exists():
+            return (
+                f"last good checkpoint kept: {self.run_dir / CHECKPOINT_FILE} ({self._saved_steps} env steps) "
+                f"with the {METRICS_FILE} rows up to it (continue with: embodied train --resume {self.run_dir})"
+            )
+        return "no checkpoint was written yet"
+
+    def _disk_error(self, err: OSError) -> EmbodiedError:
+        """One line for a failed write (a full disk, a read-only folder) naming the file and what was kept."""
+        what = err.strerror or str(err)
+        where = err.filename or self.run_dir
+        return EmbodiedError(f"cannot write {where}: {what}; {self._kept()}")
+
     def _save_and_stop(self, stop: StopRequest, unbooked_train_s: float) -> None:
         """Checkpoint between two loop iterations (the state is whole there), then raise the stop."""
         self.state.train_time_s += unbooked_train_s
-        saved = self.save()
+        saved = self.run_dir / CHECKPOINT_FILE
+        if self._saved_steps != self.state.env_steps or not saved.exists():
+            saved = self.save()
         log.warning(
             "checkpoint at %d env steps: %s (continue with: embodied train --resume %s)",
             self.state.env_steps,

@@ -97,3 +97,85 @@ def test_unknown_task_algo_device_list_choices() -> None:
             registry.resolve_device("cuda")
     with pytest.raises(ConfigError, match="unknown device 'tpu'"):
         registry.resolve_device("tpu")
+
+
+ABSURD = [
+    ("env.sim.params.inertia_kgm2=[.nan, 1.66e-5, 2.93e-5]", r"'env\.sim\.params\.inertia_kgm2\[0\]' must be a finite"),
+    ("env.sim.params.thrust_coef_n_per_rpm2=.inf", r"'env\.sim\.params\.thrust_coef_n_per_rpm2' must be a finite"),
+    ("env.sim.params.arm_length_m=inf", r"'env\.sim\.params\.arm_length_m' must be a finite"),
+    ("env.sim.params.max_rpm=.inf", r"'env\.sim\.params\.max_rpm' must be a finite"),
+    ("env.disturbance_force_std_n=1e30", r"'env\.disturbance_force_std_n' must be in"),
+    ("env.sim.substeps=1e12", r"'env\.sim\.substeps' must be in \[1, 1000\]"),
+    ("trainer.eval_episodes=1e12", r"'trainer\.eval_episodes' must be in"),
+    ("num_envs=1e12", r"'num_envs' must be in"),
+    ("env.reward_constant=1e39", r"'env\.reward_constant' must be in"),
+    ("seed=1e23", r"'seed' must be in"),
+    ("device=cpu:abc", r"'device' must be cpu, cuda or cuda:N"),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), ABSURD)
+def test_absurd_values_are_refused_naming_key_and_source(override: str, message: str) -> None:
+    from embodied.experiment import resolve_experiment
+
+    with pytest.raises(ConfigError, match=r"^command line: .*" + message):
+        resolve_experiment("quad-hover", overrides=[override])
+
+
+def test_range_errors_name_the_file_they_came_from(tmp_path: Path) -> None:
+    from embodied.experiment import resolve_experiment
+
+    path = tmp_path / "my.yaml"
+    path.write_text("env:\n  sim:\n    params:\n      mass_kg: -1.0\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: quadrotor params: mass_kg must be > 0"):
+        resolve_experiment("quad-hover", config_file=path)
+    path.write_text("trainer:\n  eval_episodes: .nan\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: key 'trainer.eval_episodes' expects int"):
+        resolve_experiment("quad-hover", config_file=path)
+
+
+def test_a_lifted_bound_accepts_more_but_never_nan(tmp_path: Path) -> None:
+    from embodied.experiment import resolve_experiment
+
+    key = "env.sim.substeps"
+    with pytest.raises(ConfigError, match=f"add --i-know-what-im-doing {key}"):
+        resolve_experiment("quad-hover", overrides=[f"{key}=2000"])
+    assert resolve_experiment("quad-hover", overrides=[f"{key}=2000"], allow=[key]).env.sim.substeps == 2000
+    with pytest.raises(ConfigError, match="seed"):  # not liftable: every RNG must take it
+        resolve_experiment("quad-hover", overrides=["seed=5000000000"], allow=["seed"])
+    with pytest.raises(ConfigError, match="finite"):
+        resolve_experiment("quad-hover", overrides=["env.pos_weight=.nan"], allow=["env.pos_weight"])
+
+
+def test_infinity_only_where_the_default_is_infinite() -> None:
+    from embodied.config import check_number
+
+    check_number("algo.obs_clip", float("inf"), float("inf"), "command line")
+    with pytest.raises(ConfigError, match=r"'algo\.obs_clip' must be a finite number, got nan"):
+        check_number("algo.obs_clip", float("nan"), float("inf"), "command line")
+    with pytest.raises(ConfigError, match="must be a finite number, got inf"):
+        check_number("algo.lr", float("inf"), 1e-3, "command line")
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    from embodied.config import load_yaml
+
+    path = tmp_path / "my.yaml"
+    path.write_bytes("# caf\xe9\nnum_envs: 16\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=rf"^{path}: not UTF-8 text \(byte 0xe9 at offset 5\)"):
+        load_yaml(path)
+
+
+def test_a_truncated_saved_config_is_refused(tmp_path: Path) -> None:
+    import yaml
+
+    from embodied.config import to_plain
+    from embodied.experiment import load_experiment, resolve_experiment
+
+    text = yaml.safe_dump(to_plain(resolve_experiment("quad-hover")), sort_keys=False)
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    load_experiment(path)
+    path.write_text(text[: text.index("trainer:")])
+    with pytest.raises(ConfigError, match=r"missing key\(s\) trainer: the file is truncated or damaged"):
+        load_experiment(path)

@@ -108,12 +108,100 @@ def test_gymnasium_run_resumes_with_fresh_episodes(tmp_path: Path) -> None:
 
 def test_read_metrics_skips_only_a_torn_last_line(tmp_path: Path) -> None:
     """A run killed mid-write leaves a partial last line: the rows before it are still read;
-    a bad line elsewhere is corruption and raises."""
+    a bad line elsewhere is corruption and raises naming the file and line."""
+    from embodied.errors import EmbodiedError
     from embodied.run import METRICS_FILE, read_metrics
 
     path = tmp_path / METRICS_FILE
-    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "eval/succ')
-    assert [row["step"] for row in read_metrics(tmp_path)] == [1, 2]
-    path.write_text('{"step": 1}\n{"step": 2\n{"step": 3}\n')
-    with pytest.raises(json.JSONDecodeError):
+    path.write_text('{"env_steps": 1}\n{"env_steps": 2}\n{"env_steps": 3, "eval/succ')
+    assert [row["env_steps"] for row in read_metrics(tmp_path)] == [1, 2]
+    path.write_text('{"env_steps": 1}\n{"env_steps": 2\n{"env_steps": 3}\n')
+    with pytest.raises(EmbodiedError, match=r"metrics.jsonl: line 2 is not a JSON row"):
         read_metrics(tmp_path)
+
+
+def _comparable(rows: list[dict]) -> list[dict]:
+    """Metrics rows without wall-clock entries (which differ between any two runs)."""
+    return [
+        {k: v for k, v in r.items() if k != "time" and not k.startswith("perf/") and "time_s" not in k} for r in rows
+    ]
+
+
+def test_resume_after_a_mid_rollout_stop_logs_the_rows_of_an_uninterrupted_run(tmp_path: Path) -> None:
+    from embodied.run import read_metrics
+
+    straight = Trainer(_tiny_cfg(4 * 64), tmp_path / "straight")
+    straight.train()
+    first = Trainer(_tiny_cfg(2 * 64 + 24), tmp_path / "split")  # ends 24 env steps into a rollout
+    first.train()
+    # As if killed after logging a row its checkpoint never saw: the resume must drop it.
+    with (tmp_path / "split" / "metrics.jsonl").open("a") as fh:
+        fh.write(json.dumps({"env_steps": 192, "time": 0.0, "algo/loss": 1.0}) + "\n" + '{"env_steps": 25')
+    Trainer(_tiny_cfg(4 * 64), tmp_path / "split", resume=True).train()
+    assert _comparable(read_metrics(tmp_path / "split")) == _comparable(read_metrics(tmp_path / "straight"))
+
+
+def test_a_stop_during_the_final_evaluation_keeps_the_last_step(tmp_path: Path) -> None:
+    from embodied.run import read_metrics
+
+    cfg = replace_trainer(_tiny_cfg(2 * 64), eval_episodes=8, checkpoint_every_updates=1000)
+    straight = Trainer(cfg, tmp_path / "straight")
+    straight.train()
+    trainer = Trainer(cfg, tmp_path / "stopped")
+
+    def interrupted_eval() -> None:
+        raise KeyboardInterrupt  # a second Ctrl-C in the middle of the final evaluation
+
+    trainer.run_eval = interrupted_eval  # type: ignore[method-assign,assignment]
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert load_checkpoint(tmp_path / "stopped")["trainer"]["env_steps"] == 2 * 64
+    resumed = Trainer(cfg, tmp_path / "stopped", resume=True)
+    assert resumed.train().evals, "the resume runs the evaluation that was cut short"
+    assert _comparable(read_metrics(tmp_path / "stopped")) == _comparable(read_metrics(tmp_path / "straight"))
+
+
+def test_a_signal_during_a_checkpoint_write_is_honoured_after_it(tmp_path: Path) -> None:
+    import signal
+
+    from embodied.stop import Terminated
+
+    trainer = Trainer(_tiny_cfg(8 * 64), tmp_path / "run")
+    real_save = trainer.save
+
+    def save_hit_by_sigterm() -> Path:
+        signal.raise_signal(signal.SIGTERM)  # arrives while the checkpoint is being written
+        return real_save()
+
+    trainer.save = save_hit_by_sigterm  # type: ignore[method-assign]
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with pytest.raises(Terminated):
+            trainer.train()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert load_checkpoint(tmp_path / "run")["trainer"]["env_steps"] == 64
+
+
+def test_a_run_whose_episodes_all_end_at_step_one_stops(tmp_path: Path) -> None:
+    from embodied.experiment import resolve_experiment
+    from embodied.trainer import DegenerateRunError
+
+    cfg = resolve_experiment(
+        "quad-hover", overrides=["algo.num_steps_per_env=8", "env.disturbance_force_std_n=1e6"], num_envs=8
+    )
+    cfg = replace_trainer(cfg, total_env_steps=10 * 64, eval_episodes=0, progress=False, tensorboard=False)
+    with pytest.raises(DegenerateRunError, match="ended at its first step"):
+        Trainer(cfg, tmp_path / "run").train()
+
+
+def test_a_second_trainer_on_a_held_run_dir_is_refused(tmp_path: Path) -> None:
+    from embodied.errors import EmbodiedError
+    from embodied.run_lock import RunLockedError
+
+    first = Trainer(_tiny_cfg(64), tmp_path / "run")
+    with pytest.raises(RunLockedError, match="in use by another process"):
+        Trainer(_tiny_cfg(64), tmp_path / "run", resume=True)
+    first.train()
+    with pytest.raises(EmbodiedError, match="already holds a run"):
+        Trainer(_tiny_cfg(64), tmp_path / "run")

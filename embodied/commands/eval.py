@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from embodied.config import device_flag, int_in_range
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -17,10 +19,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "controller in the loop.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a folder printed by `embodied train`")
-    p.add_argument("--episodes", type=int, default=1000, help="number of episodes (default: 1000)")
-    p.add_argument("--seed", type=int, default=12345, help="evaluation seed (default: 12345)")
+    p.add_argument(
+        "--episodes", type=int_in_range(1, 1_000_000), default=1000, help="number of episodes (default: 1000)"
+    )
+    p.add_argument("--seed", type=int_in_range(0, 2**31 - 1), default=12345, help="evaluation seed (default: 12345)")
     p.add_argument("--policy", default="torch", help="torch (default), onnx or c (firmware software-in-the-loop)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--device", type=device_flag, default="cpu", help="cpu or cuda")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=run)
 

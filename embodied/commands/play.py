@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from embodied.config import int_in_range
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -17,8 +19,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a folder printed by `embodied train`")
     p.add_argument("--video", type=Path, default=None, help="output video (default: RUN_DIR/videos/play_s<seed>.mp4)")
     p.add_argument("--plot", type=Path, default=None, help="output trajectory PNG (default: next to the video)")
-    p.add_argument("--seed", type=int, default=0, help="initial-state seed (default: 0)")
-    p.add_argument("--fps", type=int, default=50, help="video frames per second (default: 50; the sim runs at 100 Hz)")
+    p.add_argument("--seed", type=int_in_range(0, 2**31 - 1), default=0, help="initial-state seed (default: 0)")
+    p.add_argument(
+        "--fps",
+        type=int_in_range(1, 1000),
+        default=50,
+        help="video frames per second (default: 50; the sim runs at 100 Hz)",
+    )
     p.set_defaults(func=run)
 
 

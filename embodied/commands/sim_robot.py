@@ -27,7 +27,6 @@ applied after arming (spurious motors-off), state->command round trip.
 """
 
 
-
 def held_setpoint(robot_params: dict[str, Any], env_cfg: object) -> dict[str, Any]:
     """Task overrides that fix the setpoint to the robot config's ``setpoint_w`` /
     ``setpoint_yaw_rad`` parameters, for the task fields of the same names (``{}`` if none)."""
@@ -40,6 +39,7 @@ def held_setpoint(robot_params: dict[str, Any], env_cfg: object) -> dict[str, An
         if "setpoint_yaw_range_rad" in fields:
             held["setpoint_yaw_range_rad"] = 0.0
     return held
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, device_flag, int_in_range
 from embodied.experiment import ExperimentCfg
 
 log = logging.getLogger("embodied.train")
@@ -20,10 +20,16 @@ EXAMPLES = """examples:
   embodied train --resume runs/quad_hover/20261129-101500_ppo_s0 trainer.total_env_steps=4e6
   embodied train quad-hover --seeds 0,1,2           # a sweep with a mean +- std curve
   embodied train quad-hover --preset robust         # with the reality-gap models randomized
+  embodied train quad-hover env.sim.substeps=2000 --i-know-what-im-doing env.sim.substeps
 
 overrides are key=value with the keys of the saved config.yaml: seed, num_envs, device,
 env.<field>, algo.<field>, trainer.<field> (values parsed as YAML). Use --print-config to see
-every key, its resolved value and what it means."""
+every key, its resolved value and what it means. Every number is checked for finiteness and a
+sane range; a limit that only guards against hangs or huge allocations can be lifted per key
+with --i-know-what-im-doing KEY. On --resume only trainer.* overrides are accepted (and
+--no-progress, --print-config, --i-know-what-im-doing): other flags would change the run.
+Exit codes: 0 done, 2 bad input (one line naming the key, file or flag), 130 Ctrl-C, 143
+SIGTERM (both after writing a checkpoint; continue with --resume)."""
 
 
 def preset_file(task_name: str, algo_name: str, preset: str) -> Path:
@@ -83,11 +89,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("task", nargs="?", help="task name (see `embodied list`), e.g. quad-hover or gym:Pendulum-v1")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. algo.learning_rate=3e-4")
-    p.add_argument("--algo", default="ppo", help="algorithm (see `embodied list`; default: ppo)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: from config, 0)")
+    p.add_argument("--algo", default=None, help="algorithm (see `embodied list`; default: ppo)")
+    p.add_argument(
+        "--seed", type=int_in_range(0, 2**31 - 1), default=None, help="random seed (default: from config, 0)"
+    )
     p.add_argument("--seeds", default=None, help="comma-separated seeds: run each, then aggregate (e.g. 0,1,2)")
-    p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cpu)")
-    p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: from config)")
+    p.add_argument("--device", type=device_flag, default=None, help="cpu or cuda[:N] (default: cpu)")
+    p.add_argument(
+        "--num-envs", type=int_in_range(1, 2**31), default=None, help="parallel environments (default: from config)"
+    )
     p.add_argument("--config", type=Path, default=None, help="YAML file with overrides (same keys as config.yaml)")
     p.add_argument(
         "--preset",
@@ -102,9 +112,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="exact run directory to create (default: runs/<task>/<stamp>_<algo>_s<seed>)",
     )
-    p.add_argument(
-        "--runs-root", type=Path, default=Path("runs"), help="root folder for new run directories (default: runs)"
-    )
+    p.add_argument("--runs-root", type=Path, default=None, help="root folder for new run directories (default: runs)")
     p.add_argument(
         "--resume",
         type=Path,
@@ -116,13 +124,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--print-config", action="store_true", help="print every resolved key, value and its help, then exit"
     )
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument(
+        "--i-know-what-im-doing",
+        dest="allow",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="lift the upper range limit of config KEY (repeatable), e.g. for num_envs above 262144",
+    )
     p.set_defaults(func=run)
 
 
+RESUME_FIXED_FLAGS: tuple[tuple[str, str], ...] = (
+    ("algo", "--algo"),
+    ("seed", "--seed"),
+    ("seeds", "--seeds"),
+    ("device", "--device"),
+    ("num_envs", "--num-envs"),
+    ("config", "--config"),
+    ("run_dir", "--run-dir"),
+    ("runs_root", "--runs-root"),
+    ("preset", "--preset"),
+)
+"""Flags that would change what a resumed run is: ``--resume`` rejects them (the saved
+``config.yaml`` fixes these)."""
+
+
 def run(args: argparse.Namespace) -> int:
-    from embodied.config import describe
-    from embodied.experiment import resolve_experiment
-    from embodied.run import CONFIG_FILE, new_run_dir
+    from embodied.experiment import check_allow_keys, resolve_experiment
+    from embodied.run import CONFIG_FILE, make_run_dir, new_run_dir
 
     overrides = list(args.overrides)
     if args.resume is not None:
@@ -130,38 +160,50 @@ def run(args: argparse.Namespace) -> int:
             overrides.insert(0, args.task)
         elif args.task is not None:
             raise ConfigError("--resume takes the run directory; do not also give a task name")
-        return _resume(args.resume, overrides, args.no_progress)
+        given = [flag for dest, flag in RESUME_FIXED_FLAGS if getattr(args, dest, None) is not None]
+        if given:
+            raise ConfigError(
+                f"command line: --resume cannot honour {', '.join(given)}: a resumed run keeps the values in "
+                f"{args.resume / CONFIG_FILE}; start a new run to change them"
+            )
+        return _resume(args.resume, overrides, args.no_progress, args.print_config, args.allow)
     if args.task is None:
         raise ConfigError("missing TASK (e.g. `embodied train quad-hover`); `embodied list` shows the tasks")
     seeds = _parse_seeds(args.seeds) if args.seeds else [args.seed]
+    algo = args.algo or "ppo"
     config_file = args.config
     with tempfile.TemporaryDirectory() as tmp:
         if args.preset is not None:
-            preset = preset_file(args.task, args.algo, args.preset)
+            preset = preset_file(args.task, algo, args.preset)
             config_file = preset if args.config is None else _merged_yaml(preset, args.config, Path(tmp))
         cfgs = [
             resolve_experiment(
-                args.task, args.algo, config_file, overrides, seed=seed, device=args.device, num_envs=args.num_envs
+                args.task,
+                algo,
+                config_file,
+                overrides,
+                seed=seed,
+                device=args.device,
+                num_envs=args.num_envs,
+                allow=args.allow,
             )
             for seed in seeds
         ]
+    check_allow_keys(cfgs[0], args.allow)
     if args.no_progress:
         cfgs = [_no_progress(c) for c in cfgs]
     if args.print_config:
-        for key, value, doc in describe(cfgs[0]):
-            print(f"{key} = {value}" + (f"    # {doc}" if doc else ""))
+        _print_config(cfgs[0])
         return 0
     run_dirs: list[Path] = []
     for cfg in cfgs:
         if args.run_dir is not None and len(cfgs) == 1:
-            run_dir = args.run_dir
-            if (run_dir / CONFIG_FILE).exists():
-                raise ConfigError(f"--run-dir {run_dir} already holds a run; use --resume {run_dir} to continue it")
-            run_dir.mkdir(parents=True, exist_ok=True)
+            # The trainer checks, under the run directory's lock, that no run is there yet.
+            run_dir = make_run_dir(args.run_dir)
         else:
-            root = args.run_dir if args.run_dir is not None else args.runs_root
+            root = args.run_dir if args.run_dir is not None else (args.runs_root or Path("runs"))
             run_dir = new_run_dir(root, cfg)
-        _train_one(cfg, run_dir, resume=False)
+        _train_one(cfg, run_dir, resume=False, allow=args.allow)
         run_dirs.append(run_dir)
     if len(run_dirs) > 1:
         from embodied.sweep import aggregate
@@ -175,32 +217,50 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resume(run_dir: Path, overrides: list[str], no_progress: bool) -> int:
+def _resume(run_dir: Path, overrides: list[str], no_progress: bool, print_config: bool, allow: list[str]) -> int:
     from embodied.config import apply_overrides, parse_dotted
-    from embodied.experiment import load_experiment
+    from embodied.errors import EmbodiedError
+    from embodied.experiment import check_allow_keys, load_experiment, saved_allow
     from embodied.run import CONFIG_FILE
 
-    cfg = load_experiment(run_dir / CONFIG_FILE)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise EmbodiedError(
+            f"--resume {run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
+        )
+    allow = [*saved_allow(run_dir / CONFIG_FILE), *allow]
+    cfg = load_experiment(run_dir / CONFIG_FILE, allow=allow)
+    check_allow_keys(cfg, allow)
     if overrides:
         # Only the training budget may change on resume; anything else would not be "the same run".
         extra = parse_dotted(overrides)
         if set(extra) - {"trainer"}:
-            raise ConfigError("on --resume only trainer.* keys may be overridden (e.g. trainer.total_env_steps=4e6)")
-        cfg = apply_overrides(cfg, extra, "command line")
+            bad = ", ".join(sorted(str(k) for k in set(extra) - {"trainer"}))
+            raise ConfigError(
+                f"command line: --resume cannot honour overrides of {bad}: only trainer.* keys may change "
+                "(e.g. trainer.total_env_steps=4e6)"
+            )
+        cfg = apply_overrides(cfg, extra, "command line", allow=allow)
     if no_progress:
         cfg = _no_progress(cfg)
-    _train_one(cfg, run_dir, resume=True)
+    if print_config:
+        _print_config(cfg)
+        return 0
+    _train_one(cfg, run_dir, resume=True, allow=allow)
     print(run_dir)
     return 0
 
 
-def _train_one(cfg: ExperimentCfg, run_dir: Path, resume: bool) -> None:
-    from embodied.run import write_config
+def _print_config(cfg: ExperimentCfg) -> None:
+    from embodied.config import describe
+
+    for key, value, doc in describe(cfg):
+        print(f"{key} = {value}" + (f"    # {doc}" if doc else ""))
+
+
+def _train_one(cfg: ExperimentCfg, run_dir: Path, resume: bool, allow: list[str]) -> None:
     from embodied.trainer import Trainer
 
-    trainer = Trainer(cfg, run_dir, resume=resume)
-    if resume:
-        write_config(run_dir, cfg)  # records a changed training budget
+    trainer = Trainer(cfg, run_dir, resume=resume, allow=sorted(set(allow)))
     state = trainer.train()
     print(
         f"env steps: {state.env_steps}  training time: {state.train_time_s:.2f} s  eval time: {state.eval_time_s:.2f} s"

@@ -49,7 +49,8 @@ class OnnxExport:
     num_checked: int
 
 
-def _graph(arrays: MlpArrays) -> Any:
+def build_graph(arrays: MlpArrays) -> Any:
+    """The checked ONNX ``ModelProto`` (no metadata yet) computing the policy in ``arrays``."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -161,7 +162,7 @@ def export_onnx(
             f"{io_spec.obs_dim} -> {io_spec.action_dim}"
         )
     sha = weights_sha256(module)
-    model = _graph(arrays)
+    model = build_graph(arrays)
     helper.set_model_props(model, _metadata(io_spec, sha))
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
@@ -196,7 +197,12 @@ def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tenso
             f"{path} maps {policy_io.io_spec.obs_dim} -> {policy_io.io_spec.action_dim} but the env has "
             f"{obs_dim} -> {env.action_dim}"
         )
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime's InvalidProtobuf/Fail share no importable base class
+        raise EmbodiedError(
+            f"{path}: onnxruntime cannot load it ({' '.join(str(err).split())[:160]}); re-export"
+        ) from None
     check_model_hash(session.get_modelmeta().custom_metadata_map, policy_io, path)
     device = env.device
 

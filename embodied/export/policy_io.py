@@ -6,8 +6,6 @@ runtime); its names are re-exported here for the exporters.
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from embodied.policy_io import (
     POLICY_IO_VERSION,
     PolicyIO,
     check_model_hash,
+    graph_sha256,
     read_policy_io,
 )
 
@@ -40,23 +39,19 @@ __all__ = [
 
 
 def weights_sha256(module: nn.Module) -> str:
-    """Hex SHA-256 of an exported module's tensors (parameters and buffers) and float attributes.
+    """Hex SHA-256 of the ONNX graph an exported module becomes: every initializer (the weights,
+    biases, normalizer and clip constants) and every node (operator, wiring, attributes).
 
-    Canonical and independent of pickling: for each ``state_dict`` entry in sorted key order
-    the name, the shape and the float32 little-endian bytes are hashed, then ``obs_clip`` if
-    the module has one. Two modules with the same weights hash equally on every machine.
+    It is :func:`graph_sha256` of the graph :mod:`embodied.export.onnx` builds for ``module``,
+    so a deployment recomputes it from ``policy.onnx`` alone (:func:`onnx_file_sha256`, no
+    torch) and a zeroed or altered weight matrix no longer matches ``policy_io.json``. Metadata
+    (which holds the hash itself) is not hashed. Two modules with the same weights hash equally
+    on every machine.
     """
-    digest = hashlib.sha256()
-    state = module.state_dict()
-    for name in sorted(state):
-        tensor = state[name].detach().float().cpu().contiguous()
-        digest.update(name.encode())
-        digest.update(struct.pack(f"<{tensor.dim()}q", *tensor.shape))
-        digest.update(tensor.numpy().astype("<f4").tobytes())
-    clip = getattr(module, "obs_clip", None)
-    if clip is not None:
-        digest.update(struct.pack("<d", float(clip)))
-    return digest.hexdigest()
+    from embodied.export.layers import mlp_arrays
+    from embodied.export.onnx import build_graph
+
+    return graph_sha256(build_graph(mlp_arrays(module)).graph)
 
 
 def write_policy_io(

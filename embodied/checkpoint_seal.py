@@ -1,0 +1,54 @@
+"""A SHA-256 seal over every byte of a checkpoint file, kept inside the file's ZIP comment.
+
+``torch.save`` writes a ZIP archive, and ``torch.load`` checks neither the CRCs of its members
+nor its headers: a flipped bit in ``latest.pt`` loads silently as a different weight. The
+seal hashes the whole archive (tensor data, pickled structure, headers) and is stored as the
+archive comment (ZIP's end-of-central-directory record allows one), so a sealed file is still
+an ordinary ZIP that plain ``torch.load`` reads, and any change to any byte is detected.
+
+Layout: ``<zip bytes with comment length = L>`` + ``b"embodied-sha256:" + 64 hex digits``
+(L = 80 bytes); the hash covers everything before the comment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+from embodied.errors import EmbodiedError
+
+MAGIC = b"embodied-sha256:"
+_COMMENT_LEN = len(MAGIC) + 64
+_EOCD = b"PK\x05\x06"
+_EOCD_SIZE = 22  # end-of-central-directory record without its comment
+
+
+class SealError(EmbodiedError):
+    """The file is not sealed, or its contents do not match its seal."""
+
+
+def seal(archive: bytes) -> bytes:
+    """``archive`` (a ZIP without a comment, as ``torch.save`` writes) with the seal appended."""
+    if len(archive) < _EOCD_SIZE or archive[-_EOCD_SIZE : -_EOCD_SIZE + 4] != _EOCD or archive[-2:] != b"\0\0":
+        raise ValueError("expected a ZIP archive ending in an end-of-central-directory record without comment")
+    body = archive[:-2] + struct.pack("<H", _COMMENT_LEN)
+    return body + MAGIC + hashlib.sha256(body).hexdigest().encode()
+
+
+def unseal(data: bytes, name: str) -> bytes:
+    """Verify ``data``'s seal; return it unchanged. Raise :class:`SealError` naming ``name``."""
+    if len(data) < _EOCD_SIZE + _COMMENT_LEN or data[-_COMMENT_LEN:-64] != MAGIC:
+        raise SealError(
+            f"{name}: no integrity seal at its end: truncated, damaged, or not a sealed embodied checkpoint (older versions wrote none)"
+        )
+    body, stored = data[:-_COMMENT_LEN], data[-64:]
+    eocd = body[-_EOCD_SIZE:]
+    if eocd[:4] != _EOCD or eocd[-2:] != struct.pack("<H", _COMMENT_LEN):
+        raise SealError(f"{name}: damaged ZIP end record before its seal; the file is corrupt")
+    actual = hashlib.sha256(body).hexdigest().encode()
+    if actual != stored:
+        raise SealError(
+            f"{name}: checksum mismatch (sealed {stored[:12].decode('ascii', 'replace')}, "
+            f"contents {actual[:12].decode()}): the file is corrupt"
+        )
+    return data
