@@ -233,11 +233,8 @@ class PolicyNode:
             problem = problem or self._check_inputs(now_s)
             answered = self._answered_arrival
             self._answered_arrival = None
-            answered_stamp = (
-                self.gates[self._stamped_input].latest.stamp_ns
-                if self._stamped_input is not None and self._stamped_input in latest
-                else None
-            )
+            stamped = self.gates[self._stamped_input].latest if self._stamped_input is not None else None
+            answered_stamp = stamped.stamp_ns if stamped is not None else None
         action: np.ndarray | None = None
         if problem is None:
             problem, action = self._policy(latest)

@@ -23,6 +23,13 @@ def _quiet_task_cfg(task_cfg: Any) -> Any:
     return dataclasses.replace(task_cfg, **{k: v for k, v in quiet.items() if k in names})
 
 
+def _takes_yaw(env: Any) -> bool:
+    """Whether the task's ``set_physical_state`` sets the setpoint yaw (the heading frame)."""
+    import inspect
+
+    return "yaw_sp_rad" in inspect.signature(env.set_physical_state).parameters
+
+
 def _torch_trajectories(
     run_dir: Path, policy: ArrayPolicy, starts: InitialStates, steps: int, initial_action: float
 ) -> np.ndarray | None:
@@ -36,7 +43,8 @@ def _torch_trajectories(
 
     cfg = load_experiment(run_dir / CONFIG_FILE)
     k = starts.position_w.shape[0]
-    env = registry.make_env(cfg.task_name, _quiet_task_cfg(cfg.env), k, "cpu", 0)
+    # The quadrotor task's state setters are not part of the VecEnv contract: probed below.
+    env: Any = registry.make_env(cfg.task_name, _quiet_task_cfg(cfg.env), k, "cpu", 0)
     try:
         if not hasattr(env, "set_physical_state"):
             log.info("%s cannot be set to a given state: no torch trajectories in the plot", cfg.task_name)
@@ -50,6 +58,7 @@ def _torch_trajectories(
             ang_vel_b=torch.as_tensor(starts.ang_vel_b, dtype=f32),
             episode_step=0,
             action_hist=torch.full((k, env.action_hist.shape[1]), initial_action),
+            **({"yaw_sp_rad": torch.as_tensor(starts.yaw_sp_rad, dtype=f32)} if _takes_yaw(env) else {}),
         )
         setpoint = env.physical_state()["setpoint_w"].numpy()
         traj = np.full((k, steps + 1, 3), np.nan)

@@ -164,7 +164,7 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
     for knob, levels in options.sweep.items():
         for value in levels:
             t0 = time.perf_counter()
-            kwargs = {knob: round(value) if knob == "obs_delay_steps" else float(value)}
+            kwargs: dict[str, Any] = {knob: round(value) if knob == "obs_delay_steps" else float(value)}
             result = run_episodes(
                 policy,
                 spec,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 NODE_NAME = "embodied_policy"
@@ -65,7 +66,7 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
                 self._transport = RclpyTransport(node=self, spin=False)
                 self.policy = build_node(
                     self._transport,
-                    export_dir,
+                    Path(export_dir),
                     str(self._param("robot_config")),
                     params,
                     stamp_clock=self._ros_time_s,
