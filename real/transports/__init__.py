@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from embodied.config import unknown_choice_message
+from embodied.config import int_in_range, unknown_choice_message
 from embodied.errors import EmbodiedError
 
 
@@ -33,6 +33,11 @@ QOS_PROFILES: dict[str, QosProfile] = {
     # Latched state (e-stop, node state, ros_discovery_info): reliable, transient local, last one.
     "latched": QosProfile(reliable=True, depth=1, transient_local=True),
 }
+
+
+MAX_DOMAIN_ID = 232
+"""The largest DDS domain id: the RTPS well-known ports (7400 + 250 * domain + offset) must fit
+in 16 bits."""
 
 
 def qos_profile(name: str) -> QosProfile:
@@ -94,7 +99,12 @@ TRANSPORTS: dict[str, str] = {
 
 def add_middleware_arguments(parser: argparse.ArgumentParser) -> None:
     """``--domain-id``, ``--loopback`` and ``--param`` (shared by ``deploy`` and ``sim-robot``)."""
-    parser.add_argument("--domain-id", type=int, default=None, help="DDS domain (default: $ROS_DOMAIN_ID or 0)")
+    parser.add_argument(
+        "--domain-id",
+        type=int_in_range(0, MAX_DOMAIN_ID),
+        default=None,
+        help=f"DDS domain 0..{MAX_DOMAIN_ID} (default: $ROS_DOMAIN_ID or 0)",
+    )
     parser.add_argument("--loopback", action="store_true", help="pin Cyclone DDS to the loopback interface")
     parser.add_argument(
         "--ros-distro",

@@ -21,9 +21,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from embodied.errors import EmbodiedError
 from embodied.real import messages
 from embodied.real.messages import ARRAY, BASE, NAME
-from embodied.real.transports import MessageCallback, Publish, qos_profile, resolve_topic
+from embodied.real.transports import MAX_DOMAIN_ID, MessageCallback, Publish, qos_profile, resolve_topic
 from embodied.real.transports.discovery import DEFAULT_DISTRO, DISCOVERY_TOPIC, entities_info, participant_entities_info
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,10 @@ class DdsTransport:
         self._writer_guids: list[Any] = []
 
         if domain_id is None:
-            domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0"))
+            text = os.environ.get("ROS_DOMAIN_ID", "0").strip() or "0"
+            if not text.isdigit() or int(text) > MAX_DOMAIN_ID:
+                raise EmbodiedError(f"ROS_DOMAIN_ID={text!r}: expected an integer in [0, {MAX_DOMAIN_ID}]")
+            domain_id = int(text)
         self.domain_id = domain_id
         if loopback:
             with _DOMAINS_LOCK:
