@@ -22,7 +22,11 @@ from embodied.real.transports.memory import MemoryTransport
 
 @pytest.fixture
 def hover_env() -> object:
-    cfg = dataclasses.replace(registry.task_cfg("quad-hover"), obs_noise_std=(0.0, 0.0, 0.0, 0.0))
+    # The node holds the robot config's setpoint (heading 0): the task must not draw another one
+    # per episode (`embodied sim-robot` makes this override from the robot config).
+    cfg = dataclasses.replace(
+        registry.task_cfg("quad-hover"), obs_noise_std=(0.0, 0.0, 0.0, 0.0), setpoint_yaw_range_rad=0.0
+    )
     env = registry.make_env("quad-hover", cfg, 1, "cpu", 0)
     yield env
     env.close()
@@ -61,3 +65,23 @@ def test_lockstep_on_sim_time_answers_every_state(hover_env: object, tmp_path: P
     assert len(answered) == len(set(answered)) >= summary.steps
     assert node.loop.stats.steps <= len(answered) + 1
     assert node.rejections["stale_arrival"] == 0 and node.rejections["stale_stamp"] == 0
+
+
+def test_sim_robot_command_holds_the_robot_configs_setpoint() -> None:
+    """`embodied sim-robot` serves a task holding the node's setpoint: position and heading from
+    the robot config's parameters, no per-episode heading draw."""
+    from embodied.commands.sim_robot import held_setpoint
+
+    robot = load_robot(quad_robot(), params={"setpoint_w": [0.5, -0.2, 1.2], "setpoint_yaw_rad": [0.7]})
+    cfg = registry.task_cfg("quad-hover")
+    held = held_setpoint(robot.params, cfg)
+    assert held == {"setpoint_w": [0.5, -0.2, 1.2], "setpoint_yaw_rad": 0.7, "setpoint_yaw_range_rad": 0.0}
+    env = registry.make_env("quad-hover", dataclasses.replace(cfg, **held), 4, "cpu", 0)
+    try:
+        state = env.physical_state()  # type: ignore[attr-defined]
+        assert state["yaw_sp_rad"].tolist() == pytest.approx([0.7] * 4)
+        assert state["setpoint_w"].tolist() == pytest.approx([0.5, -0.2, 1.2])
+    finally:
+        env.close()
+    # A task without those fields is left alone.
+    assert held_setpoint(robot.params, object()) == {}
