@@ -164,6 +164,19 @@ def check_model_hash(onnx_metadata: Mapping[str, str], policy_io: PolicyIO, onnx
         )
 
 
+def check_session_hash(session: Any, policy_io: PolicyIO, onnx_path: Path) -> None:
+    """:func:`check_model_hash` on an onnxruntime ``InferenceSession`` of ``onnx_path``: its
+    metadata map is read here because onnxruntime raises a bare ``UnicodeDecodeError`` for
+    metadata that is not UTF-8 (a damaged file), which becomes a named error."""
+    try:
+        metadata = session.get_modelmeta().custom_metadata_map
+    except UnicodeDecodeError:
+        raise EmbodiedError(
+            f"{onnx_path}: its metadata is not UTF-8 text: the file is damaged; re-export the run"
+        ) from None
+    check_model_hash(metadata, policy_io, onnx_path)
+
+
 def read_policy_io(path: Path) -> PolicyIO:
     """Read and validate ``policy_io.json`` (a file, or a directory that contains one)."""
     path = Path(path)

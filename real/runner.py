@@ -16,7 +16,7 @@ import numpy as np
 
 from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
-from embodied.policy_io import ONNX_FILENAME, PolicyIO, check_model_hash, read_policy_io
+from embodied.policy_io import ONNX_FILENAME, PolicyIO, check_session_hash, read_policy_io
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,13 @@ class PolicyRunner:
         # One thread: a batch-1 MLP finishes in microseconds, and thread hand-offs would cost more.
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-        check_model_hash(self._session.get_modelmeta().custom_metadata_map, self.policy_io, onnx_path)
+        try:
+            self._session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # onnxruntime raises its own types for corrupt or foreign files
+            raise EmbodiedError(
+                f"{onnx_path}: onnxruntime cannot load it ({' '.join(str(err).split())[:160]}); re-export"
+            ) from None
+        check_session_hash(self._session, self.policy_io, onnx_path)
         (inp,) = self._session.get_inputs()
         (out,) = self._session.get_outputs()
         self._input_name, self._output_name = inp.name, out.name

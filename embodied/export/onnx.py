@@ -23,14 +23,9 @@ from torch import nn
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
 from embodied.export.layers import MlpArrays, mlp_arrays
-from embodied.export.policy_io import (
-    FORMAT_VERSIONS,
-    ONNX_FILENAME,
-    check_model_hash,
-    read_policy_io,
-    weights_sha256,
-)
+from embodied.export.policy_io import FORMAT_VERSIONS, ONNX_FILENAME, read_policy_io, weights_sha256
 from embodied.io_spec import IOSpec
+from embodied.policy_io import check_session_hash
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +198,7 @@ def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tenso
         raise EmbodiedError(
             f"{path}: onnxruntime cannot load it ({' '.join(str(err).split())[:160]}); re-export"
         ) from None
-    check_model_hash(session.get_modelmeta().custom_metadata_map, policy_io, path)
+    check_session_hash(session, policy_io, path)
     device = env.device
 
     def act(obs: ObsDict) -> torch.Tensor:

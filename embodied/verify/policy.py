@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.errors import EmbodiedError
-from embodied.export.policy_io import ONNX_FILENAME, PolicyIO, check_model_hash, read_policy_io
+from embodied.policy_io import ONNX_FILENAME, PolicyIO, check_session_hash, read_policy_io
 from embodied.verify.episodes import ArrayPolicy
 
 
@@ -32,7 +32,7 @@ def load_exported_policy(export_dir: Path) -> tuple[ArrayPolicy, PolicyIO]:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own types for corrupt or foreign files
         raise EmbodiedError(f"{path}: not a loadable ONNX model ({type(err).__name__}: {err})") from None
-    check_model_hash(session.get_modelmeta().custom_metadata_map, policy_io, path)
+    check_session_hash(session, policy_io, path)
     shape_in = session.get_inputs()[0].shape
     shape_out = session.get_outputs()[0].shape
     spec = policy_io.io_spec
