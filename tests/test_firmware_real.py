@@ -315,11 +315,16 @@ def test_motor_command_for_known_observations_equals_the_simulators_thrust(tree:
         est[3:7] = q / np.linalg.norm(q)
         est[7:10] = rng.uniform(-1, 1, 3)
         gyro_rad_s = rng.uniform(-2, 2, 3).astype(np.float32)
-        mode, forces, _ = lib.cf_tick(0, est, np.degrees(gyro_rad_s), setpoint, setpoint_timestamp_ms=0)
+        yaw_sp_rad = float(rng.uniform(-np.pi, np.pi))  # any heading (the observation's frame)
+        mode, forces, _ = lib.cf_tick(
+            0, est, np.degrees(gyro_rad_s), setpoint, setpoint_timestamp_ms=0, setpoint_yaw_deg=np.degrees(yaw_sp_rad)
+        )
         assert mode == 2
-        # The simulator's side: the network on the observation of that state, then the command chain of docs/conventions.md.
+        # The simulator's side: the network on the observation of that state, then the command
+        # chain of docs/conventions.md.
         ctx = lib.new_contexts(1, initial_action=HOVER_ACTION)
-        obs, _ = lib.assemble_obs(ctx, np.concatenate([est, gyro_rad_s])[None], setpoint[None])
+        setpoint_with_yaw = np.append(setpoint, np.float32(yaw_sp_rad)).astype(np.float32)
+        obs, _ = lib.assemble_obs(ctx, np.concatenate([est, gyro_rad_s])[None], setpoint_with_yaw[None])
         action = module(torch.from_numpy(obs)).detach().numpy()[0].clip(-1, 1).astype(np.float64)
         thrust = (action + 1) / 2 * MAX_THRUST_N
         expected_thrust.append(np.where(thrust >= MIN_THRUST_N, thrust, 0.0))
