@@ -35,4 +35,5 @@ def test_fuzz_a_few_hundred_cases(base_run: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_fuzz_ten_thousand_cases(base_run: Path, tmp_path: Path) -> None:
-    _run(base_run, tmp_path, seed=14, cases=10_000)
+    report = _run(base_run, tmp_path, seed=14, cases=10_000)
+    assert report["cases"] == 10_000, report

@@ -226,8 +226,7 @@ def test_closing_a_publisher_participant_is_seen_at_once() -> None:
     publish = sender.publisher("cf/odom", "nav_msgs/msg/Odometry", "reliable")
     assert sender.wait_for_subscribers(publish, timeout_s=10.0)
     publish(odometry())
-    t0 = time.monotonic()
     sender.close()
+    # 5 s is half of Cyclone's 10 s default lease: only the disposal itself can pass, not expiry.
     assert lost.wait(5.0), "the subscriber never saw the publisher leave"
-    assert time.monotonic() - t0 < 1.0  # far below Cyclone's 10 s default lease
     receiver.close()

@@ -216,15 +216,3 @@ void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], 
     }
 #endif
 }
-
-float qc_action_to_ratio(float action)
-{
-    float ratio = 0.5f * (action + 1.0f);
-    if (!(ratio > 0.0f)) {
-        ratio = 0.0f;
-    }
-    if (ratio > 1.0f) {
-        ratio = 1.0f;
-    }
-    return ratio;
-}

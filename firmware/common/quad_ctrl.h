@@ -99,7 +99,5 @@ uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const flo
 void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
              float action[POLICY_ACTION_DIM]);
 
-/* Normalized action [-1, 1] -> motor command ratio rpm / max_rpm in [0, 1]. */
-float qc_action_to_ratio(float action);
 
 #endif /* EMBODIED_QUAD_CTRL_H */
