@@ -6,9 +6,14 @@ import argparse
 import logging
 from typing import Any
 
+from embodied.config import int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 log = logging.getLogger(__name__)
+
+RT_PRIORITY = 10
+"""Default SCHED_FIFO priority of the loop thread: above every normal process, below the
+kernel's own real-time threads (50 for threaded IRQs) and ROS 2 executors tuned above it."""
 
 DESCRIPTION = """\
 Run RUN_DIR/export/policy.onnx on a robot through ROS 2 topics. The robot config (a built-in
@@ -51,6 +56,14 @@ def register(subparsers: Any) -> None:
         help="run the loop and judge input ages on /clock (rosgraph_msgs/Clock), e.g. with `sim-robot` lockstep",
     )
 
+    p.add_argument(
+        "--rt-priority",
+        type=int_in_range(0, 99),
+        default=RT_PRIORITY,
+        metavar="N",
+        help=f"SCHED_FIFO priority of the control-loop thread, 0 for normal scheduling (default {RT_PRIORITY}; "
+        "needs root, an rtprio limit or CAP_SYS_NICE, else it logs once and runs normally)",
+    )
     p.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
     p.add_argument("--no-live", action="store_true", help="no live status line (log a status every 5 s)")
     p.add_argument("--print-launch", action="store_true", help="print the ros2 launch line and exit")
@@ -88,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             ros_distro=args.ros_distro,
         )
     try:
-        node_kwargs: dict[str, Any] = {}
+        node_kwargs: dict[str, Any] = {"rt_priority": args.rt_priority}
         if args.use_sim_time:
             from embodied.real.freshness import SimClock
 

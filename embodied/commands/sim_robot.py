@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
         sim = SimRobot(env, robot, transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: sim.stop.set())
+            signal.signal(sig, lambda *_: sim.halt())
         summary = sim.run(
             episodes=args.episodes,
             seconds=args.seconds,
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
             arm_timeout_s=args.arm_timeout,
         )
     finally:
+        # The node's safe command follows its input publisher leaving: close before anything else.
         transport.close()
         env.close()
     if args.json:
