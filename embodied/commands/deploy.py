@@ -29,7 +29,11 @@ The control loop runs at the policy's trained rate on its own clock and samples 
 input. Inputs count as stale from their arrival time and header stamps (limits derived from the
 rate; set per input in the robot config). Outside the training envelope, on stale or invalid
 data, on the e-stop topic, and on every way out (SIGINT/SIGTERM, error) the robot's safe command
-is sent. Every state change is logged with its reason and published on /diagnostics and
+is sent. In DDS mode the node is a ROS 2 managed (lifecycle) node: `ros2 lifecycle get/set/list`
+work through its ~/get_state, ~/change_state and ~/get_available_transitions services; with
+--managed it starts unconfigured and sends the safe command until activated. With --rt-priority
+the loop thread runs SCHED_FIFO, sleeping to just before each deadline and spinning the rest.
+Every state change is logged with its reason and published on /diagnostics and
 ~/state; rejected messages are counted there by reason.
 
 A live line shows the safety state (waiting/stale/fault/envelope/estop/rearming/armed), loop
@@ -56,6 +60,12 @@ def register(subparsers: Any) -> None:
         help="run the loop and judge input ages on /clock (rosgraph_msgs/Clock), e.g. with `sim-robot` lockstep",
     )
 
+    p.add_argument(
+        "--managed",
+        action="store_true",
+        help="start as an unconfigured lifecycle node: the policy drives only after "
+        "`ros2 lifecycle set /NODE configure` and `... activate` (dds; without it the node starts active)",
+    )
     p.add_argument(
         "--rt-priority",
         type=int_in_range(0, 99),
@@ -108,8 +118,12 @@ def run(args: argparse.Namespace) -> int:
             sim_clock = SimClock()
             transport.subscribe(SimClock.TOPIC, SimClock.TYPE, "sensor", sim_clock.on_clock)
             node_kwargs["sim_clock"] = sim_clock
+        if args.managed:
+            node_kwargs["active"] = False
         node = build_node(transport, args.run_dir, args.robot, params, **node_kwargs)
         stop = threading.Event()
+        if args.transport == "dds":
+            _serve_lifecycle(transport, node, stop, args.managed)
 
         # SIGTERM (a process manager) and SIGINT (Ctrl-C): the safe command goes out from the
         # handler itself (no command can follow it), then the loop ends.
@@ -130,6 +144,23 @@ def run(args: argparse.Namespace) -> int:
     finally:
         transport.close()
     return 0
+
+
+def _serve_lifecycle(transport: Any, node: Any, stop: Any, managed: bool) -> None:
+    """The managed-node states and their services (``ros2 lifecycle``) in DDS mode."""
+    from embodied.real.lifecycle import ACTIVE, UNCONFIGURED, Lifecycle, serve_lifecycle
+
+    def on_active(active: bool) -> None:
+        if active:
+            node.activate()
+        else:
+            node.deactivate("lifecycle deactivate")
+
+    def on_finalized() -> None:
+        node.shutdown("lifecycle shutdown")
+        stop.set()
+
+    serve_lifecycle(transport, Lifecycle(on_active, on_finalized, initial=UNCONFIGURED if managed else ACTIVE))
 
 
 def _status_line(status: dict[str, Any]) -> str:
