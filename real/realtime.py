@@ -8,6 +8,8 @@ step for milliseconds. :func:`tune_loop_thread` sets the slack to 1 us (``prctl`
 logs once and keeps the normal class) and :func:`freeze_gc` moves everything allocated during
 warm-up out of the collector's reach.
 
+:class:`SignalWatcher` takes SIGTERM/SIGINT off the main thread for the same reason.
+
 Linux only; elsewhere each step is skipped and says so in the returned description.
 """
 
@@ -17,7 +19,10 @@ import ctypes
 import gc
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +93,53 @@ def freeze_gc() -> None:
     what the loop allocates afterwards (short-lived arrays), so its pauses stay short."""
     gc.collect()
     gc.freeze()
+
+
+class SignalWatcher:
+    """SIGTERM/SIGINT handled on a dedicated thread in ``sigwait`` at real-time priority.
+
+    A Python signal handler runs only in the main thread, between bytecodes: on a loaded machine
+    that thread may wait for a CPU (and then for the interpreter lock) for tens of milliseconds
+    before the safe command can go out. Here the signals are blocked in the creating thread and
+    in every thread started after it (create the watcher before the middleware starts its
+    threads), and one thread waits for them synchronously; at ``priority`` (``SCHED_FIFO``) it
+    runs the moment a signal arrives. ``handler(name)`` is set once the node exists; a signal
+    before that is kept and handled then, or raised again by :meth:`close` if no handler came.
+    """
+
+    def __init__(self, signals: tuple[signal.Signals, ...], priority: int) -> None:
+        self.signals = set(signals)
+        self._priority = priority
+        self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.signals)
+        self._lock = threading.Lock()
+        self._handler: Callable[[str], None] | None = None
+        self._pending: int | None = None
+        self.thread = threading.Thread(target=self._watch, name="signals", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        set_realtime_priority(self._priority)
+        while True:
+            signum = signal.sigwait(self.signals)
+            with self._lock:
+                handler = self._handler
+                if handler is None:
+                    self._pending = signum
+                    continue
+            handler(signal.Signals(signum).name)
+
+    def set_handler(self, handler: Callable[[str], None]) -> None:
+        with self._lock:
+            self._handler = handler
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            handler(signal.Signals(pending).name)
+
+    def close(self) -> None:
+        """Restore the creating thread's signal mask (re-raising a signal nobody handled)."""
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._previous)
+        with self._lock:
+            pending, self._pending = self._pending, None
+            self._handler = lambda _name: None  # later signals are ignored by the daemon thread
+        if pending is not None:
+            signal.raise_signal(pending)

@@ -82,24 +82,38 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import signal
-    import threading
 
     from embodied.config import parse_dotted
     from embodied.errors import EmbodiedError
-    from embodied.real.deploy import build_node, launch_command, open_transport
+    from embodied.real.deploy import launch_command
     from embodied.real.transports.rclpy_node import INSTALL_HINT, rclpy_available
 
     params = parse_dotted(args.param, source="--param")
     if args.print_launch:
         print(launch_command(args.run_dir, args.robot, params))
         return 0
+    if args.transport == "ros2" and not rclpy_available():
+        print(launch_command(args.run_dir, args.robot, params))
+        raise EmbodiedError(
+            "--transport ros2: " + INSTALL_HINT + "; on a ROS 2 machine run the line above "
+            "after `colcon build` of real/ros2/embodied_ros2"
+        )
+    from embodied.real.realtime import SignalWatcher
+
+    # Before any middleware thread exists: they all inherit the blocked signals.
+    signals = SignalWatcher((signal.SIGTERM, signal.SIGINT), args.rt_priority)
+    try:
+        return _run_node(args, params, signals)
+    finally:
+        signals.close()
+
+
+def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any) -> int:
+    import threading
+
+    from embodied.real.deploy import build_node, open_transport
+
     if args.transport == "ros2":
-        if not rclpy_available():
-            print(launch_command(args.run_dir, args.robot, params))
-            raise EmbodiedError(
-                "--transport ros2: " + INSTALL_HINT + "; on a ROS 2 machine run the line above "
-                "after `colcon build` of real/ros2/embodied_ros2"
-            )
         transport = open_transport("ros2")
     else:
         transport = open_transport(
@@ -126,13 +140,12 @@ def run(args: argparse.Namespace) -> int:
             _serve_lifecycle(transport, node, stop, args.managed)
 
         # SIGTERM (a process manager) and SIGINT (Ctrl-C): the safe command goes out from the
-        # handler itself (no command can follow it), then the loop ends.
-        def on_signal(signum: int, _frame: Any) -> None:
+        # signal thread itself (no command can follow it), then the loop ends.
+        def on_signal(name: str) -> None:
             stop.set()
-            node.shutdown(signal.Signals(signum).name)
+            node.shutdown(name)
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
+        signals.set_handler(on_signal)
         worker = threading.Thread(target=node.run, args=(stop, args.duration), name="control-loop", daemon=True)
         worker.start()
         try:

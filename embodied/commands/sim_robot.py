@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from embodied.config import int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 DESCRIPTION = """\
@@ -65,6 +66,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="env seed")
     p.add_argument("--realtime", action="store_true", help="step on the wall clock instead of lockstep")
+    p.add_argument(
+        "--rt-priority",
+        type=int_in_range(0, 99),
+        default=10,
+        metavar="N",
+        help="--realtime: SCHED_FIFO priority of the stepping thread, as a robot's driver would run "
+        "(default 10; 0 for normal scheduling; needs root, an rtprio limit or CAP_SYS_NICE)",
+    )
     add_middleware_arguments(p)
     p.add_argument("--arm-timeout", type=float, default=30.0, metavar="S", help="wait at most S s for the node")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -121,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
         sim = SimRobot(env, robot, transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: sim.halt())
+        if args.realtime:
+            from embodied.real.realtime import tune_loop_thread
+
+            tune_loop_thread(args.rt_priority)
         summary = sim.run(
             episodes=args.episodes,
             seconds=args.seconds,
