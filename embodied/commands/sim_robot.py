@@ -28,6 +28,17 @@ applied after arming (spurious motors-off), state->command round trip.
 """
 
 
+HANDOVER_STARTS: dict[str, float] = {
+    "init_max_angle_rad": 0.3,
+    "init_lin_vel_mps": 0.3,
+    "init_ang_vel_rad_s": 0.5,
+}
+"""``--handover-starts``: the start states a policy meets on a real vehicle, where it takes over
+from a PID hover after take-off (near the setpoint, within 0.3 rad of level, slow), instead of
+the training distribution's tumbling starts (tilts up to pi/2, which reach the edge of the
+training envelope the node enforces, so a recovery there may end in the safe command)."""
+
+
 def held_setpoint(robot_params: dict[str, Any], env_cfg: object) -> dict[str, Any]:
     """Task overrides that fix the setpoint to the robot config's ``setpoint_w`` /
     ``setpoint_yaw_rad`` parameters, for the task fields of the same names (``{}`` if none)."""
@@ -65,6 +76,12 @@ def register(subparsers: Any) -> None:
         help="task config override, e.g. --env obs_noise_std=[0,0,0,0] (repeatable)",
     )
     p.add_argument("--seed", type=int, default=0, help="env seed")
+    p.add_argument(
+        "--handover-starts",
+        action="store_true",
+        help="start episodes as a real take-off hands over from PID hover: "
+        + ", ".join(f"{k}={v}" for k, v in HANDOVER_STARTS.items()),
+    )
     p.add_argument("--realtime", action="store_true", help="step on the wall clock instead of lockstep")
     p.add_argument(
         "--rt-priority",
@@ -110,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         # The node holds one setpoint (its parameters), so the served task holds the same one
         # instead of drawing a new setpoint (yaw) per episode.
         env_cfg = apply_overrides(env_cfg, held, f"{robot.path} params")
+    if args.handover_starts:
+        env_cfg = apply_overrides(env_cfg, dict(HANDOVER_STARTS), "--handover-starts")
     if args.env:
         env_cfg = apply_overrides(env_cfg, parse_dotted(args.env, source="--env"), "--env")
     import torch
