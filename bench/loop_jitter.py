@@ -41,14 +41,16 @@ def main() -> int:
     from real_support import export_policy, odometry, quad_robot, quad_spec
 
     from embodied.real.node import PolicyNode
+    from embodied.real.realtime import realtime_process
     from embodied.real.robot_config import load_robot
     from embodied.real.runner import PolicyRunner
     from embodied.real.transports.memory import MemoryTransport
 
+    priorities = realtime_process(0 if args.plain else args.rt_priority)  # as `embodied deploy` does
     export = args.export or export_policy(Path(tempfile.mkdtemp(prefix="loop_jitter_")), quad_spec(history=2), seed=1)
     robot = load_robot(quad_robot())
     transport = MemoryTransport()
-    node = PolicyNode(transport, robot, PolicyRunner(export), rt_priority=0 if args.plain else args.rt_priority)
+    node = PolicyNode(transport, robot, PolicyRunner(export), rt_priority=priorities.loop)
     if args.plain:
         node.loop.spin_s = 0.0
     odom = robot.inputs["odom"]

@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,35 @@ def tune_loop_thread(priority: int) -> str:
     description = (f"SCHED_FIFO {priority}" if fifo else "normal") + (", slack 1 us" if slack else "")
     log.info("control loop thread: %s", description)
     return description
+
+
+@dataclass(frozen=True)
+class Priorities:
+    """``SCHED_FIFO`` priorities of a real-time node's threads (0: normal scheduling)."""
+
+    process: int
+    loop: int
+    signals: int
+
+
+SWITCH_INTERVAL_S = 0.0005
+"""Interpreter-lock hand-over interval of a real-time process (Python's default is 5 ms)."""
+
+
+def realtime_process(priority: int) -> Priorities:
+    """Put the calling thread, and so every thread it starts later, at ``SCHED_FIFO`` ``priority``.
+
+    Call it first thing, before the middleware and onnxruntime start their threads: threads
+    inherit their creator's policy. All of the process's threads, not just the loop, must be
+    real-time: a thread of the normal class that holds the interpreter lock when busy processes
+    preempt it would stall the loop (and the signal thread) for as long as it waits for a CPU,
+    tens to hundreds of ms on a loaded 2-core machine. The loop runs one level above the rest and
+    the signal thread two, and the lock is handed over every :data:`SWITCH_INTERVAL_S`.
+    """
+    if priority <= 0 or not set_realtime_priority(priority):
+        return Priorities(0, 0, 0)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    return Priorities(priority, min(priority + 1, 99), min(priority + 2, 99))
 
 
 def freeze_gc() -> None:

@@ -12,7 +12,7 @@ from embodied.real.transports import add_middleware_arguments
 log = logging.getLogger(__name__)
 
 RT_PRIORITY = 10
-"""Default SCHED_FIFO priority of the loop thread: above every normal process, below the
+"""Default SCHED_FIFO priority of the node's threads: above every normal process, below the
 kernel's own real-time threads (50 for threaded IRQs) and ROS 2 executors tuned above it."""
 
 DESCRIPTION = """\
@@ -32,7 +32,8 @@ data, on the e-stop topic, and on every way out (SIGINT/SIGTERM, error) the robo
 is sent. In DDS mode the node is a ROS 2 managed (lifecycle) node: `ros2 lifecycle get/set/list`
 work through its ~/get_state, ~/change_state and ~/get_available_transitions services; with
 --managed it starts unconfigured and sends the safe command until activated. With --rt-priority
-the loop thread runs SCHED_FIFO, sleeping to just before each deadline and spinning the rest.
+the process runs SCHED_FIFO (the loop thread one level above the rest, the signal thread two), and
+the loop sleeps to just before each deadline and spins the rest.
 Every state change is logged with its reason and published on /diagnostics and
 ~/state; rejected messages are counted there by reason.
 
@@ -71,8 +72,9 @@ def register(subparsers: Any) -> None:
         type=int_in_range(0, 99),
         default=RT_PRIORITY,
         metavar="N",
-        help=f"SCHED_FIFO priority of the control-loop thread, 0 for normal scheduling (default {RT_PRIORITY}; "
-        "needs root, an rtprio limit or CAP_SYS_NICE, else it logs once and runs normally)",
+        help=f"SCHED_FIFO priority of the process (the control loop runs at N+1, the signal thread at N+2), "
+        f"0 for normal scheduling (default {RT_PRIORITY}; needs root, an rtprio limit or CAP_SYS_NICE, "
+        "else it logs once and runs normally)",
     )
     p.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
     p.add_argument("--no-live", action="store_true", help="no live status line (log a status every 5 s)")
@@ -98,17 +100,18 @@ def run(args: argparse.Namespace) -> int:
             "--transport ros2: " + INSTALL_HINT + "; on a ROS 2 machine run the line above "
             "after `colcon build` of real/ros2/embodied_ros2"
         )
-    from embodied.real.realtime import SignalWatcher
+    from embodied.real.realtime import SignalWatcher, realtime_process
 
-    # Before any middleware thread exists: they all inherit the blocked signals.
-    signals = SignalWatcher((signal.SIGTERM, signal.SIGINT), args.rt_priority)
+    # Before any middleware thread exists: they all inherit the scheduling and the blocked signals.
+    priorities = realtime_process(args.rt_priority)
+    signals = SignalWatcher((signal.SIGTERM, signal.SIGINT), priorities.signals)
     try:
-        return _run_node(args, params, signals)
+        return _run_node(args, params, signals, priorities)
     finally:
         signals.close()
 
 
-def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any) -> int:
+def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any, priorities: Any) -> int:
     import threading
 
     from embodied.real.deploy import build_node, open_transport
@@ -125,7 +128,7 @@ def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any) ->
             ros_distro=args.ros_distro,
         )
     try:
-        node_kwargs: dict[str, Any] = {"rt_priority": args.rt_priority}
+        node_kwargs: dict[str, Any] = {"rt_priority": priorities.loop}
         if args.use_sim_time:
             from embodied.real.freshness import SimClock
 

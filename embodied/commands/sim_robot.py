@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
         type=int_in_range(0, 99),
         default=10,
         metavar="N",
-        help="--realtime: SCHED_FIFO priority of the stepping thread, as a robot's driver would run "
+        help="--realtime: SCHED_FIFO priority of the process, as a robot's driver would run "
         "(default 10; 0 for normal scheduling; needs root, an rtprio limit or CAP_SYS_NICE)",
     )
     add_middleware_arguments(p)
@@ -136,6 +136,12 @@ def run(args: argparse.Namespace) -> int:
     # One env steps fastest on one thread, and idle OpenMP workers spin on the cores the node needs.
     torch.set_num_threads(1)
     env = registry.make_env(args.task, env_cfg, 1, "cpu", args.seed)
+    if args.realtime:
+        from embodied.real.realtime import realtime_process, set_timer_slack
+
+        # Before the middleware's threads start: they inherit it (see realtime_process).
+        set_timer_slack()
+        realtime_process(args.rt_priority)
     transport = open_transport(
         args.transport,
         domain_id=args.domain_id,
@@ -149,10 +155,6 @@ def run(args: argparse.Namespace) -> int:
         sim = SimRobot(env, robot, transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: sim.halt())
-        if args.realtime:
-            from embodied.real.realtime import tune_loop_thread
-
-            tune_loop_thread(args.rt_priority)
         summary = sim.run(
             episodes=args.episodes,
             seconds=args.seconds,
