@@ -126,37 +126,50 @@ def freeze_gc() -> None:
 
 
 class SignalWatcher:
-    """SIGTERM/SIGINT handled on a dedicated thread in ``sigwait`` at real-time priority.
+    """SIGTERM/SIGINT handled on a dedicated thread at real-time priority (self-pipe).
 
     A Python signal handler runs only in the main thread, between bytecodes: on a loaded machine
     that thread may wait for a CPU (and then for the interpreter lock) for tens of milliseconds
-    before the safe command can go out. Here the signals are blocked in the creating thread and
-    in every thread started after it (create the watcher before the middleware starts its
-    threads), and one thread waits for them synchronously; at ``priority`` (``SCHED_FIFO``) it
-    runs the moment a signal arrives. ``handler(name)`` is set once the node exists; a signal
-    before that is kept and handled then, or raised again by :meth:`close` if no handler came.
+    before the safe command can go out. Here the interpreter's C-level handler, in whichever
+    thread the kernel picked, writes the signal number to a pipe (``signal.set_wakeup_fd``); the
+    watcher thread blocks on that pipe and, at ``priority`` (``SCHED_FIFO``), runs the moment a
+    signal arrives. ``handler(name)`` is set once the node exists; a signal before that is kept
+    and handled then, or raised again by :meth:`close` if no handler came. Create it in the main
+    thread; :meth:`close` restores the previous handlers.
     """
 
     def __init__(self, signals: tuple[signal.Signals, ...], priority: int) -> None:
-        self.signals = set(signals)
+        self.signals = tuple(signals)
         self._priority = priority
-        self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.signals)
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
         self._lock = threading.Lock()
         self._handler: Callable[[str], None] | None = None
         self._pending: int | None = None
+        # The Python-level handler does nothing: the pipe carries the signal to the watcher.
+        self._previous = {s: signal.signal(s, lambda *_: None) for s in self.signals}
+        self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         self.thread = threading.Thread(target=self._watch, name="signals", daemon=True)
         self.thread.start()
 
     def _watch(self) -> None:
         set_realtime_priority(self._priority)
         while True:
-            signum = signal.sigwait(self.signals)
-            with self._lock:
-                handler = self._handler
-                if handler is None:
-                    self._pending = signum
+            try:
+                data = os.read(self._read_fd, 64)
+            except OSError:
+                return  # closed
+            if not data:
+                return
+            for signum in data:
+                if signum not in self.signals:
                     continue
-            handler(signal.Signals(signum).name)
+                with self._lock:
+                    handler = self._handler
+                    if handler is None:
+                        self._pending = signum
+                        continue
+                handler(signal.Signals(signum).name)
 
     def set_handler(self, handler: Callable[[str], None]) -> None:
         with self._lock:
@@ -166,10 +179,13 @@ class SignalWatcher:
             handler(signal.Signals(pending).name)
 
     def close(self) -> None:
-        """Restore the creating thread's signal mask (re-raising a signal nobody handled)."""
-        signal.pthread_sigmask(signal.SIG_SETMASK, self._previous)
+        """Restore the previous handlers (re-raising a signal nobody handled)."""
+        signal.set_wakeup_fd(self._previous_fd)
+        for s, previous in self._previous.items():
+            signal.signal(s, previous)
         with self._lock:
             pending, self._pending = self._pending, None
-            self._handler = lambda _name: None  # later signals are ignored by the daemon thread
+            self._handler = lambda _name: None
+        os.close(self._write_fd)  # the watcher reads EOF and ends
         if pending is not None:
             signal.raise_signal(pending)

@@ -14,7 +14,7 @@ import os, signal, sys, threading, time
 from embodied.real.realtime import SignalWatcher
 
 watcher = SignalWatcher((signal.SIGTERM, signal.SIGINT), 0)
-started = threading.Thread(target=time.sleep, args=(60,), daemon=True)  # inherits the blocked mask
+started = threading.Thread(target=time.sleep, args=(60,), daemon=True)  # the kernel may pick it
 started.start()
 done = threading.Event()
 
