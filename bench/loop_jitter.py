@@ -46,8 +46,10 @@ def main() -> int:
     from embodied.real.runner import PolicyRunner
     from embodied.real.transports.memory import MemoryTransport
 
-    priorities = realtime_process(0 if args.plain else args.rt_priority)  # as `embodied deploy` does
     export = args.export or export_policy(Path(tempfile.mkdtemp(prefix="loop_jitter_")), quad_spec(history=2), seed=1)
+    # The busy processes first: a child started after the switch to SCHED_FIFO would inherit it.
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    priorities = realtime_process(0 if args.plain else args.rt_priority)  # as `embodied deploy` does
     robot = load_robot(quad_robot())
     transport = MemoryTransport()
     node = PolicyNode(transport, robot, PolicyRunner(export), rt_priority=priorities.loop)
@@ -61,7 +63,6 @@ def main() -> int:
         while not stop.wait(node.period_s):
             sensor(odometry())
 
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     feeder = threading.Thread(target=feed, daemon=True)
     try:
         time.sleep(1.0)  # the busy loops reach full speed

@@ -106,7 +106,7 @@ def realtime_process(priority: int) -> Priorities:
     """Put the calling thread, and so every thread it starts later, at ``SCHED_FIFO`` ``priority``.
 
     Call it first thing, before the middleware and onnxruntime start their threads: threads
-    inherit their creator's policy. All of the process's threads, not just the loop, must be
+    inherit their creator's policy, and so do child processes (start none that may busy-loop). All of the process's threads, not just the loop, must be
     real-time: a thread of the normal class that holds the interpreter lock when busy processes
     preempt it would stall the loop (and the signal thread) for as long as it waits for a CPU,
     tens to hundreds of ms on a loaded 2-core machine. The loop runs one level above the rest and
