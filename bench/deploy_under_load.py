@@ -79,6 +79,10 @@ def node_status(output: str) -> dict[str, float]:
     return {"jitter_p99_ms": jitter, "overruns": overruns, "rate_hz": rate}
 
 
+HANDOVER = False
+"""``--handover-starts``: sim-robot and the in-process reference start as after a PID take-off."""
+
+
 def demo(export: Path, mode: str, episodes: int, seed: int, n_busy: int) -> dict[str, Any]:
     domain = str(random.Random().randrange(100, 230))
     common = ["--robot", str(robot_config()), "--loopback", "--domain-id", domain]
@@ -92,6 +96,7 @@ def demo(export: Path, mode: str, episodes: int, seed: int, n_busy: int) -> dict
         )
         sim_cmd = [*CLI, "sim-robot", "quad-hover", *common, "--episodes", str(episodes), "--seed", str(seed), "--json"]
         sim_cmd += NOISE_FREE + (["--realtime"] if mode == "realtime" else [])
+        sim_cmd += ["--handover-starts"] if HANDOVER else []
         sim = subprocess.run(sim_cmd, capture_output=True, text=True, timeout=3600)
         node.send_signal(signal.SIGTERM)
         node_out, _ = node.communicate(timeout=30)
@@ -110,10 +115,17 @@ def in_process(export: Path, episodes: int, seed: int) -> float:
     import torch
 
     from embodied import registry
+    from embodied.commands.sim_robot import HANDOVER_STARTS, held_setpoint
+    from embodied.config import apply_overrides
+    from embodied.real.robot_config import load_robot
     from embodied.real.runner import PolicyRunner
 
     runner = PolicyRunner(export)
     cfg = dataclasses.replace(registry.task_cfg("quad-hover"), obs_noise_std=(0.0, 0.0, 0.0, 0.0))
+    # The same task config sim-robot serves: the robot config's held setpoint, the start states.
+    cfg = apply_overrides(cfg, held_setpoint(load_robot(robot_config()).params, cfg), "robot params")
+    if HANDOVER:
+        cfg = apply_overrides(cfg, dict(HANDOVER_STARTS), "--handover-starts")
     env = registry.make_env("quad-hover", cfg, 1, "cpu", seed)
     obs = env.reset(seed=seed)
     done = successes = 0
@@ -208,7 +220,10 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="override an envelope limit (for policies exported without extra.envelope), e.g. ang_vel_rad_s=20",
     )
+    parser.add_argument("--handover-starts", action="store_true", help="sim-robot --handover-starts (and in-process)")
     args = parser.parse_args()
+    global HANDOVER
+    HANDOVER = args.handover_starts
     for item in args.envelope:
         key, _, value = item.partition("=")
         ENVELOPE_OVERRIDES[key] = float(value)

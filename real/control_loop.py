@@ -4,6 +4,13 @@ The loop steps every ``period_s`` on absolute deadlines (no drift), the policy's
 sensor messages are sampled by the step, never a trigger, so the action history and any
 integrator advance exactly once per trained period whatever the sensor rate. A step that ends
 after the next deadline is an overrun; missed deadlines are skipped, not bunched up.
+
+Waking on time under load: the thread sleeps on an event until :data:`SPIN_S` before the
+deadline, then spins on the clock (the kernel's wake-up latency lands inside the spin instead of
+after the deadline); the thread's timer slack, real-time priority and a garbage-collector freeze
+after warm-up are set by :mod:`embodied.real.realtime`. :meth:`ControlLoop.wake` runs an extra
+*event* step at once (a safety event such as every input publisher leaving must not wait for the
+next period); event steps do not count in the period statistics.
 """
 
 from __future__ import annotations
@@ -25,13 +32,16 @@ SleepUntil = Callable[[float, threading.Event], bool]
 
 _WINDOW = 4096
 """Recent samples kept for the percentiles."""
+SPIN_S = 0.0008
+"""The wall-clock loop sleeps until this long before a deadline, then spins to it."""
+WARMUP_STEPS = 50
+"""Steps after which the objects alive are frozen out of the garbage collector."""
 
 
-def _percentiles_ms(samples: deque[float]) -> tuple[float, float, float]:
+def _percentiles_ms(samples: deque[float], q: tuple[float, ...] = (50, 90, 99)) -> tuple[float, ...]:
     if not samples:
-        return (float("nan"),) * 3
-    p50, p90, p99 = np.percentile(np.asarray(samples), [50, 90, 99]) * 1e3
-    return float(p50), float(p90), float(p99)
+        return (float("nan"),) * len(q)
+    return tuple(float(v) for v in np.percentile(np.asarray(samples), q) * 1e3)
 
 
 @dataclass
@@ -41,6 +51,10 @@ class LoopStats:
     steps: int = 0
     overruns: int = 0
     missed_deadlines: int = 0
+    event_steps: int = 0
+    """Extra steps run at once by :meth:`ControlLoop.wake` (not in the timing samples)."""
+    scheduling: str = "default"
+    """How the loop thread is scheduled (see :func:`embodied.real.realtime.tune_loop_thread`)."""
 
     def __post_init__(self) -> None:
         self.latency_s: deque[float] = deque(maxlen=_WINDOW)
@@ -52,13 +66,18 @@ class LoopStats:
         self.lateness_s: deque[float] = deque(maxlen=_WINDOW)
         """Step start minus its deadline (wake-up latency of the loop thread)."""
 
-    def percentiles_ms(self) -> tuple[float, float, float]:
+    def percentiles_ms(self) -> tuple[float, ...]:
         """``(p50, p90, p99)`` of the recent latencies in milliseconds (NaN when none yet)."""
         return _percentiles_ms(self.latency_s)
 
-    def jitter_ms(self) -> tuple[float, float, float]:
+    def jitter_ms(self) -> tuple[float, ...]:
         """``(p50, p90, p99)`` of the recent period jitter in milliseconds."""
         return _percentiles_ms(self.period_error_s)
+
+    def jitter_summary_ms(self) -> dict[str, float]:
+        """Period jitter ``p50``/``p99``/``max`` and wake-up lateness ``late_p99`` in milliseconds."""
+        p50, p99, worst = _percentiles_ms(self.period_error_s, (50, 99, 100))
+        return {"p50": p50, "p99": p99, "max": worst, "late_p99": _percentiles_ms(self.lateness_s, (99,))[0]}
 
     def rate_hz(self) -> float:
         """Steps per second over the recent window."""
@@ -77,20 +96,48 @@ class ControlLoop:
         step: Callable[[float], object],
         clock: Clock = time.monotonic,
         sleep_until: SleepUntil | None = None,
+        event_step: Callable[[float], object] | None = None,
+        rt_priority: int = 0,
+        spin_s: float = SPIN_S,
     ) -> None:
-        """``sleep_until(deadline, stop) -> stopped`` waits on ``clock``'s time base; the default
-        sleeps ``deadline - clock()`` wall seconds (right for a monotonic clock)."""
+        """``sleep_until(deadline, stop) -> stopped`` waits on ``clock``'s time base (it should
+        return early when :attr:`alarm` is set); the default sleeps and spins on the wall clock
+        (right for a monotonic clock). ``event_step(now)`` is what :meth:`wake` runs (default
+        ``step``). ``rt_priority``: ``SCHED_FIFO`` priority of the loop thread, 0 for none."""
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0, got {period_s}")
         self.period_s = period_s
         self._step = step
+        self._event_step = event_step or step
         self._clock = clock
+        self._wall = sleep_until is None
         self._sleep_until = sleep_until or self._sleep_wall
+        self.rt_priority = rt_priority
+        self.spin_s = spin_s
+        self.alarm = threading.Event()
+        """Set by :meth:`wake`: the sleeping loop runs an event step now."""
         self.stats = LoopStats()
 
+    def wake(self) -> None:
+        """Run an event step as soon as possible (from any thread; the loop thread runs it)."""
+        self.alarm.set()
+
     def _sleep_wall(self, deadline: float, stop: threading.Event) -> bool:
-        delay = deadline - self._clock()
-        return stop.wait(timeout=delay) if delay > 0 else stop.is_set()
+        clock, alarm = self._clock, self.alarm
+        while True:
+            if stop.is_set():
+                return True
+            if alarm.is_set():
+                return False
+            remaining = deadline - clock()
+            if remaining <= 0:
+                return False
+            if remaining > self.spin_s:
+                alarm.wait(remaining - self.spin_s)
+            else:
+                while clock() < deadline and not alarm.is_set():
+                    pass  # spin: the kernel's wake-up latency was spent in the sleep before
+                return stop.is_set()
 
     def _run_step(self, deadline: float) -> None:
         start = self._clock()
@@ -106,9 +153,17 @@ class ControlLoop:
 
     def run(self, stop: threading.Event, max_steps: int | None = None, duration_s: float | None = None) -> LoopStats:
         """Loop until ``stop`` is set, ``max_steps`` steps ran, or ``duration_s`` elapsed."""
-        if self._sleep_until(-math.inf, stop):  # a simulation clock may not have started yet
-            return self.stats
-        t0 = self._clock()
+        if self._wall:
+            from embodied.real.realtime import tune_loop_thread
+
+            self.stats.scheduling = tune_loop_thread(self.rt_priority)
+        while True:
+            if self._sleep_until(-math.inf, stop):  # a simulation clock may not have started yet
+                return self.stats
+            t0 = self._clock()
+            if t0 == t0:  # not NaN: time has started (an alarm before that has nothing to act on)
+                break
+            self.alarm.clear()
         next_deadline = t0
         while not stop.is_set():
             if max_steps is not None and self.stats.steps >= max_steps:
@@ -117,7 +172,16 @@ class ControlLoop:
                 break
             if self._sleep_until(next_deadline, stop):
                 break
+            if self.alarm.is_set():
+                self.alarm.clear()
+                self.stats.event_steps += 1
+                self._event_step(self._clock())
+                continue
             self._run_step(next_deadline)
+            if self.stats.steps == WARMUP_STEPS and self._wall:
+                from embodied.real.realtime import freeze_gc
+
+                freeze_gc()
             next_deadline += self.period_s
             now = self._clock()
             if now > next_deadline:

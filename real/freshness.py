@@ -157,13 +157,23 @@ class SimClock:
     def __call__(self) -> float:
         return self.now_s
 
-    def sleep_until(self, deadline_s: float, stop: threading.Event) -> bool:
-        """Block until simulation time reaches ``deadline_s`` (any time, for ``-inf``) or ``stop``
-        is set; returns ``True`` when stopped."""
+    def poke(self) -> None:
+        """Wake :meth:`sleep_until` to re-check its ``stop`` and ``alarm`` events now."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def sleep_until(self, deadline_s: float, stop: threading.Event, alarm: threading.Event | None = None) -> bool:
+        """Block until simulation time reaches ``deadline_s`` (any time, for ``-inf``), ``stop``
+        or ``alarm`` is set (both are re-checked on :meth:`poke`); returns ``True`` when stopped.
+
+        An alarm must not wait for ``/clock``: the simulator that publishes it may be the peer
+        that just left."""
 
         def reached() -> bool:
             now = self.now_s
-            return stop.is_set() or (now == now and now >= deadline_s - self.TOLERANCE_S)
+            if stop.is_set() or (alarm is not None and alarm.is_set()):
+                return True
+            return now == now and now >= deadline_s - self.TOLERANCE_S
 
         with self._cond:
             while not self._cond.wait_for(reached, timeout=0.05):

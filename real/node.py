@@ -78,7 +78,12 @@ class PolicyNode:
 
     ``clock`` (monotonic seconds) drives the loop and arrival ages; ``stamp_clock`` (seconds
     since the epoch) is what header stamps are compared with. ``sim_clock`` (``use_sim_time``)
-    replaces both: loop, arrival and stamp ages all run on ``/clock``.
+    replaces both: loop, arrival and stamp ages all run on ``/clock``. ``rt_priority``: the
+    loop thread's ``SCHED_FIFO`` priority (0: normal scheduling; see :mod:`embodied.real.realtime`).
+
+    Safety events (every publisher of an input left, e-stop engaged) wake the loop for an extra
+    step at once instead of waiting for the next period; that step only ever sends the safe
+    command (the policy runs on its trained period only).
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class PolicyNode:
         stamp_clock: Callable[[], float] = time.time,
         active: bool = True,
         sim_clock: SimClock | None = None,
+        rt_priority: int = 0,
     ) -> None:
         self.robot = robot
         self.runner = runner
@@ -147,7 +153,15 @@ class PolicyNode:
         )
         self._publish_state = transport.publisher(STATE_TOPIC, "std_msgs/msg/String", "latched")
         self._transport = transport
-        self.loop = ControlLoop(self.period_s, self.step, clock, sim_clock.sleep_until if sim_clock else None)
+        self._sim_clock = sim_clock
+        self.loop = ControlLoop(
+            self.period_s,
+            self.step,
+            clock,
+            (lambda deadline, stop: sim_clock.sleep_until(deadline, stop, self.loop.alarm)) if sim_clock else None,
+            event_step=lambda now_s: self.step(now_s, sampled=False),
+            rt_priority=rt_priority,
+        )
         self.commands_sent = 0
         self._last_hold: np.ndarray | None = None
         self._last_diagnostics = -1e9
@@ -174,6 +188,7 @@ class PolicyNode:
         def on_lost() -> None:
             with self._lock:
                 self.gates[name].publishers_lost = True
+            self.wake()
 
         return on_lost
 
@@ -184,6 +199,14 @@ class PolicyNode:
             self.safety.set_estop(engaged)
         if engaged != was:
             log.warning("e-stop %s", "ENGAGED" if engaged else "released (re-arming)")
+        if engaged:
+            self.wake()
+
+    def wake(self) -> None:
+        """Have the loop thread run a (safety-only) step now."""
+        self.loop.wake()
+        if self._sim_clock is not None:
+            self._sim_clock.poke()
 
     # -- parameters and lifecycle ---------------------------------------------------------------
 
@@ -225,12 +248,18 @@ class PolicyNode:
                 return SafetyState.STALE, problem[0], problem[1]
         return None
 
-    def step(self, now_s: float) -> np.ndarray | None:
-        """One control period; returns the published command (physical units) or None."""
+    def step(self, now_s: float, sampled: bool = True) -> np.ndarray | None:
+        """One control period; returns the published command (physical units) or None.
+
+        ``sampled=False`` (an event step between periods): act only when something is wrong,
+        so the policy and its action history still advance exactly once per trained period.
+        """
         with self._lock:
             latest = {name: g.latest.message for name, g in self.gates.items() if g.latest is not None}
             problem = None if self.active else (SafetyState.INACTIVE, "inactive", "node not activated")
             problem = problem or self._check_inputs(now_s)
+            if problem is None and not sampled:
+                return None
             answered = self._answered_arrival
             self._answered_arrival = None
             stamped = self.gates[self._stamped_input].latest if self._stamped_input is not None else None
@@ -358,9 +387,11 @@ class PolicyNode:
             "state": s["state"],
             "reason": self.reason,
             "rate_hz": f"{s['rate_hz']:.2f}",
-            "jitter_ms_p99": f"{s['jitter_ms'][2]:.3f}",
+            **{f"jitter_ms_{k}": f"{v:.3f}" for k, v in self.loop.stats.jitter_summary_ms().items()},
             "overruns": str(s["overruns"]),
             "missed_deadlines": str(self.loop.stats.missed_deadlines),
+            "event_steps": str(self.loop.stats.event_steps),
+            "scheduling": self.loop.stats.scheduling,
             "commands": str(self.commands_sent),
             "received": str(s["received"]),
             "decode_errors": str(s["decode_errors"]),
@@ -418,6 +449,7 @@ class PolicyNode:
                 return
         self.active = False
         self._send_safe(f"shutting down ({reason})", final=True)
+        self.wake()  # a loop asleep until its next deadline ends now
         try:
             self._publish_state(messages.make("std_msgs/msg/String", {"data": f"shutdown: {reason}"}))
         except Exception as err:

@@ -46,6 +46,9 @@ class PolicyRunner:
         # One thread: a batch-1 MLP finishes in microseconds, and thread hand-offs would cost more.
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Never spin-wait: in a SCHED_FIFO process a spinning worker would starve the machine.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
             self._session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own types for corrupt or foreign files

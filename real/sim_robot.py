@@ -19,8 +19,10 @@ Modes:
   last (zero-order hold), as a physical robot would.
 
 After arming, every applied command equal to the robot's safe command is counted
-(``safe_commands``: motors-off in flight for a quadrotor). SIGINT/SIGTERM end the session after
-the current step; the transport is closed, so the node sees its input publisher leave.
+(``safe_commands``: motors-off in flight for a quadrotor). SIGINT/SIGTERM (:meth:`SimRobot.halt`)
+end the session at once: every wait is on an event the handler sets, no further physics step
+runs, and the caller closes the transport first, so the node sees its input publisher leave (and
+sends its safe command) within about one message delivery of the signal.
 
 Until the node arms (its commands differ from the robot's safe command), the vehicle is held
 at its initial state, like a drone waiting on the ground for its controller.
@@ -131,7 +133,7 @@ class SimRobot:
         if cmd.stamped_topic:
             transport.subscribe(cmd.stamped_topic, "sensor_msgs/msg/JointState", cmd.qos, self._on_answer)
         self.stop = threading.Event()
-        """Set (e.g. from a signal handler) to end :meth:`run` after the current step."""
+        """Set by :meth:`halt` to end :meth:`run` at once."""
         self._publish_clock = transport.publisher(SimClock.TOPIC, SimClock.TYPE, "reliable")
         self.sim_time_ns: int | None = None
         """Lockstep: simulation time (ns), advanced one control period per step; None in realtime."""
@@ -163,12 +165,17 @@ class SimRobot:
                     del self._answers[old]
             self._cond.notify_all()
 
+    def halt(self) -> None:
+        """End :meth:`run` now (safe in a signal handler: waits are woken, nothing blocks)."""
+        self.stop.set()
+        with self._cond:  # reentrant, and released by a waiting main thread
+            self._cond.notify_all()
+
     def _wait_answer(self, stamp_ns: int, timeout_s: float) -> np.ndarray | None:
-        """The node's command computed from the state stamped ``stamp_ns`` (None on timeout)."""
+        """The node's command computed from the state stamped ``stamp_ns`` (None on timeout or halt)."""
         with self._cond:
-            if not self._cond.wait_for(lambda: stamp_ns in self._answers, timeout=timeout_s):
-                return None
-            return self._answers.pop(stamp_ns)
+            self._cond.wait_for(lambda: stamp_ns in self._answers or self.stop.is_set(), timeout=timeout_s)
+            return self._answers.pop(stamp_ns, None)
 
     def _check_setpoint(self) -> None:
         # Odometry carries true world positions and attitudes; the node subtracts its own setpoint
@@ -214,7 +221,7 @@ class SimRobot:
 
     def _wait_command(self, after: int, timeout_s: float) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: self._command_count > after, timeout=timeout_s)
+            return self._cond.wait_for(lambda: self._command_count > after or self.stop.is_set(), timeout=timeout_s)
 
     def _armed_command(self) -> bool:
         with self._cond:
@@ -225,7 +232,7 @@ class SimRobot:
         """Republish the (frozen) initial state until the node sends a non-safe command."""
         deadline = time.monotonic() + timeout_s
         period = self.env.dt
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.stop.is_set():
             with self._cond:
                 count = self._command_count
             # The state first, then the time it belongs to: a node on /clock wakes with it in hand.
@@ -234,7 +241,9 @@ class SimRobot:
             self._wait_command(count, period)
             if self._armed_command():
                 return
-            time.sleep(max(0.0, period - 0.001))
+            self.stop.wait(max(0.0, period - 0.001))
+        if self.stop.is_set():
+            return
         raise EmbodiedError(
             f"no armed command on {self.robot.command.topic} within {timeout_s:.0f} s: is `embodied deploy` "
             "running with the same robot config, transport and domain?"
@@ -284,7 +293,8 @@ class SimRobot:
             self.advance_clock()
             if realtime:
                 next_tick += period
-                time.sleep(max(0.0, next_tick - time.monotonic()))
+                if self.stop.wait(max(0.0, next_tick - time.monotonic())):
+                    break
                 if self._command_count == count:
                     missed += 1
                 with self._cond:
@@ -293,11 +303,13 @@ class SimRobot:
                 answer = None
                 for _ in range(CLOCK_NUDGES):
                     answer = self._wait_answer(stamp_ns, command_timeout_s / CLOCK_NUDGES)
-                    if answer is not None:
+                    if answer is not None or self.stop.is_set():
                         break
                     # /clock may have overtaken the state on the wire, so the node's tick used the
                     # previous one: let another period pass (time only; the physics waits).
                     self.advance_clock()
+                if self.stop.is_set():
+                    break
                 if answer is not None:
                     rtts.append(time.perf_counter() - sent)
                     missed_in_row = 0

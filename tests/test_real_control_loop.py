@@ -44,14 +44,14 @@ def test_loop_runs_at_its_own_rate_and_records_jitter() -> None:
     def clock() -> float:
         return t[0]
 
-    class Sleeper(threading.Event):
-        def wait(self, timeout: float | None = None) -> bool:
-            # Deterministic clock: each wait overshoots by 1 ms on every 4th period.
-            t[0] += (timeout or 0.0) + (0.001 if len(starts) % 4 == 3 else 0.0)
-            return False
+    def sleep_until(deadline: float, stop: threading.Event) -> bool:
+        # Deterministic clock: each wait overshoots by 1 ms on every 4th period.
+        if deadline > t[0]:
+            t[0] = deadline + (0.001 if len(starts) % 4 == 3 else 0.0)
+        return stop.is_set()
 
-    loop = ControlLoop(0.01, step, clock=clock)
-    stats = loop.run(Sleeper(), max_steps=41)
+    loop = ControlLoop(0.01, step, clock=clock, sleep_until=sleep_until)
+    stats = loop.run(threading.Event(), max_steps=41)
     assert stats.steps == 41
     # Absolute deadlines: a late start shortens the next period, the mean rate stays exact.
     assert starts[-1] - starts[0] == pytest.approx(40 * 0.01, abs=1.1e-3)
@@ -69,3 +69,26 @@ def test_latency_percentiles_and_rate() -> None:
     assert p50 == pytest.approx(5.0) and p90 == pytest.approx(9.0) and p99 == pytest.approx(9.9)
     stats.step_times.extend([0.0, 0.01, 0.02, 0.03])
     assert stats.rate_hz() == pytest.approx(100.0)
+
+
+def test_wake_runs_an_event_step_at_once_outside_the_period_statistics() -> None:
+    period = 0.2  # long: an event step that waited for the deadline would be obvious
+    events: list[float] = []
+    steps: list[float] = []
+    stop = threading.Event()
+    loop = ControlLoop(period, steps.append, event_step=events.append)
+    worker = threading.Thread(target=loop.run, args=(stop,), kwargs={"max_steps": 3}, daemon=True)
+    worker.start()
+    while not steps:
+        time.sleep(0.001)
+    loop.wake()
+    deadline = time.monotonic() + 5.0
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(events) == 1 and len(steps) == 1  # ran before the next period's step
+    worker.join(timeout=5.0)
+    assert steps[1] - steps[0] == pytest.approx(period, abs=0.05)  # the period was not shifted
+    stats = loop.stats
+    assert stats.steps == 3 and stats.event_steps == 1 and len(stats.period_error_s) == 2
+    summary = stats.jitter_summary_ms()
+    assert set(summary) == {"p50", "p99", "max", "late_p99"} and summary["max"] >= summary["p99"] >= summary["p50"]

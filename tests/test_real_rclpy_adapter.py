@@ -76,3 +76,48 @@ def test_to_rclpy_copies_every_field(fake_rclpy_messages: None) -> None:
     assert out_cmd.data == [1.5, 2.5] and all(type(v) is float for v in out_cmd.data)
     js = to_rclpy(joint_state(["a", "b"], [0.1, 0.2], [0.0, 0.0]), "sensor_msgs/msg/JointState")
     assert js.name == ["a", "b"] and js.position == [0.1, 0.2]
+
+
+@pytest.mark.skipif(rclpy_available(), reason="real rclpy present: stand-ins would shadow it")
+@pytest.mark.parametrize("module", ["rclpy.event_handler", "rclpy.qos_event"])
+def test_publisher_lost_through_liveliness_events(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """rclpy mode: the subscription's liveliness event reports the last publisher leaving.
+
+    Stand-ins for rclpy's ``SubscriptionEventCallbacks`` (Iron+: ``rclpy.event_handler``, Humble:
+    ``rclpy.qos_event``) and the node; what this cannot show is that rmw raises the event when a
+    peer exits (Cyclone does on writer deletion and lease expiry).
+    """
+
+    class SubscriptionEventCallbacks:
+        def __init__(self, liveliness: Any = None) -> None:
+            self.liveliness = liveliness
+
+    monkeypatch.setitem(sys.modules, "rclpy", types.ModuleType("rclpy"))
+    fake = types.ModuleType(module)
+    fake.SubscriptionEventCallbacks = SubscriptionEventCallbacks  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module, fake)
+    if module == "rclpy.qos_event":
+        monkeypatch.setitem(sys.modules, "rclpy.event_handler", None)  # absent on Humble
+
+    from embodied.real.transports.rclpy_node import RclpyTransport
+
+    created: list[dict[str, Any]] = []
+
+    class Node:
+        def create_subscription(self, *args: Any, **kwargs: Any) -> None:
+            created.append(kwargs)
+
+    transport = RclpyTransport.__new__(RclpyTransport)
+    transport.node = Node()
+    monkeypatch.setattr("embodied.real.transports.rclpy_node._message_class", lambda _t: object)
+    monkeypatch.setattr("embodied.real.transports.rclpy_node._qos", lambda _q: None)
+    lost: list[bool] = []
+    transport.subscribe("cf/odom", "nav_msgs/msg/Odometry", "sensor", print, lambda: lost.append(True))
+    transport.subscribe("cf/estop", "std_msgs/msg/Bool", "reliable", print)
+    assert "event_callbacks" not in created[1]
+    on_liveliness = created[0]["event_callbacks"].liveliness
+    on_liveliness(types.SimpleNamespace(alive_count=1, alive_count_change=-1))  # one of two left
+    on_liveliness(types.SimpleNamespace(alive_count=1, alive_count_change=1))
+    assert lost == []
+    on_liveliness(types.SimpleNamespace(alive_count=0, alive_count_change=-1))
+    assert lost == [True]

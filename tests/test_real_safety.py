@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +336,48 @@ def test_publisher_leaving_gives_the_safe_command_next_period(quad_export: Path)
     rig.transport.drop_publishers(rig.robot.inputs["odom"].topic)
     assert _is_safe(rig.period(None)) and rig.node.rejections["publisher_lost"] == 1
     assert _is_safe(rig.period(odometry())) and rig.node.state is SafetyState.REARMING  # re-arm rule
+
+
+def test_event_step_acts_only_on_trouble(quad_export: Path) -> None:
+    """A step between periods (``sampled=False``) never runs the policy: with valid inputs it
+    sends nothing; once every publisher left it sends the safe command at once."""
+    rig = Rig(quad_export)
+    for _ in range(rig.robot.safety.rearm_periods + 1):
+        rig.period(odometry())
+    assert rig.node.state is SafetyState.ARMED
+    sent, history = len(rig.published()), rig.node.builder.history.vector().copy()
+    assert rig.node.step(rig.now + 0.3 * PERIOD, sampled=False) is None
+    assert len(rig.published()) == sent and np.array_equal(rig.node.builder.history.vector(), history)
+    rig.transport.drop_publishers(rig.robot.inputs["odom"].topic)
+    assert _is_safe(rig.node.step(rig.now + 0.5 * PERIOD, sampled=False))
+    assert rig.node.state is SafetyState.STALE and len(rig.published()) == sent + 1
+
+
+def test_publisher_lost_wakes_the_running_loop(quad_export: Path) -> None:
+    """On its own clock, the loop answers every publisher leaving with an event step: the safe
+    command is the next command on the wire and nothing else follows it."""
+    transport = MemoryTransport()
+    robot = load_robot(quad_robot())
+    node = PolicyNode(transport, robot, PolicyRunner(quad_export), period_s=PERIOD)
+    odom = robot.inputs["odom"]
+    sensor = transport.publisher(odom.topic, odom.type, odom.qos)
+    stop = threading.Event()
+    loop = threading.Thread(target=node.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 20.0
+        while node.state is not SafetyState.ARMED and time.monotonic() < deadline:
+            sensor(odometry())
+            time.sleep(PERIOD / 2)
+        assert node.state is SafetyState.ARMED
+        transport.drop_publishers(odom.topic)
+        time.sleep(10 * PERIOD)
+    finally:
+        stop.set()
+        loop.join(timeout=5.0)
+    commands = [messages.to_vector(m.data) for m in transport.published[transport.resolve(robot.command.topic)]]
+    safe = [bool(np.array_equal(c, SAFE)) for c in commands]
+    last_armed = max(i for i, s in enumerate(safe) if not s)
+    assert all(safe[last_armed + 1 :]) and len(safe) > last_armed + 1
+    assert node.loop.stats.event_steps >= 1 and node.rejections["publisher_lost"] >= 1
+    assert node.transitions["armed->stale"] == 1

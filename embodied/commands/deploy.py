@@ -6,9 +6,14 @@ import argparse
 import logging
 from typing import Any
 
+from embodied.config import int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 log = logging.getLogger(__name__)
+
+RT_PRIORITY = 10
+"""Default SCHED_FIFO priority of the node's threads: above every normal process, below the
+kernel's own real-time threads (50 for threaded IRQs) and ROS 2 executors tuned above it."""
 
 DESCRIPTION = """\
 Run RUN_DIR/export/policy.onnx on a robot through ROS 2 topics. The robot config (a built-in
@@ -24,7 +29,12 @@ The control loop runs at the policy's trained rate on its own clock and samples 
 input. Inputs count as stale from their arrival time and header stamps (limits derived from the
 rate; set per input in the robot config). Outside the training envelope, on stale or invalid
 data, on the e-stop topic, and on every way out (SIGINT/SIGTERM, error) the robot's safe command
-is sent. Every state change is logged with its reason and published on /diagnostics and
+is sent. In DDS mode the node is a ROS 2 managed (lifecycle) node: `ros2 lifecycle get/set/list`
+work through its ~/get_state, ~/change_state and ~/get_available_transitions services; with
+--managed it starts unconfigured and sends the safe command until activated. With --rt-priority
+the process runs SCHED_FIFO (the loop thread one level above the rest, the signal thread two), and
+the loop sleeps to just before each deadline and spins the rest.
+Every state change is logged with its reason and published on /diagnostics and
 ~/state; rejected messages are counted there by reason.
 
 A live line shows the safety state (waiting/stale/fault/envelope/estop/rearming/armed), loop
@@ -51,6 +61,21 @@ def register(subparsers: Any) -> None:
         help="run the loop and judge input ages on /clock (rosgraph_msgs/Clock), e.g. with `sim-robot` lockstep",
     )
 
+    p.add_argument(
+        "--managed",
+        action="store_true",
+        help="start as an unconfigured lifecycle node: the policy drives only after "
+        "`ros2 lifecycle set /NODE configure` and `... activate` (dds; without it the node starts active)",
+    )
+    p.add_argument(
+        "--rt-priority",
+        type=int_in_range(0, 99),
+        default=RT_PRIORITY,
+        metavar="N",
+        help=f"SCHED_FIFO priority of the process (the control loop runs at N+1, the signal thread at N+2), "
+        f"0 for normal scheduling (default {RT_PRIORITY}; needs root, an rtprio limit or CAP_SYS_NICE, "
+        "else it logs once and runs normally)",
+    )
     p.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
     p.add_argument("--no-live", action="store_true", help="no live status line (log a status every 5 s)")
     p.add_argument("--print-launch", action="store_true", help="print the ros2 launch line and exit")
@@ -59,24 +84,39 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import signal
-    import threading
 
     from embodied.config import parse_dotted
     from embodied.errors import EmbodiedError
-    from embodied.real.deploy import build_node, launch_command, open_transport
+    from embodied.real.deploy import launch_command
     from embodied.real.transports.rclpy_node import INSTALL_HINT, rclpy_available
 
     params = parse_dotted(args.param, source="--param")
     if args.print_launch:
         print(launch_command(args.run_dir, args.robot, params))
         return 0
+    if args.transport == "ros2" and not rclpy_available():
+        print(launch_command(args.run_dir, args.robot, params))
+        raise EmbodiedError(
+            "--transport ros2: " + INSTALL_HINT + "; on a ROS 2 machine run the line above "
+            "after `colcon build` of real/ros2/embodied_ros2"
+        )
+    from embodied.real.realtime import SignalWatcher, realtime_process
+
+    # Before any middleware thread exists: they all inherit the scheduling and the blocked signals.
+    priorities = realtime_process(args.rt_priority)
+    signals = SignalWatcher((signal.SIGTERM, signal.SIGINT), priorities.signals)
+    try:
+        return _run_node(args, params, signals, priorities)
+    finally:
+        signals.close()
+
+
+def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any, priorities: Any) -> int:
+    import threading
+
+    from embodied.real.deploy import build_node, open_transport
+
     if args.transport == "ros2":
-        if not rclpy_available():
-            print(launch_command(args.run_dir, args.robot, params))
-            raise EmbodiedError(
-                "--transport ros2: " + INSTALL_HINT + "; on a ROS 2 machine run the line above "
-                "after `colcon build` of real/ros2/embodied_ros2"
-            )
         transport = open_transport("ros2")
     else:
         transport = open_transport(
@@ -88,24 +128,27 @@ def run(args: argparse.Namespace) -> int:
             ros_distro=args.ros_distro,
         )
     try:
-        node_kwargs: dict[str, Any] = {}
+        node_kwargs: dict[str, Any] = {"rt_priority": priorities.loop}
         if args.use_sim_time:
             from embodied.real.freshness import SimClock
 
             sim_clock = SimClock()
             transport.subscribe(SimClock.TOPIC, SimClock.TYPE, "sensor", sim_clock.on_clock)
             node_kwargs["sim_clock"] = sim_clock
+        if args.managed:
+            node_kwargs["active"] = False
         node = build_node(transport, args.run_dir, args.robot, params, **node_kwargs)
         stop = threading.Event()
+        if args.transport == "dds":
+            _serve_lifecycle(transport, node, stop, args.managed)
 
         # SIGTERM (a process manager) and SIGINT (Ctrl-C): the safe command goes out from the
-        # handler itself (no command can follow it), then the loop ends.
-        def on_signal(signum: int, _frame: Any) -> None:
+        # signal thread itself (no command can follow it), then the loop ends.
+        def on_signal(name: str) -> None:
             stop.set()
-            node.shutdown(signal.Signals(signum).name)
+            node.shutdown(name)
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
+        signals.set_handler(on_signal)
         worker = threading.Thread(target=node.run, args=(stop, args.duration), name="control-loop", daemon=True)
         worker.start()
         try:
@@ -117,6 +160,23 @@ def run(args: argparse.Namespace) -> int:
     finally:
         transport.close()
     return 0
+
+
+def _serve_lifecycle(transport: Any, node: Any, stop: Any, managed: bool) -> None:
+    """The managed-node states and their services (``ros2 lifecycle``) in DDS mode."""
+    from embodied.real.lifecycle import ACTIVE, UNCONFIGURED, Lifecycle, serve_lifecycle
+
+    def on_active(active: bool) -> None:
+        if active:
+            node.activate()
+        else:
+            node.deactivate("lifecycle deactivate")
+
+    def on_finalized() -> None:
+        node.shutdown("lifecycle shutdown")
+        stop.set()
+
+    serve_lifecycle(transport, Lifecycle(on_active, on_finalized, initial=UNCONFIGURED if managed else ACTIVE))
 
 
 def _status_line(status: dict[str, Any]) -> str:

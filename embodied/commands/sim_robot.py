@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from embodied.config import int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 DESCRIPTION = """\
@@ -25,6 +26,17 @@ state's header stamp, so the node must run on /clock (--use-sim-time). --realtim
 wall clock and holds the last command, as a vehicle would (deploy without --use-sim-time). Ends with a summary: episodes, success rate, steps, missed commands, safe commands
 applied after arming (spurious motors-off), state->command round trip.
 """
+
+
+HANDOVER_STARTS: dict[str, float] = {
+    "init_max_angle_rad": 0.3,
+    "init_lin_vel_mps": 0.3,
+    "init_ang_vel_rad_s": 0.5,
+}
+"""``--handover-starts``: the start states a policy meets on a real vehicle, where it takes over
+from a PID hover after take-off (near the setpoint, within 0.3 rad of level, slow), instead of
+the training distribution's tumbling starts (tilts up to pi/2, which reach the edge of the
+training envelope the node enforces, so a recovery there may end in the safe command)."""
 
 
 def held_setpoint(robot_params: dict[str, Any], env_cfg: object) -> dict[str, Any]:
@@ -64,7 +76,21 @@ def register(subparsers: Any) -> None:
         help="task config override, e.g. --env obs_noise_std=[0,0,0,0] (repeatable)",
     )
     p.add_argument("--seed", type=int, default=0, help="env seed")
+    p.add_argument(
+        "--handover-starts",
+        action="store_true",
+        help="start episodes as a real take-off hands over from PID hover: "
+        + ", ".join(f"{k}={v}" for k, v in HANDOVER_STARTS.items()),
+    )
     p.add_argument("--realtime", action="store_true", help="step on the wall clock instead of lockstep")
+    p.add_argument(
+        "--rt-priority",
+        type=int_in_range(0, 99),
+        default=10,
+        metavar="N",
+        help="--realtime: SCHED_FIFO priority of the process, as a robot's driver would run "
+        "(default 10; 0 for normal scheduling; needs root, an rtprio limit or CAP_SYS_NICE)",
+    )
     add_middleware_arguments(p)
     p.add_argument("--arm-timeout", type=float, default=30.0, metavar="S", help="wait at most S s for the node")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -101,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         # The node holds one setpoint (its parameters), so the served task holds the same one
         # instead of drawing a new setpoint (yaw) per episode.
         env_cfg = apply_overrides(env_cfg, held, f"{robot.path} params")
+    if args.handover_starts:
+        env_cfg = apply_overrides(env_cfg, dict(HANDOVER_STARTS), "--handover-starts")
     if args.env:
         env_cfg = apply_overrides(env_cfg, parse_dotted(args.env, source="--env"), "--env")
     import torch
@@ -108,6 +136,12 @@ def run(args: argparse.Namespace) -> int:
     # One env steps fastest on one thread, and idle OpenMP workers spin on the cores the node needs.
     torch.set_num_threads(1)
     env = registry.make_env(args.task, env_cfg, 1, "cpu", args.seed)
+    if args.realtime:
+        from embodied.real.realtime import realtime_process, set_timer_slack
+
+        # Before the middleware's threads start: they inherit it (see realtime_process).
+        set_timer_slack()
+        realtime_process(args.rt_priority)
     transport = open_transport(
         args.transport,
         domain_id=args.domain_id,
@@ -120,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
         sim = SimRobot(env, robot, transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: sim.stop.set())
+            signal.signal(sig, lambda *_: sim.halt())
         summary = sim.run(
             episodes=args.episodes,
             seconds=args.seconds,
@@ -129,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
             arm_timeout_s=args.arm_timeout,
         )
     finally:
+        # The node's safe command follows its input publisher leaving: close before anything else.
         transport.close()
         env.close()
     if args.json:

@@ -229,6 +229,19 @@ class DdsTransport:
         self._writers[id(publish)] = writer
         return publish
 
+    def serve(self, service: str, service_type: str, handler: Callable[[Any], dict[str, Any]]) -> Any:
+        """A ROS 2 service server (rmw_cyclonedds_cpp's request/reply convention, see
+        :mod:`.dds_services`) named ``service`` (``~/change_state`` resolves under the node);
+        ``handler(request) -> response field values`` runs on Cyclone's listener thread."""
+        from embodied.real.transports.dds_services import DdsService
+
+        server = DdsService(self._participant, self.resolve(service), service_type, handler, _qos("reliable"))
+        self._entities += [server.reader, server.writer]
+        self._reader_guids.append(server.reader.guid)
+        self._writer_guids.append(server.writer.guid)
+        self._announce()
+        return server
+
     def _announce(self) -> None:
         """(Re)publish this participant's node and its readers/writers on ``ros_discovery_info``."""
         if not self._announce_node:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from embodied.errors import EmbodiedError
@@ -60,6 +61,27 @@ def _qos(name: str) -> Any:
     )
 
 
+def liveliness_callbacks(on_publishers_lost: Callable[[], None]) -> Any:
+    """``SubscriptionEventCallbacks`` that call ``on_publishers_lost`` when the subscription's
+    count of live publishers drops to zero.
+
+    The liveliness-changed event exists on Humble and Jazzy alike (the ``matched`` event only
+    from Iron on); with the default automatic liveliness a publisher's count drops when the
+    publisher (or its whole process) is destroyed, or when its lease expires after a crash. The
+    class lives in ``rclpy.event_handler`` from Iron on and in ``rclpy.qos_event`` on Humble.
+    """
+    try:
+        from rclpy.event_handler import SubscriptionEventCallbacks
+    except ImportError:  # Humble
+        from rclpy.qos_event import SubscriptionEventCallbacks
+
+    def on_liveliness(info: Any) -> None:
+        if info.alive_count == 0 and info.alive_count_change < 0:
+            on_publishers_lost()
+
+    return SubscriptionEventCallbacks(liveliness=on_liveliness)
+
+
 class RclpyTransport:
     """An rclpy node spun on a background thread; callbacks run on that thread."""
 
@@ -85,9 +107,11 @@ class RclpyTransport:
     def subscribe(
         self, topic: str, type_name: str, qos: str, callback: MessageCallback, on_publishers_lost: Any = None
     ) -> None:
-        # rclpy reports matched-publisher changes only through event callbacks that differ by
-        # distro; without them the freshness limits catch a publisher that left.
-        self.node.create_subscription(_message_class(type_name), topic, callback, _qos(qos))
+        """``on_publishers_lost`` is called when the last live publisher leaves (liveliness)."""
+        kwargs: dict[str, Any] = {}
+        if on_publishers_lost is not None:
+            kwargs["event_callbacks"] = liveliness_callbacks(on_publishers_lost)
+        self.node.create_subscription(_message_class(type_name), topic, callback, _qos(qos), **kwargs)
 
     def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
         pub = self.node.create_publisher(_message_class(type_name), topic, _qos(qos))
