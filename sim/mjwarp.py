@@ -60,7 +60,8 @@ def warp_modules() -> tuple[ModuleType, ModuleType]:
     if cache and not getattr(wp, "_embodied_ready", False):
         wp.config.kernel_cache_dir = str(Path(cache).expanduser())
     if not getattr(wp, "_embodied_ready", False):
-        wp.config.quiet = True  # kernel-load lines on stdout would bury the CLI's own output
+        # kernel-load lines on stdout would bury the CLI's own output (warnings still show)
+        wp.config.log_level = wp.LOG_WARNING
         wp.init()
         wp._embodied_ready = True
     mjw = import_optional("mujoco_warp", "the mjwarp backend", INSTALL)
@@ -201,6 +202,12 @@ class MjwarpVecEnv(ABC):
                 mjw.rne_postconstraint(m, d)
         self._sync()
 
+    def raw_step(self, action: torch.Tensor) -> None:
+        """The bare physics of one control step (``action`` [N, nu] as control, no task terms):
+        what the bench compares :meth:`step` against (``ratio_vs_raw``)."""
+        self.ctrl.copy_(self.ctrl_mid + self.ctrl_half * action.to(self.device, torch.float32).clamp(-1.0, 1.0))
+        self.physics_steps(self.backend.frame_skip)
+
     def set_state(self, qpos: np.ndarray, qvel: np.ndarray, ids: torch.Tensor) -> None:
         """Reset the worlds ``ids`` (``[n]`` int64), write ``qpos [n, nq]``/``qvel [n, nv]``, forward.
 
@@ -271,12 +278,9 @@ class MjwarpVecEnv(ABC):
         """Hold ``action`` [N, nu] in [-1, 1] for ``frame_skip`` substeps; auto-reset ended worlds."""
         if tuple(action.shape) != (self.num_envs, self.action_dim):
             raise ValueError(f"action must be [{self.num_envs}, {self.action_dim}], got {tuple(action.shape)}")
-        act = action.detach().to(self.device, torch.float32).clamp(-1.0, 1.0)
-        ctrl = self.ctrl_mid + self.ctrl_half * act
-        self.ctrl.copy_(ctrl)
         self.before_step()
-        self.physics_steps(self.backend.frame_skip)
-        terms, terminated = self.after_step(ctrl)
+        self.raw_step(action.detach())
+        terms, terminated = self.after_step(self.ctrl)
         terms = {k: v.to(torch.float32) for k, v in terms.items()}
         reward = torch.stack(list(terms.values())).sum(dim=0)
         terminated = terminated.to(torch.bool)
