@@ -179,9 +179,9 @@ BACKENDS: dict[str, Backend] = {
     ),
     "isaaclab": Backend(
         "Isaac Lab ManagerBasedRLEnv / DirectRLEnv (sim/isaaclab.py adapts an env you create)",
+        # checked when sim/isaaclab.py builds the env (a wrapped or stand-in env needs none)
         install="Isaac Lab's own installation (docs/backends.md)",
-        modules=("isaaclab",),
-        devices=("cuda",),
+        devices=("cpu", "cuda"),
         renders=True,
         exact_resume=False,
     ),
@@ -196,6 +196,26 @@ GYM_ENTRY = Entry(
     "any registered gymnasium env id, e.g. gym:Pendulum-v1",
     backend="gymnasium",
 )
+
+ISAACLAB_PREFIX = "isaaclab:"
+"""``isaaclab:<TaskId>`` runs a registered Isaac Lab task (``sim/isaaclab.py``; needs Isaac Sim)."""
+ISAACLAB_ENTRY = Entry(
+    "embodied.sim.isaaclab:IsaacLabVecEnv",
+    "embodied.sim.isaaclab:IsaacLabCfg",
+    "any registered Isaac Lab task, e.g. isaaclab:Isaac-Cartpole-v0 (Isaac Sim, GPU)",
+    backend="isaaclab",
+)
+
+PREFIXED: dict[str, tuple[Entry, str]] = {GYM_PREFIX: (GYM_ENTRY, "env_id"), ISAACLAB_PREFIX: (ISAACLAB_ENTRY, "task_id")}
+"""Task-name prefix -> (entry, the config field the rest of the name fills in)."""
+
+
+def _prefixed(name: str) -> tuple[Entry, str, str] | None:
+    """``(entry, config field, id)`` for a prefixed task name, else None."""
+    for prefix, (entry, id_field) in PREFIXED.items():
+        if name.startswith(prefix):
+            return entry, id_field, name[len(prefix) :]
+    return None
 
 
 _WARNED_ALIASES: set[str] = set()
@@ -213,8 +233,9 @@ def canonical_task(name: str) -> tuple[str, str | None]:
 
 
 def task_entry(name: str) -> Entry:
-    if name.startswith(GYM_PREFIX):
-        return GYM_ENTRY
+    prefixed = _prefixed(name)
+    if prefixed is not None:
+        return prefixed[0]
     task, _ = canonical_task(name)
     if task not in TASKS:
         raise ConfigError(unknown_choice_message("task", name, [*TASKS, *TASK_ALIASES]))
@@ -291,8 +312,9 @@ def task_cfg(name: str, backend: str | None = None) -> ConfigDataclass:
     ``backend`` when given (checked against the task's backends)."""
     ref = task_entry(name).cfg
     cfg_cls = _load(ref)
-    if name.startswith(GYM_PREFIX):
-        return _as_config(ref, cfg_cls(env_id=name[len(GYM_PREFIX) :]))
+    prefixed = _prefixed(name)
+    if prefixed is not None:
+        return _as_config(ref, cfg_cls(**{prefixed[1]: prefixed[2]}))
     cfg = _as_config(ref, cfg_cls())
     if backend is not None:
         check_backend(name, backend)

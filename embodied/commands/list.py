@@ -16,7 +16,8 @@ def run(args: argparse.Namespace) -> int:
     print("tasks (backends, the default first; choose one with `embodied train TASK --backend NAME`):")
     for name, entry in registry.TASKS.items():
         print(f"  {name:<22} [{', '.join(entry.implementations())}] {entry.summary}")
-    print(f"  {registry.GYM_PREFIX + '<EnvId>':<22} [{registry.GYM_ENTRY.backend}] {registry.GYM_ENTRY.summary}")
+    for prefix, (entry, _) in registry.PREFIXED.items():
+        print(f"  {prefix + '<EnvId>':<22} [{entry.backend}] {entry.summary}")
     for alias, (task, backend) in registry.TASK_ALIASES.items():
         print(f"  {alias:<22} deprecated: {task} --backend {backend}")
     print("algorithms:")

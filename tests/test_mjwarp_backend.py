@@ -1,0 +1,114 @@
+"""The MuJoCo-Warp backend on warp's CPU device against the MuJoCo backend: same trajectory for
+the same actions, auto-reset with final observations, per-world randomization, the bench ratio.
+
+Skipped without ``embodied[mjwarp]``. Marked slow: the first run compiles MuJoCo-Warp's kernels
+for the CPU (minutes on a 2-core machine); warp caches them (``~/.cache/warp`` or
+``$EMBODIED_WARP_CACHE``), after which a run takes tens of seconds. One small env per module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("mujoco")
+pytest.importorskip("gymnasium")
+pytest.importorskip("mujoco_warp")
+
+from embodied import registry  # noqa: E402
+from embodied.env import VecEnv, resumes_exactly  # noqa: E402
+from embodied.tasks.mujoco_locomotion import HalfCheetah, HalfCheetahCfg, HalfCheetahWarp  # noqa: E402
+
+pytestmark = pytest.mark.slow
+N = 3
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[HalfCheetah, HalfCheetahWarp]]:
+    cfg = HalfCheetahCfg()
+    mujoco_env = HalfCheetah(cfg, num_envs=N, device="cpu", seed=0)
+    warp_env = registry.make_env("halfcheetah", registry.task_cfg("halfcheetah", "mjwarp"), N, "cpu", seed=0)
+    assert isinstance(warp_env, HalfCheetahWarp) and isinstance(warp_env, VecEnv)
+    yield mujoco_env, warp_env
+    mujoco_env.close()
+    warp_env.close()
+
+
+def test_same_actions_same_trajectory(pair: tuple[HalfCheetah, HalfCheetahWarp]) -> None:
+    mujoco_env, warp_env = pair
+    assert warp_env.obs_spec == mujoco_env.obs_spec and warp_env.dt == mujoco_env.dt
+    mujoco_env.reset(seed=3)
+    warp_env.set_state(mujoco_env.qpos.copy(), mujoco_env.qvel.copy(), torch.arange(N))
+    np.testing.assert_allclose(warp_env.observe().numpy(), mujoco_env.observe(), atol=1e-6)
+    rng = np.random.default_rng(1)
+    for t in range(20):
+        action = torch.as_tensor(rng.uniform(-1, 1, (N, mujoco_env.action_dim)), dtype=torch.float32)
+        obs_m, rew_m, _, _, info_m = mujoco_env.step(action)
+        obs_w, rew_w, _, _, info_w = warp_env.step(action)
+        # float32 (warp) against float64 (MuJoCo): the gap grows slowly over the steps
+        scale = obs_m["policy"].abs().max().item()
+        assert (obs_w["policy"] - obs_m["policy"]).abs().max().item() < 1e-3 * scale + 1e-4 * (t + 1), t
+        torch.testing.assert_close(rew_w, rew_m, atol=1e-2 + 1e-3 * t, rtol=1e-3)
+        assert info_w["reward_terms"].keys() == info_m["reward_terms"].keys()
+    # a policy that did nothing would not tell the two apart: the bodies did move
+    assert (obs_m["policy"][:, 8] != 0).all()
+
+
+def test_time_limit_truncates_and_auto_resets_with_final_obs(pair: tuple[HalfCheetah, HalfCheetahWarp]) -> None:
+    _, env = pair
+    env.max_episode_steps = 3
+    try:
+        env.reset(seed=0)
+        zero = torch.zeros(N, env.action_dim)
+        for _ in range(2):
+            _, _, terminated, truncated, _ = env.step(zero)
+            assert not (terminated | truncated).any()
+        obs, _, terminated, truncated, info = env.step(zero)
+        assert truncated.all() and not terminated.any()
+        assert (env.episode_step == 0).all()
+        # the returned obs is the reset draw, final_obs the state the episode ended in
+        assert not torch.allclose(obs["policy"], info["final_obs"]["policy"])
+        assert obs["policy"][:, :8].abs().max().item() <= 0.1 + 1e-6  # reset noise U(-0.1, 0.1) on qpos
+    finally:
+        env.max_episode_steps = 1000
+
+
+def test_state_dict_round_trip_and_resume_report(pair: tuple[HalfCheetah, HalfCheetahWarp]) -> None:
+    _, env = pair
+    assert not resumes_exactly(env)  # warm starts and solver buffers are not captured
+    env.reset(seed=5)
+    env.step(torch.full((N, env.action_dim), 0.5))
+    state = env.state_dict()
+    before = env.observe().clone()
+    env.step(torch.full((N, env.action_dim), -0.5))
+    env.load_state_dict(state)
+    torch.testing.assert_close(env.observe(), before)
+
+
+def test_per_world_randomization_changes_masses() -> None:
+    from dataclasses import replace
+
+    cfg = registry.task_cfg("halfcheetah", "mjwarp")
+    backend = cfg.backend  # type: ignore[attr-defined]
+    cfg = replace(cfg, backend=replace(backend, randomization=replace(backend.randomization, enabled=True)))
+    env = registry.make_env("halfcheetah", cfg, N, "cpu", seed=0)
+    assert isinstance(env, HalfCheetahWarp)
+    masses = env.body_masses()
+    assert masses.shape == (N, env.model.nbody)
+    assert (masses[0] - masses[1]).abs().max().item() > 1e-3  # each world drew its own factor
+    ratio = masses[:, 1:] / torch.as_tensor(env.model.body_mass[1:], dtype=torch.float32)
+    assert torch.allclose(ratio, ratio[:, :1].expand_as(ratio), rtol=1e-5)  # one factor per world
+    assert ((ratio >= 0.8 - 1e-6) & (ratio <= 1.2 + 1e-6)).all()
+    env.close()
+
+
+def test_bench_reports_ratio_vs_raw() -> None:
+    from embodied.backend_bench import bench_backend_task
+
+    result = bench_backend_task("mjwarp:halfcheetah", num_envs=N, device="cpu", steps=3, repeats=1)
+    assert result["steps_per_s"] > 0 and result["raw_steps_per_s"] > 0
+    # the task step contains the raw step: it cannot be much faster (timing noise aside)
+    assert 0.0 < result["ratio_vs_raw"] < 1.5
