@@ -47,7 +47,7 @@ def _seconds(fn: Any, actions: torch.Tensor) -> float:
 
 
 def bench_backend_task(
-    target: str, num_envs: int, device: str, steps: int, repeats: int = 3, **_: Any
+    target: str, num_envs: int, device: str, steps: int, repeats: int = 3, **_options: Any
 ) -> dict[str, Any]:
     """Env-steps/s of task and raw steps, interleaved ``repeats`` times; medians and their ratio."""
     backend, task = parse_target(target)
@@ -61,7 +61,8 @@ def bench_backend_task(
         env.step(actions[0])  # warm-up: compiles or loads the kernels
         env.raw_step(actions[0])
         warmup_s = time.perf_counter() - start
-        task_s, raw_s = [], []
+        task_s: list[float] = []
+        raw_s: list[float] = []
         for _ in range(repeats):  # interleaved: background load hits both alike
             task_s.append(_seconds(env.step, actions))
             raw_s.append(_seconds(env.raw_step, actions))

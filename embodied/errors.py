@@ -29,4 +29,6 @@ def import_optional(module: str, needed_for: str, install: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise MissingDependencyError(f"{needed_for} needs the {module!r} package ({err}); install it with: {install}") from err
+        raise MissingDependencyError(
+            f"{needed_for} needs the {module!r} package ({err}); install it with: {install}"
+        ) from err

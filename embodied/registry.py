@@ -206,7 +206,10 @@ ISAACLAB_ENTRY = Entry(
     backend="isaaclab",
 )
 
-PREFIXED: dict[str, tuple[Entry, str]] = {GYM_PREFIX: (GYM_ENTRY, "env_id"), ISAACLAB_PREFIX: (ISAACLAB_ENTRY, "task_id")}
+PREFIXED: dict[str, tuple[Entry, str]] = {
+    GYM_PREFIX: (GYM_ENTRY, "env_id"),
+    ISAACLAB_PREFIX: (ISAACLAB_ENTRY, "task_id"),
+}
 """Task-name prefix -> (entry, the config field the rest of the name fills in)."""
 
 

@@ -69,7 +69,9 @@ class IsaacLabCfg:
 
     def __post_init__(self) -> None:
         if not self.task_id and not self.factory:
-            raise ConfigError("isaaclab: task_id is empty; use the task name isaaclab:<TaskId>, e.g. isaaclab:Isaac-Cartpole-v0")
+            raise ConfigError(
+                "isaaclab: task_id is empty; use the task name isaaclab:<TaskId>, e.g. isaaclab:Isaac-Cartpole-v0"
+            )
 
 
 def make_isaaclab_env(cfg: IsaacLabCfg, num_envs: int, device: torch.device, seed: int) -> Any:
@@ -94,7 +96,7 @@ def _load_factory(ref: str) -> Callable[..., Any]:
 
     module, _, attr = ref.partition(":")
     try:
-        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as err:
         raise ConfigError(f"isaaclab factory {ref!r} cannot be loaded ({err}); expected module:function") from err
 

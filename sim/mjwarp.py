@@ -53,17 +53,21 @@ KERNEL_CACHE_ENV = "EMBODIED_WARP_CACHE"
 runs: the first compile of a model's pipeline on the CPU takes minutes, a cached load seconds)."""
 
 
+_WARP_READY: list[bool] = []
+"""Non-empty once warp is configured and initialised in this process."""
+
+
 def warp_modules() -> tuple[ModuleType, ModuleType]:
     """``(warp, mujoco_warp)``, warp initialised once with the kernel cache; a named error if absent."""
     wp = import_optional("warp", "the mjwarp backend", INSTALL)
-    cache = os.environ.get(KERNEL_CACHE_ENV)
-    if cache and not getattr(wp, "_embodied_ready", False):
-        wp.config.kernel_cache_dir = str(Path(cache).expanduser())
-    if not getattr(wp, "_embodied_ready", False):
+    if not _WARP_READY:
+        cache = os.environ.get(KERNEL_CACHE_ENV)
+        if cache:
+            wp.config.kernel_cache_dir = str(Path(cache).expanduser())
         # kernel-load lines on stdout would bury the CLI's own output (warnings still show)
         wp.config.log_level = wp.LOG_WARNING
         wp.init()
-        wp._embodied_ready = True
+        _WARP_READY.append(True)
     mjw = import_optional("mujoco_warp", "the mjwarp backend", INSTALL)
     return wp, mjw
 
@@ -239,8 +243,9 @@ class MjwarpVecEnv(ABC):
             return
         to_torch, m, n = self._wp.to_torch, self.wp_model, len(ids)
         nominal = {k: torch.as_tensor(v, dtype=torch.float32, device=self.device) for k, v in self._nominal.items()}
-        mass_scale = torch.as_tensor(self.rng.uniform(*cfg.body_mass_scale, size=(n, 1)), device=self.device)
-        friction_scale = torch.as_tensor(self.rng.uniform(*cfg.friction_scale, size=(n, 1)), device=self.device)
+        (mass_lo, mass_hi), (friction_lo, friction_hi) = cfg.body_mass_scale, cfg.friction_scale
+        mass_scale = torch.as_tensor(self.rng.uniform(mass_lo, mass_hi, size=(n, 1)), device=self.device)
+        friction_scale = torch.as_tensor(self.rng.uniform(friction_lo, friction_hi, size=(n, 1)), device=self.device)
         to_torch(m.body_mass)[ids] = (nominal["body_mass"] * mass_scale).float()
         to_torch(m.body_inertia)[ids] = (nominal["body_inertia"] * mass_scale[:, :, None]).float()
         to_torch(m.geom_friction)[ids, :, 0] = (nominal["geom_friction"][:, 0] * friction_scale).float()
@@ -342,4 +347,5 @@ class MjwarpVecEnv(ABC):
         self.rng.bit_generator.state = state["rng"]
 
     def close(self) -> None:
-        """Warp frees the arrays with the env; nothing is held outside Python."""
+        """Drop the warp arrays (warp frees them when the last reference goes)."""
+        self.out.clear()

@@ -31,8 +31,8 @@ import torch
 
 from embodied.config import ConfigError
 from embodied.io_spec import ActionField, IOSpec, ObsField
-from embodied.sim.mujoco import MujocoBackendCfg, MujocoVecEnv, gymnasium_asset
 from embodied.sim.mjwarp import MjwarpCfg, MjwarpVecEnv
+from embodied.sim.mujoco import MujocoBackendCfg, MujocoVecEnv, gymnasium_asset
 
 _CONVENTIONS = {
     "world_frame": "MuJoCo world, z up",
@@ -124,7 +124,6 @@ class _Locomotion:
         )
 
 
-
 def _model(xml: str) -> mujoco.MjModel:
     return mujoco.MjModel.from_xml_path(str(gymnasium_asset(xml)))
 
@@ -188,7 +187,7 @@ class _HalfCheetahTerms(_Locomotion):
     def obs_dim(self) -> int:
         return self.model.nq - 1 + self.model.nv
 
-    def observe(self) -> np.ndarray:
+    def observe(self) -> Any:
         return self.cat([self.qpos[:, 1:], self.qvel])
 
     def before_step(self) -> None:
@@ -253,7 +252,7 @@ class _AntTerms(_Locomotion):
     xml = "ant.xml"
     cfg: AntCfg
     contact_forces = True
-    outputs = ("xpos",)
+    outputs: tuple[str, ...] = ("xpos",)
     main_body = 1  # the torso
     _before: Any
 
@@ -338,7 +337,7 @@ class _HumanoidTerms(_Locomotion):
     xml = "humanoid.xml"
     cfg: HumanoidCfg
     contact_forces = True
-    outputs = ("xipos", "cinert", "cvel", "qfrc_actuator")
+    outputs: tuple[str, ...] = ("xipos", "cinert", "cvel", "qfrc_actuator")
     _before: Any
 
     def obs_dim(self) -> int:

@@ -88,7 +88,9 @@ class StandInRLEnv:
         self._reset_idx(torch.arange(self.num_envs, device=self.device))
         return self._obs(), {}
 
-    def step(self, action: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         assert isinstance(action, torch.Tensor) and action.shape == (self.num_envs, 1)
         assert str(action.device) == str(torch.device(self.device))
         self.received_actions.append(action.clone())

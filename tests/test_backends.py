@@ -15,11 +15,11 @@ import pytest
 pytest.importorskip("mujoco")
 pytest.importorskip("gymnasium")
 
-from embodied import registry  # noqa: E402
-from embodied.cli import main  # noqa: E402
-from embodied.config import ConfigError  # noqa: E402
-from embodied.errors import MissingDependencyError  # noqa: E402
-from embodied.tasks.mujoco_locomotion import Ant, HalfCheetah  # noqa: E402
+from embodied import registry
+from embodied.cli import main
+from embodied.config import ConfigError
+from embodied.errors import MissingDependencyError
+from embodied.tasks.mujoco_locomotion import Ant, HalfCheetah
 
 
 def test_tasks_list_their_backends_default_first() -> None:

@@ -12,13 +12,13 @@ import torch
 
 pytest.importorskip("gymnasium")
 
-from isaaclab_standin import StandInRLEnv  # noqa: E402
+from isaaclab_standin import StandInRLEnv
 
-from embodied import registry  # noqa: E402
-from embodied.cli import main  # noqa: E402
-from embodied.env import VecEnv, resumes_exactly  # noqa: E402
-from embodied.errors import EmbodiedError, MissingDependencyError  # noqa: E402
-from embodied.sim.isaaclab import IsaacLabCfg, IsaacLabVecEnv, make_isaaclab_env  # noqa: E402
+from embodied import registry
+from embodied.cli import main
+from embodied.env import VecEnv, resumes_exactly
+from embodied.errors import EmbodiedError, MissingDependencyError
+from embodied.sim.isaaclab import IsaacLabCfg, IsaacLabVecEnv, make_isaaclab_env
 
 N = 4
 
@@ -107,7 +107,7 @@ def test_without_isaac_lab_the_error_names_its_install() -> None:
         pytest.skip("Isaac Lab is installed here")
     with pytest.raises(MissingDependencyError, match="Isaac Lab's own installation"):
         make_isaaclab_env(IsaacLabCfg(task_id="Isaac-Cartpole-v0"), 2, torch.device("cpu"), 0)
-    with pytest.raises(MissingDependencyError, match="docs/backends.md"):
+    with pytest.raises(MissingDependencyError, match=r"docs/backends\.md"):
         registry.make_env("isaaclab:Isaac-Cartpole-v0", registry.task_cfg("isaaclab:Isaac-Cartpole-v0"), 2, "cpu", 0)
 
 
@@ -133,7 +133,7 @@ def test_real_isaac_lab_cartpole_steps_through_the_adapter() -> None:
         assert isinstance(env, VecEnv) and "policy" in env.obs_spec
         ended = torch.zeros(16, dtype=torch.bool, device=env.device)
         for _ in range(env.max_episode_steps + 1):
-            obs, reward, terminated, truncated, info = env.step(torch.zeros(16, env.action_dim, device=env.device))
+            obs, reward, terminated, truncated, _ = env.step(torch.zeros(16, env.action_dim, device=env.device))
             assert obs["policy"].device.type == "cuda" and torch.isfinite(reward).all()
             ended |= terminated | truncated
         assert ended.all(), "every episode ends within max_episode_steps"

@@ -19,9 +19,9 @@ pytest.importorskip("mujoco")
 pytest.importorskip("gymnasium")
 pytest.importorskip("mujoco_warp")
 
-from embodied import registry  # noqa: E402
-from embodied.env import VecEnv, resumes_exactly  # noqa: E402
-from embodied.tasks.mujoco_locomotion import HalfCheetah, HalfCheetahCfg, HalfCheetahWarp  # noqa: E402
+from embodied import registry
+from embodied.env import VecEnv, resumes_exactly
+from embodied.tasks.mujoco_locomotion import HalfCheetah, HalfCheetahCfg, HalfCheetahWarp
 
 pytestmark = pytest.mark.slow
 N = 3

@@ -58,9 +58,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("kind", choices=("sim", "env"), help="sim: bare physics bench; env: full step of a task")
-    p.add_argument(
-        "name", help="sim bench name (e.g. quadrotor, or BACKEND:TASK like mjwarp:halfcheetah) or task name"
-    )
+    p.add_argument("name", help="sim bench name (e.g. quadrotor, or BACKEND:TASK like mjwarp:halfcheetah) or task name")
     p.add_argument(
         "--num-envs",
         type=_parse_sizes,
