@@ -185,6 +185,13 @@ BACKENDS: dict[str, Backend] = {
         renders=True,
         exact_resume=False,
     ),
+    "maniskill": Backend(
+        "ManiSkill3 (placeholder: explains what is missing; docs/backends.md)",
+        install='pip install "mani-skill==3.0.1" plus a Vulkan driver (docs/backends.md)',
+        modules=(),  # checked by sim/maniskill.py, together with the Vulkan driver
+        devices=("cpu", "cuda"),
+        exact_resume=False,
+    ),
 }
 
 
@@ -206,9 +213,19 @@ ISAACLAB_ENTRY = Entry(
     backend="isaaclab",
 )
 
+MANISKILL_PREFIX = "maniskill:"
+"""``maniskill:<EnvId>``: ManiSkill3 (``sim/maniskill.py``; not available yet, a named error says why)."""
+MANISKILL_ENTRY = Entry(
+    "embodied.sim.maniskill:ManiSkillVecEnv",
+    "embodied.sim.maniskill:ManiSkillCfg",
+    "ManiSkill3 tasks, e.g. maniskill:PickCube-v1 (not available yet: needs Vulkan; docs/backends.md)",
+    backend="maniskill",
+)
+
 PREFIXED: dict[str, tuple[Entry, str]] = {
     GYM_PREFIX: (GYM_ENTRY, "env_id"),
     ISAACLAB_PREFIX: (ISAACLAB_ENTRY, "task_id"),
+    MANISKILL_PREFIX: (MANISKILL_ENTRY, "env_id"),
 }
 """Task-name prefix -> (entry, the config field the rest of the name fills in)."""
 

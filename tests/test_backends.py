@@ -107,3 +107,13 @@ def test_bench_target_is_checked(caplog: pytest.LogCaptureFixture) -> None:
             parse_target(bad)
     assert main(["bench", "sim", "mjwarp:quad-hover", "--num-envs", "2"]) == 2
     assert "runs on: quadrotor" in caplog.text
+
+
+def test_maniskill_placeholder_explains_what_is_missing() -> None:
+    from embodied.sim import maniskill
+
+    cfg = registry.task_cfg("maniskill:PickCube-v1")
+    assert cfg.env_id == "PickCube-v1"  # type: ignore[attr-defined]
+    with pytest.raises(MissingDependencyError, match=r"mani-skill|Vulkan|not written yet"):
+        registry.make_env("maniskill:PickCube-v1", cfg, num_envs=1, device="cpu", seed=0)
+    assert isinstance(maniskill.vulkan_drivers(), list)
