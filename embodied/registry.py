@@ -356,10 +356,11 @@ def make_env(name: str, cfg: object, num_envs: int, device: torch.device | str, 
     task missing part of the contract fails here with its name rather than mid-training.
     """
     backend = selected_backend(name, cfg)
-    row = require_backend(backend)
     dev = torch.device(device)
-    if dev.type not in row.devices:
-        raise ConfigError(f"the {backend} backend runs on {' or '.join(row.devices)}, not {dev}")
+    if backend:  # an entry that names no backend (a plug-in task) has nothing to check
+        row = require_backend(backend)
+        if dev.type not in row.devices:
+            raise ConfigError(f"the {backend} backend runs on {' or '.join(row.devices)}, not {dev}")
     ref = task_entry(name).implementations()[backend]
     env = _load(ref)(cfg, num_envs=num_envs, device=dev, seed=seed)
     if not isinstance(env, VecEnv):

@@ -136,16 +136,17 @@ def test_trains_and_resumes_through_the_cli(tmp_path: Path, capsys: pytest.Captu
 @pytest.mark.gpu
 def test_learns_halfcheetah_on_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """PPO on 1024 MuJoCo-Warp worlds: a random policy scores about -300 per 1,000 steps (control
-    cost, no progress); 2,000 is out of its reach. Not run on the CPU (warp's CPU device steps
-    ~10^2 env-steps/s here: far too slow to learn in a test)."""
+    cost, no progress); 1,000 is out of its reach. Not run on the CPU (warp's CPU device steps
+    ~10^2-10^3 env-steps/s here: far too slow to learn in a test). Budget and threshold are
+    estimates: this test has not yet run on a GPU."""
     from embodied.cli import main
 
     run_dir = tmp_path / "gpu"
     args = [
         "train", "halfcheetah", "--backend", "mjwarp", "--device", "cuda", "--num-envs", "1024",
         "--run-dir", str(run_dir), "--no-progress", "algo.num_steps_per_env=32",
-        "trainer.total_env_steps=4000000", "trainer.eval_every_env_steps=0", "trainer.eval_episodes=64",
+        "trainer.total_env_steps=8000000", "trainer.eval_every_env_steps=0", "trainer.eval_episodes=64",
     ]  # fmt: skip
     assert main(args) == 0
     line = next(li for li in capsys.readouterr().out.splitlines() if li.startswith("eval:"))
-    assert float(line.split("mean_return")[1].split()[0]) > 2000.0
+    assert float(line.split("mean_return")[1].split()[0]) > 1000.0
