@@ -54,7 +54,10 @@ def bench_backend_task(
     env = registry.make_env(task, registry.task_cfg(task, backend), num_envs, device, seed=0)
     try:
         if not isinstance(env, RawStepper):
-            raise ConfigError(f"the {backend} backend has no raw physics step to compare against (bench {target})")
+            raise ConfigError(
+                f"bench sim {target}: the {backend} backend has no raw physics step to compare against; "
+                "`embodied bench --help` lists the other benches (e.g. mujoco-ant, quadrotor)"
+            )
         gen = torch.Generator().manual_seed(0)
         actions = (torch.rand((steps, num_envs, env.action_dim), generator=gen) * 2 - 1).to(env.device)
         start = time.perf_counter()
