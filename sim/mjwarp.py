@@ -14,7 +14,8 @@ backend: the control is held for ``frame_skip`` calls of ``mjw.step``, then
 is ``reset_data`` of the ended worlds, their sampled ``qpos``/``qvel``, then ``forward``.
 
 Differences from the MuJoCo backend, all from the simulator: float32 physics; MuJoCo-Warp
-rejects models with the PGS solver; contact and constraint buffers have a fixed size per world
+has no PGS solver, so a PGS model (gymnasium's humanoid) runs with Newton (logged); contact
+and constraint buffers have a fixed size per world
 (:class:`MjwarpCfg`; an overflow is reported by MuJoCo-Warp, raise the sizes then).
 
 The warp and mujoco_warp imports happen when an env is built, so this module imports without
@@ -134,6 +135,11 @@ class MjwarpVecEnv(ABC):
         self.max_episode_steps = int(backend.max_episode_steps)
         self.action_dim = int(model.nu)
         n = self.num_envs
+        if model.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
+            # MuJoCo-Warp has no PGS; Newton solves the same constraint problem (the contact
+            # forces agree to the solvers' tolerances, the trajectories to a few steps)
+            log.warning("MuJoCo-Warp has no PGS solver: this model (solver PGS) runs with Newton instead")
+            model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
         batch = {name: n for name in self.randomized_fields} if backend.randomization.enabled else None
         with wp.ScopedDevice(self.wp_device):
             try:
