@@ -104,6 +104,24 @@ class PhysicalStateEnv(VecEnv, Protocol):
     def physical_state(self) -> dict[str, torch.Tensor]: ...
 
 
+@runtime_checkable
+class FinalObsReport(Protocol):
+    """An env that says whether ``info["final_obs"]`` really is the observation episodes ended on.
+
+    Envs without the attribute provide it exactly (the VecEnv contract). A wrapped simulator
+    that resets inside its own step and may not expose the pre-reset observation (Isaac Lab
+    without ``compute_final_obs``) sets ``exact_final_obs = False`` once that happened: its
+    ``final_obs`` rows of ended envs are then the reset observations.
+    """
+
+    exact_final_obs: bool
+
+
+def final_obs_exact(env: object) -> bool:
+    """Whether ``env``'s ``info["final_obs"]`` holds the true last observations (:class:`FinalObsReport`)."""
+    return not isinstance(env, FinalObsReport) or bool(env.exact_final_obs)
+
+
 def resumes_exactly(env: object) -> bool:
     """Whether ``env`` restores its simulator state exactly on ``load_state_dict``."""
     return not isinstance(env, ResumeReport) or bool(env.exact_resume)

@@ -99,7 +99,8 @@ def config_key(task_name: str) -> str:
 def default_config_file(task_name: str, algo_name: str) -> Path | None:
     """The shipped ``configs/<task>/<algo>.yaml``, or None."""
     root = importlib.resources.files("embodied.configs")
-    candidate = root / config_key(task_name) / f"{algo_name}.yaml"
+    # a deprecated alias (mujoco-ant) reads the configs of the task it names (ant)
+    candidate = root / config_key(registry.canonical_task(task_name)[0]) / f"{algo_name}.yaml"
     return Path(str(candidate)) if candidate.is_file() else None
 
 

@@ -3,12 +3,20 @@
 Entries name their implementation as ``"module:attribute"`` strings and are imported only
 when used, so listing them never imports a simulator. Adding a task, an algorithm or a
 backend is one line here.
+
+A task names its model and terms; the simulator backend that runs it is chosen per run. A task
+with several backends lists one implementation per backend (``Entry.backends``) and carries the
+choice in its config (``env.backend.name``, set by ``embodied train TASK --backend NAME``); the
+old ``<backend>-<task>`` names stay as aliases. This module is the only place that maps a
+backend name to code.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
+import logging
 from collections.abc import Callable
 from dataclasses import Field, dataclass
 from typing import Any, ClassVar, Protocol
@@ -16,9 +24,11 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from embodied.algo import Algorithm
-from embodied.config import ConfigError, unknown_choice_message
+from embodied.config import ConfigError, apply_overrides, unknown_choice_message
 from embodied.env import VecEnv
-from embodied.errors import EmbodiedError
+from embodied.errors import EmbodiedError, import_optional
+
+log = logging.getLogger("embodied.registry")
 
 
 class ConfigDataclass(Protocol):
@@ -29,12 +39,52 @@ class ConfigDataclass(Protocol):
 
 @dataclass(frozen=True)
 class Entry:
-    """An implementation (``target``) and its config dataclass (``cfg``), both ``module:attr``."""
+    """An implementation (``target``) and its config dataclass (``cfg``), both ``module:attr``.
+
+    ``backend`` is the default backend; ``backends`` maps every backend a task runs on to its
+    implementation (empty: only ``backend``, implemented by ``target``)."""
 
     target: str
     cfg: str
     summary: str
     backend: str = ""
+    backends: tuple[tuple[str, str], ...] = ()
+
+    def implementations(self) -> dict[str, str]:
+        """Backend name -> ``module:attr``, the default backend first."""
+        return dict(self.backends) if self.backends else {self.backend: self.target}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A simulator backend: what it is, what it needs, what it can do.
+
+    ``modules`` are imported before an env is built (a missing one raises
+    :class:`~embodied.errors.MissingDependencyError` naming ``install``); the capability fields
+    say what the typed protocols of ``embodied/env.py`` report for its envs."""
+
+    summary: str
+    install: str
+    """How to get the backend's packages: a pip extra or a setup document."""
+    modules: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ("cpu",)
+    """Where its envs run (``cpu``, ``cuda``)."""
+    renders: bool = False
+    """Whether its envs render images (:class:`embodied.env.RenderingEnv`)."""
+    exact_resume: bool = True
+    """Whether ``load_state_dict`` restores the simulator bit-exactly (:class:`embodied.env.ResumeReport`)."""
+
+    def missing(self) -> list[str]:
+        """Modules of ``modules`` that are not installed (found without importing them)."""
+        out = []
+        for module in self.modules:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):  # a parent package absent, or a module set to None
+                found = False
+            if not found:
+                out.append(module)
+        return out
 
 
 def _load(ref: str) -> Callable[..., object]:
@@ -53,25 +103,44 @@ TASKS: dict[str, Entry] = {
         "Crazyflie-class quadrotor: reach and hold a setpoint from random initial states",
         backend="quadrotor",
     ),
-    "mujoco-halfcheetah": Entry(
+    "halfcheetah": Entry(
         "embodied.tasks.mujoco_locomotion:HalfCheetah",
         "embodied.tasks.mujoco_locomotion:HalfCheetahCfg",
-        "HalfCheetah-v5 equivalent: planar runner (MuJoCo batch)",
+        "HalfCheetah-v5 equivalent: planar runner",
         backend="mujoco",
+        backends=(
+            ("mujoco", "embodied.tasks.mujoco_locomotion:HalfCheetah"),
+            ("mjwarp", "embodied.tasks.mujoco_locomotion:HalfCheetahWarp"),
+        ),
     ),
-    "mujoco-ant": Entry(
+    "ant": Entry(
         "embodied.tasks.mujoco_locomotion:Ant",
         "embodied.tasks.mujoco_locomotion:AntCfg",
-        "Ant-v5 equivalent: quadruped runner (MuJoCo batch)",
+        "Ant-v5 equivalent: quadruped runner",
         backend="mujoco",
+        backends=(
+            ("mujoco", "embodied.tasks.mujoco_locomotion:Ant"),
+            ("mjwarp", "embodied.tasks.mujoco_locomotion:AntWarp"),
+        ),
     ),
-    "mujoco-humanoid": Entry(
+    "humanoid": Entry(
         "embodied.tasks.mujoco_locomotion:Humanoid",
         "embodied.tasks.mujoco_locomotion:HumanoidCfg",
-        "Humanoid-v5 equivalent: walker (MuJoCo batch)",
+        "Humanoid-v5 equivalent: walker",
         backend="mujoco",
+        backends=(
+            ("mujoco", "embodied.tasks.mujoco_locomotion:Humanoid"),
+            ("mjwarp", "embodied.tasks.mujoco_locomotion:HumanoidWarp"),
+        ),
     ),
 }
+
+TASK_ALIASES: dict[str, tuple[str, str]] = {
+    "mujoco-halfcheetah": ("halfcheetah", "mujoco"),
+    "mujoco-ant": ("ant", "mujoco"),
+    "mujoco-humanoid": ("humanoid", "mujoco"),
+}
+"""Deprecated task names -> ``(task, backend)``; they keep working and log a deprecation line."""
 
 ALGOS: dict[str, Entry] = {
     "ppo": Entry("embodied.algos.ppo:PPO", "embodied.algos.ppo:PPOCfg", "PPO (on-policy, GAE, adaptive KL)"),
@@ -85,9 +154,44 @@ ALGOS: dict[str, Entry] = {
     ),
 }
 
-BACKENDS: dict[str, str] = {
-    "quadrotor": "built-in batched torch quadrotor (CPU or CUDA, no extra dependencies)",
-    "mujoco": "MuJoCo's native batch API on C threads (CPU; pip install 'embodied[mujoco]')",
+BACKENDS: dict[str, Backend] = {
+    "quadrotor": Backend(
+        "built-in batched torch quadrotor", install="(built in)", devices=("cpu", "cuda"), renders=True
+    ),
+    "mujoco": Backend(
+        "MuJoCo's native batch API on C threads (physics on the CPU; tensors moved to the device)",
+        install='pip install "embodied[mujoco]"',
+        modules=("mujoco", "gymnasium"),
+        devices=("cpu", "cuda"),
+    ),
+    "mjwarp": Backend(
+        "MuJoCo-Warp: batched worlds as warp kernels, zero-copy torch tensors (warp's CPU device works, slowly)",
+        install='pip install "embodied[mjwarp]"',
+        modules=("mujoco", "gymnasium", "warp", "mujoco_warp"),
+        devices=("cpu", "cuda"),
+        exact_resume=False,
+    ),
+    "gymnasium": Backend(
+        "any gymnasium env, stepped one by one (tensors moved to the device)",
+        install='pip install "embodied[gym]"',
+        modules=("gymnasium",),
+        devices=("cpu", "cuda"),
+    ),
+    "isaaclab": Backend(
+        "Isaac Lab ManagerBasedRLEnv / DirectRLEnv (sim/isaaclab.py adapts an env you create)",
+        # checked when sim/isaaclab.py builds the env (a wrapped or stand-in env needs none)
+        install="Isaac Lab's own installation (docs/backends.md)",
+        devices=("cpu", "cuda"),
+        renders=True,
+        exact_resume=False,
+    ),
+    "maniskill": Backend(
+        "ManiSkill3 (placeholder: explains what is missing; docs/backends.md)",
+        install='pip install "mani-skill==3.0.1" plus a Vulkan driver (docs/backends.md)',
+        modules=(),  # checked by sim/maniskill.py, together with the Vulkan driver
+        devices=("cpu", "cuda"),
+        exact_resume=False,
+    ),
 }
 
 
@@ -100,13 +204,115 @@ GYM_ENTRY = Entry(
     backend="gymnasium",
 )
 
+ISAACLAB_PREFIX = "isaaclab:"
+"""``isaaclab:<TaskId>`` runs a registered Isaac Lab task (``sim/isaaclab.py``; needs Isaac Sim)."""
+ISAACLAB_ENTRY = Entry(
+    "embodied.sim.isaaclab:IsaacLabVecEnv",
+    "embodied.sim.isaaclab:IsaacLabCfg",
+    "any registered Isaac Lab task, e.g. isaaclab:Isaac-Cartpole-v0 (Isaac Sim, GPU)",
+    backend="isaaclab",
+)
+
+MANISKILL_PREFIX = "maniskill:"
+"""``maniskill:<EnvId>``: ManiSkill3 (``sim/maniskill.py``; not available yet, a named error says why)."""
+MANISKILL_ENTRY = Entry(
+    "embodied.sim.maniskill:ManiSkillVecEnv",
+    "embodied.sim.maniskill:ManiSkillCfg",
+    "ManiSkill3 tasks, e.g. maniskill:PickCube-v1 (not available yet: needs Vulkan; docs/backends.md)",
+    backend="maniskill",
+)
+
+PREFIXED: dict[str, tuple[Entry, str]] = {
+    GYM_PREFIX: (GYM_ENTRY, "env_id"),
+    ISAACLAB_PREFIX: (ISAACLAB_ENTRY, "task_id"),
+    MANISKILL_PREFIX: (MANISKILL_ENTRY, "env_id"),
+}
+"""Task-name prefix -> (entry, the config field the rest of the name fills in)."""
+
+
+def _prefixed(name: str) -> tuple[Entry, str, str] | None:
+    """``(entry, config field, id)`` for a prefixed task name, else None."""
+    for prefix, (entry, id_field) in PREFIXED.items():
+        if name.startswith(prefix):
+            return entry, id_field, name[len(prefix) :]
+    return None
+
+
+_WARNED_ALIASES: set[str] = set()
+
+
+def canonical_task(name: str) -> tuple[str, str | None]:
+    """``(task name, backend the name implies or None)``; a deprecated alias logs once."""
+    if name in TASK_ALIASES:
+        task, backend = TASK_ALIASES[name]
+        if name not in _WARNED_ALIASES:
+            _WARNED_ALIASES.add(name)
+            log.warning("task name %r is deprecated: use %r (with --backend %s)", name, task, backend)
+        return task, backend
+    return name, None
+
 
 def task_entry(name: str) -> Entry:
-    if name.startswith(GYM_PREFIX):
-        return GYM_ENTRY
-    if name not in TASKS:
-        raise ConfigError(unknown_choice_message("task", name, TASKS))
-    return TASKS[name]
+    prefixed = _prefixed(name)
+    if prefixed is not None:
+        return prefixed[0]
+    task, _ = canonical_task(name)
+    if task not in TASKS:
+        raise ConfigError(unknown_choice_message("task", name, [*TASKS, *TASK_ALIASES]))
+    return TASKS[task]
+
+
+def task_backends(name: str) -> list[str]:
+    """Backends task ``name`` runs on, its default first."""
+    return list(task_entry(name).implementations())
+
+
+class _BackendChoice(Protocol):
+    name: str
+
+
+class _ChoosesBackend(Protocol):
+    """A task config that carries its backend choice (tasks with several backends)."""
+
+    backend: _BackendChoice
+
+
+def check_backend(name: str, backend: str) -> None:
+    """A :class:`ConfigError` unless task ``name`` runs on ``backend`` (lists the ones it does)."""
+    choices = task_backends(name)
+    if backend not in choices:
+        raise ConfigError(f"task {name!r} has no backend {backend!r}; it runs on: {', '.join(choices)}")
+
+
+BACKEND_KEY = ("backend", "name")
+"""Where a task with several backends keeps the choice in its config (``env.backend.name``)."""
+
+
+def backend_override(name: str, backend: str) -> list[str]:
+    """The config override that selects ``backend`` for task ``name`` (none for its only one)."""
+    check_backend(name, backend)
+    return [f"env.{'.'.join(BACKEND_KEY)}={backend}"] if task_entry(name).backends else []
+
+
+def selected_backend(name: str, cfg: object) -> str:
+    """The backend a run of task ``name`` with config ``cfg`` uses (checked against the task's)."""
+    entry = task_entry(name)
+    if not entry.backends:
+        return entry.backend
+    choice: _ChoosesBackend = cfg  # type: ignore[assignment]  # tasks with several backends carry it
+    backend = str(choice.backend.name)
+    check_backend(name, backend)
+    return backend
+
+
+def require_backend(backend: str) -> Backend:
+    """The backend's row, after importing its packages (a named install hint when one is missing)."""
+    if backend not in BACKENDS:
+        raise ConfigError(unknown_choice_message("backend", backend, BACKENDS))
+    row = BACKENDS[backend]
+    for module in row.modules:
+        import_optional(module, f"the {backend} backend", row.install)
+    return row
 
 
 def algo_entry(name: str) -> Entry:
@@ -121,13 +327,20 @@ def _as_config(ref: str, cfg: object) -> ConfigDataclass:
     return cfg
 
 
-def task_cfg(name: str) -> ConfigDataclass:
-    """Default config instance of task ``name`` (``gym:<id>`` fills in ``env_id``)."""
+def task_cfg(name: str, backend: str | None = None) -> ConfigDataclass:
+    """Default config instance of task ``name`` (``gym:<id>`` fills in ``env_id``), set to run on
+    ``backend`` when given (checked against the task's backends)."""
     ref = task_entry(name).cfg
     cfg_cls = _load(ref)
-    if name.startswith(GYM_PREFIX):
-        return _as_config(ref, cfg_cls(env_id=name[len(GYM_PREFIX) :]))
-    return _as_config(ref, cfg_cls())
+    prefixed = _prefixed(name)
+    if prefixed is not None:
+        return _as_config(ref, cfg_cls(**{prefixed[1]: prefixed[2]}))
+    cfg = _as_config(ref, cfg_cls())
+    if backend is not None:
+        check_backend(name, backend)
+        if task_entry(name).backends:
+            cfg = apply_overrides(cfg, {BACKEND_KEY[0]: {BACKEND_KEY[1]: backend}}, f"--backend {backend}")
+    return cfg
 
 
 def algo_cfg(name: str) -> ConfigDataclass:
@@ -142,8 +355,14 @@ def make_env(name: str, cfg: object, num_envs: int, device: torch.device | str, 
     The result is checked against the :class:`VecEnv` protocol (every member present), so a
     task missing part of the contract fails here with its name rather than mid-training.
     """
-    ref = task_entry(name).target
-    env = _load(ref)(cfg, num_envs=num_envs, device=torch.device(device), seed=seed)
+    backend = selected_backend(name, cfg)
+    dev = torch.device(device)
+    if backend:  # an entry that names no backend (a plug-in task) has nothing to check
+        row = require_backend(backend)
+        if dev.type not in row.devices:
+            raise ConfigError(f"the {backend} backend runs on {' or '.join(row.devices)}, not {dev}")
+    ref = task_entry(name).implementations()[backend]
+    env = _load(ref)(cfg, num_envs=num_envs, device=dev, seed=seed)
     if not isinstance(env, VecEnv):
         raise EmbodiedError(f"{ref} built a {type(env).__name__} that does not implement VecEnv (embodied/env.py)")
     return env

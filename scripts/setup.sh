@@ -8,4 +8,9 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[all]"
+# --- optional simulator backends (docs/backends.md) ---
+# EMBODIED_EXTRAS=mjwarp scripts/setup.sh adds MuJoCo-Warp (its tests then run; without it they skip).
+for extra in ${EMBODIED_EXTRAS:-}; do
+    .venv/bin/python -m pip install -q -e ".[${extra}]"
+done
 echo "ready: .venv/bin/embodied --help"

@@ -13,6 +13,8 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v qemu
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc make >/dev/null
 fi
+# --- optional simulator backends: MuJoCo-Warp is installed so its (slow-marked) tests run ---
+export EMBODIED_EXTRAS="${EMBODIED_EXTRAS-mjwarp}"
 bash scripts/setup.sh
 bash scripts/typecheck.sh
 bash scripts/check_imports.sh

@@ -1,4 +1,4 @@
-"""HalfCheetah, Ant and Humanoid on the batched MuJoCo backend (gymnasium v5 definitions).
+"""HalfCheetah, Ant and Humanoid (gymnasium v5 definitions) on the MuJoCo and MuJoCo-Warp backends.
 
 Observations, reward terms, terminations and reset noise follow gymnasium's ``*-v5``
 environments with their default arguments; the models are the XML files of the installed
@@ -8,12 +8,22 @@ actuator's control range (HalfCheetah and Ant ranges are already [-1, 1]; Humano
 
 Locomotion has no notion of success: ``info["success"]`` is all False.
 
-Shapes: ``N`` = ``num_envs``; every hook works on ``[N, ...]`` float64 arrays.
+Each task's terms (observation, reward, termination, reset noise, IOSpec) are written once, in a
+``_*Terms`` mixin, against ``self.xp``: numpy on the MuJoCo backend (float64 views of the C
+batch), torch on MuJoCo-Warp (float32 views of warp arrays, zero-copy). Only the operations both
+share are used (slicing, arithmetic, ``.sum(axis=)``, ``.clip``, ``.reshape``, ``xp.einsum``,
+``xp.isfinite``). One class per backend joins the terms to the backend's base:
+``HalfCheetah`` (MuJoCo) and ``HalfCheetahWarp`` (MuJoCo-Warp), and so on. ``cfg.backend.name``
+says which one a run uses (``embodied train halfcheetah --backend mjwarp``).
+
+Shapes: ``N`` = ``num_envs``; every hook works on ``[N, ...]`` arrays.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -21,6 +31,7 @@ import torch
 
 from embodied.config import ConfigError
 from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.sim.mjwarp import MjwarpCfg, MjwarpVecEnv
 from embodied.sim.mujoco import MujocoBackendCfg, MujocoVecEnv, gymnasium_asset
 
 _CONVENTIONS = {
@@ -70,16 +81,35 @@ def _free_root_fields(model: mujoco.MjModel) -> tuple[ObsField, ...]:
     )
 
 
-class _Locomotion(MujocoVecEnv):
-    """Loads ``xml`` from gymnasium; shared reset noise and IOSpec assembly."""
+@dataclass(frozen=True)
+class LocomotionBackendCfg(MujocoBackendCfg):
+    """Which simulator runs the task (``name``) and its options; ``nthread`` is MuJoCo's only."""
+
+    name: str = "mujoco"
+    """Simulator backend: ``mujoco`` (CPU, C threads) or ``mjwarp`` (MuJoCo-Warp; CUDA or warp's CPU device)."""
+    mjwarp: MjwarpCfg = field(default_factory=MjwarpCfg)
+    """MuJoCo-Warp buffer sizes (used when ``name`` is ``mjwarp``)."""
+
+
+class _Locomotion:
+    """Terms shared by every locomotion task: the model, reset noise and IOSpec assembly.
+
+    The backend base supplies ``xp``, ``model``, ``qpos``, ``qvel``, ``out``, ``rng``, ``dt``,
+    ``num_envs``, ``body_masses()`` and the two helpers below (``cat``, ``zeros``)."""
 
     xml = ""
-
-    def __init__(self, cfg: object, num_envs: int, device: torch.device | str, seed: int) -> None:
-        self.cfg = cfg
-        model = mujoco.MjModel.from_xml_path(str(gymnasium_asset(self.xml)))
-        self._before = np.zeros((num_envs, 2))
-        super().__init__(model, cfg.backend, num_envs, device, seed)  # type: ignore[attr-defined]
+    xp: Any
+    model: mujoco.MjModel
+    rng: np.random.Generator
+    num_envs: int
+    dt: float
+    qpos: Any
+    qvel: Any
+    out: dict[str, Any]
+    cat: Callable[[list[Any]], Any]
+    """``parts`` (``[N, k_i]``) side by side as the float32 observation ``[N, sum k_i]``."""
+    body_masses: Callable[[], Any]
+    """Per-env body masses ``[N, nbody]``."""
 
     def _noisy_qpos(self, n: int, scale: float) -> np.ndarray:
         """qpos0 + U(-scale, scale), ``[n, nq]``."""
@@ -94,12 +124,48 @@ class _Locomotion(MujocoVecEnv):
         )
 
 
+def _model(xml: str) -> mujoco.MjModel:
+    return mujoco.MjModel.from_xml_path(str(gymnasium_asset(xml)))
+
+
+class _OnMujoco(MujocoVecEnv):
+    """The MuJoCo backend (``sim/mujoco.py``) for a locomotion task: numpy float64 terms."""
+
+    xp = np
+    xml = ""
+
+    def __init__(self, cfg: Any, num_envs: int, device: torch.device | str, seed: int) -> None:
+        self.cfg = cfg
+        super().__init__(_model(self.xml), cfg.backend, num_envs, device, seed)
+        self._before = self.zeros(num_envs, 2)
+
+    def cat(self, parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts, axis=1, dtype=np.float32)
+
+    def zeros(self, *shape: int) -> np.ndarray:
+        return np.zeros(shape)
+
+
+class _OnMjwarp(MjwarpVecEnv):
+    """The MuJoCo-Warp backend (``sim/mjwarp.py``) for a locomotion task: torch float32 terms."""
+
+    xml = ""
+
+    def __init__(self, cfg: Any, num_envs: int, device: torch.device | str, seed: int) -> None:
+        self.cfg = cfg
+        super().__init__(_model(self.xml), cfg.backend, cfg.backend.mjwarp, num_envs, device, seed)
+        self._before = self.zeros(num_envs, 2)
+
+    def cat(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts, dim=1).to(torch.float32)
+
+
 # --------------------------------------------------------------------------------- HalfCheetah
 @dataclass(frozen=True)
 class HalfCheetahCfg:
     """HalfCheetah-v5: run forward along +x; never terminates."""
 
-    backend: MujocoBackendCfg = field(default_factory=MujocoBackendCfg)
+    backend: LocomotionBackendCfg = field(default_factory=LocomotionBackendCfg)
     forward_reward_weight: float = 1.0
     """Weight of the forward velocity of the root (m/s)."""
     ctrl_cost_weight: float = 0.1
@@ -111,28 +177,29 @@ class HalfCheetahCfg:
         _validate(self)
 
 
-class HalfCheetah(_Locomotion):
+class _HalfCheetahTerms(_Locomotion):
     """Planar cheetah; observation ``[N, 17]`` = qpos without root x (8) + qvel (9)."""
 
     xml = "half_cheetah.xml"
     cfg: HalfCheetahCfg
+    _before: Any
 
     def obs_dim(self) -> int:
         return self.model.nq - 1 + self.model.nv
 
-    def observe(self) -> np.ndarray:
-        return np.concatenate([self.qpos[:, 1:], self.qvel], axis=1, dtype=np.float32)
+    def observe(self) -> Any:
+        return self.cat([self.qpos[:, 1:], self.qvel])
 
     def before_step(self) -> None:
         self._before[:, 0] = self.qpos[:, 0]
 
-    def after_step(self, ctrl: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def after_step(self, ctrl: Any) -> tuple[dict[str, Any], Any]:
         x_vel = (self.qpos[:, 0] - self._before[:, 0]) / self.dt
         terms = {
             "forward": self.cfg.forward_reward_weight * x_vel,
-            "ctrl": -self.cfg.ctrl_cost_weight * np.sum(ctrl**2, axis=1),
+            "ctrl": -self.cfg.ctrl_cost_weight * (ctrl**2).sum(axis=1),
         }
-        return terms, np.zeros(self.num_envs, dtype=bool)
+        return terms, x_vel != x_vel  # all False for finite velocities (never terminates)
 
     def sample_reset_state(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         s = self.cfg.reset_noise_scale
@@ -157,7 +224,7 @@ class HalfCheetah(_Locomotion):
 class AntCfg:
     """Ant-v5: run forward along +x; terminates when the torso leaves the healthy height range."""
 
-    backend: MujocoBackendCfg = field(default_factory=MujocoBackendCfg)
+    backend: LocomotionBackendCfg = field(default_factory=LocomotionBackendCfg)
     forward_reward_weight: float = 1.0
     """Weight of the torso's forward velocity (m/s)."""
     ctrl_cost_weight: float = 0.5
@@ -179,44 +246,44 @@ class AntCfg:
         _validate(self)
 
 
-class Ant(_Locomotion):
+class _AntTerms(_Locomotion):
     """Quadruped; observation ``[N, 105]`` = qpos without x, y (13) + qvel (14) + cfrc_ext (13 x 6)."""
 
     xml = "ant.xml"
     cfg: AntCfg
     contact_forces = True
-    outputs = ("xpos",)
+    outputs: tuple[str, ...] = ("xpos",)
     main_body = 1  # the torso
+    _before: Any
 
     def obs_dim(self) -> int:
         return self.model.nq - 2 + self.model.nv + 6 * (self.model.nbody - 1)
 
-    def _contact(self) -> np.ndarray:
+    def _contact(self) -> Any:
         lo, hi = self.cfg.contact_force_range
-        return np.clip(self.out["cfrc_ext"], lo, hi)
+        return self.out["cfrc_ext"].clip(lo, hi)
 
-    def observe(self) -> np.ndarray:
+    def observe(self) -> Any:
         n = self.num_envs
-        parts = [self.qpos[:, 2:], self.qvel, self._contact()[:, 1:].reshape(n, -1)]
-        return np.concatenate(parts, axis=1, dtype=np.float32)
+        return self.cat([self.qpos[:, 2:], self.qvel, self._contact()[:, 1:].reshape(n, -1)])
 
     def before_step(self) -> None:
         # gymnasium reads body positions of the step's last substep, not of the new state
         self._before[:] = self.out["xpos"][:, self.main_body, :2]
 
-    def after_step(self, ctrl: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        cfg = self.cfg
+    def after_step(self, ctrl: Any) -> tuple[dict[str, Any], Any]:
+        cfg, xp = self.cfg, self.xp
         x_vel = (self.out["xpos"][:, self.main_body, 0] - self._before[:, 0]) / self.dt
         lo, hi = cfg.healthy_z_range
         z = self.qpos[:, 2]
-        finite = np.isfinite(self.qpos).all(axis=1) & np.isfinite(self.qvel).all(axis=1)
+        finite = xp.isfinite(self.qpos).all(axis=1) & xp.isfinite(self.qvel).all(axis=1)
         healthy = finite & (z >= lo) & (z <= hi)
         contact = self._contact().reshape(self.num_envs, -1)
         terms = {
             "forward": cfg.forward_reward_weight * x_vel,
             "survive": cfg.healthy_reward * healthy,
-            "ctrl": -cfg.ctrl_cost_weight * np.sum(ctrl**2, axis=1),
-            "contact": -cfg.contact_cost_weight * np.sum(contact**2, axis=1),
+            "ctrl": -cfg.ctrl_cost_weight * (ctrl**2).sum(axis=1),
+            "contact": -cfg.contact_cost_weight * (contact**2).sum(axis=1),
         }
         return terms, ~healthy & cfg.terminate_when_unhealthy
 
@@ -241,7 +308,7 @@ class Ant(_Locomotion):
 class HumanoidCfg:
     """Humanoid-v5: walk forward along +x; terminates when the torso leaves (1, 2) m height."""
 
-    backend: MujocoBackendCfg = field(default_factory=MujocoBackendCfg)
+    backend: LocomotionBackendCfg = field(default_factory=LocomotionBackendCfg)
     forward_reward_weight: float = 1.25
     """Weight of the centre-of-mass forward velocity (m/s)."""
     ctrl_cost_weight: float = 0.1
@@ -263,20 +330,21 @@ class HumanoidCfg:
         _validate(self)
 
 
-class Humanoid(_Locomotion):
+class _HumanoidTerms(_Locomotion):
     """Humanoid; observation ``[N, 348]`` = qpos without x, y (22) + qvel (23) + cinert (13 x 10)
     + cvel (13 x 6) + qfrc_actuator without the root (17) + cfrc_ext (13 x 6)."""
 
     xml = "humanoid.xml"
     cfg: HumanoidCfg
     contact_forces = True
-    outputs = ("xipos", "cinert", "cvel", "qfrc_actuator")
+    outputs: tuple[str, ...] = ("xipos", "cinert", "cvel", "qfrc_actuator")
+    _before: Any
 
     def obs_dim(self) -> int:
         m = self.model
         return m.nq - 2 + m.nv + (m.nbody - 1) * (10 + 6 + 6) + (m.nv - 6)
 
-    def observe(self) -> np.ndarray:
+    def observe(self) -> Any:
         n = self.num_envs
         out = self.out
         parts = [
@@ -287,28 +355,28 @@ class Humanoid(_Locomotion):
             out["qfrc_actuator"][:, 6:],
             out["cfrc_ext"][:, 1:].reshape(n, -1),
         ]
-        return np.concatenate(parts, axis=1, dtype=np.float32)
+        return self.cat(parts)
 
-    def _mass_center_xy(self) -> np.ndarray:
+    def _mass_center_xy(self) -> Any:
         mass = self.body_masses()
-        com = np.einsum("nb,nbj->nj", mass, self.out["xipos"]) / mass.sum(axis=1, keepdims=True)
+        com = self.xp.einsum("nb,nbj->nj", mass, self.out["xipos"]) / mass.sum(axis=1, keepdims=True)
         return com[:, :2]
 
     def before_step(self) -> None:
         self._before[:] = self._mass_center_xy()
 
-    def after_step(self, ctrl: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def after_step(self, ctrl: Any) -> tuple[dict[str, Any], Any]:
         cfg = self.cfg
         x_vel = (self._mass_center_xy()[:, 0] - self._before[:, 0]) / self.dt
         lo, hi = cfg.healthy_z_range
         z = self.qpos[:, 2]
         healthy = (z > lo) & (z < hi)
-        contact = cfg.contact_cost_weight * np.sum(self.out["cfrc_ext"].reshape(self.num_envs, -1) ** 2, axis=1)
+        contact = cfg.contact_cost_weight * (self.out["cfrc_ext"].reshape(self.num_envs, -1) ** 2).sum(axis=1)
         terms = {
             "forward": cfg.forward_reward_weight * x_vel,
             "survive": cfg.healthy_reward * healthy,
-            "ctrl": -cfg.ctrl_cost_weight * np.sum(ctrl**2, axis=1),
-            "contact": -np.minimum(contact, cfg.contact_cost_max),
+            "ctrl": -cfg.ctrl_cost_weight * (ctrl**2).sum(axis=1),
+            "contact": -contact.clip(max=cfg.contact_cost_max),
         }
         return terms, ~healthy & cfg.terminate_when_unhealthy
 
@@ -328,3 +396,28 @@ class Humanoid(_Locomotion):
                 ObsField("contact_force_com", 6 * bodies, "N·m, N", "com-based", description="cfrc_ext"),
             )
         )
+
+
+# ------------------------------------------------------------------------- one class per backend
+class HalfCheetah(_HalfCheetahTerms, _OnMujoco):
+    """HalfCheetah on the MuJoCo backend."""
+
+
+class HalfCheetahWarp(_HalfCheetahTerms, _OnMjwarp):
+    """HalfCheetah on the MuJoCo-Warp backend."""
+
+
+class Ant(_AntTerms, _OnMujoco):
+    """Ant on the MuJoCo backend."""
+
+
+class AntWarp(_AntTerms, _OnMjwarp):
+    """Ant on the MuJoCo-Warp backend."""
+
+
+class Humanoid(_HumanoidTerms, _OnMujoco):
+    """Humanoid on the MuJoCo backend."""
+
+
+class HumanoidWarp(_HumanoidTerms, _OnMjwarp):
+    """Humanoid on the MuJoCo-Warp backend."""

@@ -29,6 +29,10 @@ Time simulator throughput in env-steps per second (envs x steps / seconds), the 
   embodied bench env quad-hover --num-envs 256 --no-compile
                                                         full task step: physics, observation,
                                                         reward, termination, auto-reset
+  embodied bench sim mjwarp:halfcheetah --num-envs 64 --steps 20 --json
+                                                        BACKEND:TASK: the task's full step on that
+                                                        backend against its raw physics step
+                                                        (ratio_vs_raw; target >= 0.9)
 
 --compile/--no-compile: run the physics through torch.compile. Default: compile when it pays,
 i.e. from {min_envs} envs up (the one-off compile, reported as warmup_s, is not timed).
@@ -54,7 +58,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("kind", choices=("sim", "env"), help="sim: bare physics bench; env: full step of a task")
-    p.add_argument("name", help="sim bench name (e.g. quadrotor) or task name (e.g. quad-hover)")
+    p.add_argument("name", help="sim bench name (e.g. quadrotor, or BACKEND:TASK like mjwarp:halfcheetah) or task name")
     p.add_argument(
         "--num-envs",
         type=_parse_sizes,
@@ -86,6 +90,11 @@ def _bench_fn(kind: str, name: str) -> Any:
     from embodied.registry import _load, task_entry
 
     if kind == "sim":
+        if ":" in name and name not in SIM_BENCHES:
+            from embodied.backend_bench import bench_backend_task, parse_target
+
+            parse_target(name)  # a named error before anything is built
+            return lambda num_envs, device, steps, **kwargs: bench_backend_task(name, num_envs, device, steps, **kwargs)
         if name not in SIM_BENCHES:
             raise ConfigError(unknown_choice_message("sim bench", name, SIM_BENCHES))
         return _load(SIM_BENCHES[name])

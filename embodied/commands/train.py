@@ -21,6 +21,8 @@ EXAMPLES = """examples:
   embodied train quad-hover --seeds 0,1,2           # a sweep with a mean +- std curve
   embodied train quad-hover --preset robust         # with the reality-gap models randomized
   embodied train quad-hover env.sim.substeps=2000 --i-know-what-im-doing env.sim.substeps
+  embodied train halfcheetah --backend mjwarp --num-envs 1024 --device cuda
+                                                    # the same task on MuJoCo-Warp (`embodied list`)
 
 overrides are key=value with the keys of the saved config.yaml: seed, num_envs, device,
 env.<field>, algo.<field>, trainer.<field> (values parsed as YAML). Use --print-config to see
@@ -91,6 +93,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. algo.learning_rate=3e-4")
     p.add_argument("--algo", default=None, help="algorithm (see `embodied list`; default: ppo)")
     p.add_argument(
+        "--backend",
+        default=None,
+        metavar="NAME",
+        help="simulator backend for the task, e.g. mujoco or mjwarp (default: the task's own; "
+        "`embodied list` shows each task's backends, the default first)",
+    )
+    p.add_argument(
         "--seed", type=int_in_range(0, 2**31 - 1), default=None, help="random seed (default: from config, 0)"
     )
     p.add_argument("--seeds", default=None, help="comma-separated seeds: run each, then aggregate (e.g. 0,1,2)")
@@ -137,6 +146,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 RESUME_FIXED_FLAGS: tuple[tuple[str, str], ...] = (
     ("algo", "--algo"),
+    ("backend", "--backend"),
     ("seed", "--seed"),
     ("seeds", "--seeds"),
     ("device", "--device"),
@@ -169,16 +179,17 @@ def run(args: argparse.Namespace) -> int:
         return _resume(args.resume, overrides, args.no_progress, args.print_config, args.allow)
     if args.task is None:
         raise ConfigError("missing TASK (e.g. `embodied train quad-hover`); `embodied list` shows the tasks")
+    task, overrides = _select_backend(args.task, args.backend, overrides)
     seeds = _parse_seeds(args.seeds) if args.seeds else [args.seed]
     algo = args.algo or "ppo"
     config_file = args.config
     with tempfile.TemporaryDirectory() as tmp:
         if args.preset is not None:
-            preset = preset_file(args.task, algo, args.preset)
+            preset = preset_file(task, algo, args.preset)
             config_file = preset if args.config is None else _merged_yaml(preset, args.config, Path(tmp))
         cfgs = [
             resolve_experiment(
-                args.task,
+                task,
                 algo,
                 config_file,
                 overrides,
@@ -215,6 +226,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(run_dirs[0])
     return 0
+
+
+def _select_backend(name: str, backend: str | None, overrides: list[str]) -> tuple[str, list[str]]:
+    """``(task name, overrides)`` with ``--backend`` (or a deprecated alias's backend) applied.
+
+    The choice becomes the config key ``env.backend.name``, saved in ``config.yaml`` like any
+    other, so resume and eval rebuild the same backend. It goes first: an explicit
+    ``env.backend.name=`` override on the command line wins over an alias, not over ``--backend``."""
+    from embodied import registry
+
+    task, implied = registry.canonical_task(name)
+    chosen = backend or implied
+    if chosen is None:
+        return task, overrides
+    selection = registry.backend_override(task, chosen)
+    return task, (selection + overrides if backend is None else overrides + selection)
 
 
 def _resume(run_dir: Path, overrides: list[str], no_progress: bool, print_config: bool, allow: list[str]) -> int:

@@ -1,0 +1,237 @@
+"""Isaac Lab as a VecEnv: an adapter around a ``ManagerBasedRLEnv`` or ``DirectRLEnv``.
+
+Task name ``isaaclab:<TaskId>`` (e.g. ``isaaclab:Isaac-Cartpole-v0``) builds the registered
+Isaac Lab task through :func:`make_isaaclab_env` and wraps it; :class:`IsaacLabVecEnv` also
+wraps an env you created yourself. Isaac Lab needs Isaac Sim (its own installation, a GPU, an
+``AppLauncher`` started before ``isaaclab`` imports): see docs/backends.md. This module imports
+without Isaac Lab; only :func:`make_isaaclab_env` imports it.
+
+What the adapter relies on (Isaac Lab 2.x ``ManagerBasedRLEnv`` / ``DirectRLEnv``):
+
+- ``reset(seed=None) -> (obs, extras)`` and ``step(action) -> (obs, reward, terminated,
+  time_outs, extras)``, every value a torch tensor ``[N, ...]`` on ``env.device``;
+- ``obs`` is a dict of observation groups, each a ``[N, d]`` tensor (groups built with
+  ``concatenate_terms=True``); the ``policy`` group feeds the actor, a ``critic`` group (when the
+  task defines one) the critic;
+- environments reset inside ``step``: the returned ``obs`` of an ended env is already its next
+  episode's first observation. The observation it ended on is in ``extras["final_obs"]`` only
+  when the env config has ``compute_final_obs=True`` (Isaac Lab's opt-in; :func:`make_isaaclab_env`
+  sets it); without it the adapter reports ``exact_final_obs = False`` and hands the reset
+  observation as ``final_obs`` (off-policy targets then bootstrap time-outs from the wrong
+  state);
+- time-outs come as the fourth value and, for RSL-RL-style wrappers, as ``extras["time_outs"]``;
+  either marks the env truncated (never both terminated and truncated);
+- ``num_envs``, ``device``, ``step_dt`` (control period, s), ``max_episode_length`` (steps) and
+  ``single_action_space`` (a gymnasium Box) on the env or its ``unwrapped``.
+
+Actions: the policy's [-1, 1] output is clipped to [-1, 1] and, where the env's action space is
+bounded, mapped onto its bounds; an unbounded space (Isaac Lab's action terms carry their own
+scale, e.g. ``JointPositionActionCfg.scale``) receives the clipped action unchanged.
+
+Shapes: ``N`` = ``num_envs``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from embodied.config import ConfigError
+from embodied.env import ObsDict, StepResult
+from embodied.errors import EmbodiedError, import_optional
+from embodied.io_spec import ActionField, IOSpec, ObsField
+
+log = logging.getLogger("embodied.sim.isaaclab")
+
+INSTALL = "Isaac Lab's own installation with Isaac Sim (docs/backends.md, 'Isaac Lab')"
+
+
+@dataclass(frozen=True)
+class IsaacLabCfg:
+    """An Isaac Lab task run as an embodied VecEnv."""
+
+    task_id: str = ""
+    """Registered Isaac Lab gymnasium id, e.g. ``Isaac-Cartpole-v0`` (``isaaclab:<id>`` sets it)."""
+    factory: str = ""
+    """``module:function(cfg, num_envs, device, seed)`` returning the Isaac Lab env; empty:
+    :func:`make_isaaclab_env` (Isaac Lab's registry)."""
+    policy_group: str = "policy"
+    """Observation group fed to the actor."""
+    critic_group: str = "critic"
+    """Observation group fed to the critic, when the task defines it (else the policy group)."""
+    headless: bool = True
+    """Start Isaac Sim without a window (:func:`make_isaaclab_env` only)."""
+
+    def __post_init__(self) -> None:
+        if not self.task_id and not self.factory:
+            raise ConfigError(
+                "isaaclab: task_id is empty; use the task name isaaclab:<TaskId>, e.g. isaaclab:Isaac-Cartpole-v0"
+            )
+
+
+def make_isaaclab_env(cfg: IsaacLabCfg, num_envs: int, device: torch.device, seed: int) -> Any:
+    """Start Isaac Sim (headless by default) and build ``cfg.task_id`` with final observations on.
+
+    Needs Isaac Lab; on a machine without it this raises a named
+    :class:`~embodied.errors.MissingDependencyError`. Exercised by the ``gpu``-marked tests."""
+    app = import_optional("isaaclab.app", "the isaaclab backend", INSTALL)
+    app.AppLauncher(headless=cfg.headless, device=str(device))
+    gymnasium = import_optional("gymnasium", "the isaaclab backend", INSTALL)
+    import_optional("isaaclab_tasks", "the isaaclab backend", INSTALL)  # registers the Isaac-* ids
+    parse = import_optional("isaaclab_tasks.utils", "the isaaclab backend", INSTALL)
+    env_cfg = parse.parse_env_cfg(cfg.task_id, device=str(device), num_envs=num_envs)
+    env_cfg.seed = seed
+    if hasattr(env_cfg, "compute_final_obs"):
+        env_cfg.compute_final_obs = True  # Isaac Lab's opt-in for extras["final_obs"]
+    return gymnasium.make(cfg.task_id, cfg=env_cfg)
+
+
+def _load_factory(ref: str) -> Callable[..., Any]:
+    import importlib
+
+    module, _, attr = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"isaaclab factory {ref!r} cannot be loaded ({err}); expected module:function") from err
+
+
+def _group(obs: Any, name: str, where: str) -> torch.Tensor:
+    if not isinstance(obs, dict) or name not in obs:
+        groups = list(obs) if isinstance(obs, dict) else type(obs).__name__
+        raise EmbodiedError(f"isaaclab {where}: no observation group {name!r}; the env returned {groups}")
+    value = obs[name]
+    if not isinstance(value, torch.Tensor) or value.dim() != 2:
+        raise EmbodiedError(
+            f"isaaclab {where}: observation group {name!r} must be one [N, d] tensor "
+            f"(concatenate_terms=True in its ObservationGroupCfg), got {type(value).__name__}"
+        )
+    return value
+
+
+class IsaacLabVecEnv:
+    """An Isaac Lab RL env as a VecEnv (see the module docstring for what it relies on).
+
+    Build it from the registry (``isaaclab:<TaskId>``) or wrap an existing env with
+    ``IsaacLabVecEnv.wrap(env)``."""
+
+    exact_resume = False
+    """Isaac Sim's state cannot be captured: a resumed run starts fresh episodes."""
+
+    def __init__(self, cfg: IsaacLabCfg, num_envs: int, device: torch.device | str, seed: int) -> None:
+        build = _load_factory(cfg.factory) if cfg.factory else make_isaaclab_env
+        env = build(cfg, num_envs=num_envs, device=torch.device(device), seed=seed)
+        self._setup(env, cfg, seed)
+        if self.num_envs != num_envs:
+            raise EmbodiedError(f"isaaclab: asked for {num_envs} envs, the env has {self.num_envs}")
+
+    @classmethod
+    def wrap(cls, env: Any, cfg: IsaacLabCfg | None = None, seed: int | None = None) -> IsaacLabVecEnv:
+        """Adapt an Isaac Lab env created elsewhere (``gym.make(..., cfg=env_cfg)``)."""
+        self = cls.__new__(cls)
+        self._setup(env, cfg or IsaacLabCfg(task_id="(wrapped)"), seed)
+        return self
+
+    def _setup(self, env: Any, cfg: IsaacLabCfg, seed: int | None) -> None:
+        self.env = env
+        self.cfg = cfg
+        base = getattr(env, "unwrapped", env)
+        self.num_envs = int(base.num_envs)
+        self.device = torch.device(base.device)
+        self.dt = float(base.step_dt)
+        self.max_episode_steps = int(base.max_episode_length)
+        space = base.single_action_space
+        self.action_dim = int(np.prod(space.shape))
+        low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), (self.action_dim,))
+        high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), (self.action_dim,))
+        self._bounded = bool(np.isfinite(low).all() and np.isfinite(high).all())
+        mid, half = ((low + high) / 2, (high - low) / 2) if self._bounded else (np.zeros_like(low), np.ones_like(low))
+        self._mid = torch.as_tensor(mid, dtype=torch.float32, device=self.device)
+        self._half = torch.as_tensor(half, dtype=torch.float32, device=self.device)
+        self.exact_final_obs = True
+        """False once a step ended episodes without ``extras["final_obs"]`` (see module docstring)."""
+        obs = self.reset(seed)
+        self.obs_spec = {name: tuple(value.shape[1:]) for name, value in obs.items()}
+
+    # ------------------------------------------------------------------------------ helpers
+    def _groups(self, obs: Any, where: str) -> ObsDict:
+        out = {"policy": _group(obs, self.cfg.policy_group, where).float()}
+        if isinstance(obs, dict) and self.cfg.critic_group in obs:
+            out["critic"] = _group(obs, self.cfg.critic_group, where).float()
+        return out
+
+    def _final_obs(self, obs: ObsDict, done: torch.Tensor, extras: dict[str, Any]) -> ObsDict:
+        if not bool(done.any()):
+            return obs
+        final = extras.get("final_obs")
+        if final is None:
+            if self.exact_final_obs:
+                log.warning(
+                    "isaaclab: episodes ended without extras['final_obs']; set compute_final_obs=True in the "
+                    "env config (Isaac Lab >= the release with it) so time-outs bootstrap from the right state"
+                )
+            self.exact_final_obs = False
+            return obs
+        groups = self._groups(final, "extras['final_obs']")
+        rows = done.unsqueeze(1)
+        return {k: torch.where(rows, groups[k], v) for k, v in obs.items()}
+
+    # ------------------------------------------------------------------------------- VecEnv
+    def reset(self, seed: int | None = None) -> ObsDict:
+        obs, _ = self.env.reset(seed=seed)
+        return self._groups(obs, "reset")
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        """Clip ``action`` [N, A] to [-1, 1], map onto a bounded space, step; auto-reset is Isaac Lab's."""
+        if tuple(action.shape) != (self.num_envs, self.action_dim):
+            raise ValueError(f"action must be [{self.num_envs}, {self.action_dim}], got {tuple(action.shape)}")
+        act = self._mid + self._half * action.detach().to(self.device, torch.float32).clamp(-1.0, 1.0)
+        raw_obs, reward, terminated, time_outs, extras = self.env.step(act)
+        extras = dict(extras or {})
+        terminated = terminated.to(self.device, torch.bool).reshape(self.num_envs)
+        truncated = time_outs.to(self.device, torch.bool).reshape(self.num_envs)
+        if "time_outs" in extras:
+            truncated = truncated | torch.as_tensor(extras["time_outs"], device=self.device).bool().reshape(-1)
+        truncated = truncated & ~terminated
+        obs = self._groups(raw_obs, "step")
+        reward = reward.to(self.device, torch.float32).reshape(self.num_envs)
+        info: dict[str, Any] = {
+            "final_obs": self._final_obs(obs, terminated | truncated, extras),
+            # Isaac Lab logs per-term episode sums in extras["log"]; per step only the total is known
+            "reward_terms": {"total": reward},
+            "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device),
+        }
+        return obs, reward, terminated, truncated, info
+
+    def io_spec(self) -> IOSpec:
+        dim = self.obs_spec["policy"][0]
+        return IOSpec(
+            obs_fields=(ObsField("policy_obs", dim, description=f"Isaac Lab group {self.cfg.policy_group!r}"),),
+            action_fields=tuple(
+                ActionField(
+                    f"action_{i}",
+                    1,
+                    scale=float(self._half[i]),
+                    offset=float(self._mid[i]),
+                    description="Isaac Lab action term input",
+                )
+                for i in range(self.action_dim)
+            ),
+            control_period_s=self.dt,
+            conventions={"source": f"Isaac Lab task {self.cfg.task_id}"},
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing of Isaac Sim's state (``exact_resume`` is False): resumed runs start fresh episodes."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.reset()
+
+    def close(self) -> None:
+        self.env.close()
