@@ -64,3 +64,41 @@ void sil_step(qc_ctx_t *ctxs, int n, const float *states, const float *setpoints
         qc_step(&ctxs[i], &s, sp, sp[3], actions + (size_t)i * POLICY_ACTION_DIM);
     }
 }
+
+/* Moving setpoints: rows [n][QC_SETPOINT_FLOATS] = x, y, z (m), yaw (rad), vx, vy, vz (m/s),
+   ax, ay, az (m/s^2), world frame. */
+#define QC_SETPOINT_FLOATS 10
+
+static void sil_unpack_setpoint(const float *row, qc_setpoint_t *sp)
+{
+    memcpy(sp->pos_w, row, 3 * sizeof(float));
+    sp->yaw_rad = row[3];
+    memcpy(sp->vel_w, row + 4, 3 * sizeof(float));
+    memcpy(sp->acc_w, row + 7, 3 * sizeof(float));
+}
+
+uint32_t sil_assemble_obs_sp(const qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, float *obs)
+{
+    uint32_t clamped = 0;
+    qc_state_t s;
+    qc_setpoint_t sp;
+    int i;
+    for (i = 0; i < n; ++i) {
+        sil_unpack(states + (size_t)i * QC_STATE_FLOATS, &s);
+        sil_unpack_setpoint(setpoints + (size_t)i * QC_SETPOINT_FLOATS, &sp);
+        clamped += qc_assemble_obs_sp(&ctxs[i], &s, &sp, obs + (size_t)i * POLICY_OBS_DIM);
+    }
+    return clamped;
+}
+
+void sil_step_sp(qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, float *actions)
+{
+    qc_state_t s;
+    qc_setpoint_t sp;
+    int i;
+    for (i = 0; i < n; ++i) {
+        sil_unpack(states + (size_t)i * QC_STATE_FLOATS, &s);
+        sil_unpack_setpoint(setpoints + (size_t)i * QC_SETPOINT_FLOATS, &sp);
+        qc_step_sp(&ctxs[i], &s, &sp, actions + (size_t)i * POLICY_ACTION_DIM);
+    }
+}
