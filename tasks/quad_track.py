@@ -237,6 +237,49 @@ def random_paths(
     return Paths(amp, omega, phase, torch.zeros(n, device=device))
 
 
+PATH_CFG_KEYS = (
+    "path",
+    "period_s",
+    "figure8_size_m",
+    "circle_radius_m",
+    "random_components",
+    "random_period_s",
+    "random_max_speed_mps",
+    "random_max_acc_mps2",
+    "random_max_dz_m",
+    "path_yaw_range_rad",
+)
+"""The :class:`QuadTrackCfg` keys that define the reference paths (``draw_paths``)."""
+
+
+def draw_paths(cfg: QuadTrackCfg, n: int, generator: torch.Generator, device: torch.device) -> Paths:
+    """``n`` fresh paths of ``cfg.path`` (``mix``: one kind per env), each rotated by a random yaw."""
+    kinds = {
+        "figure8": lambda: figure8_paths(n, cfg.figure8_size_m, cfg.period_s, device),
+        "circle": lambda: circle_paths(n, cfg.circle_radius_m, cfg.period_s, device),
+        "random": lambda: random_paths(
+            n,
+            cfg.random_components,
+            (float(cfg.random_period_s[0]), float(cfg.random_period_s[1])),
+            cfg.random_max_speed_mps,
+            cfg.random_max_acc_mps2,
+            cfg.random_max_dz_m,
+            generator,
+            device,
+        ),
+    }
+    u = torch.rand(n, 2, generator=generator, device=device)
+    if cfg.path == "mix":
+        paths = kinds["figure8"]()
+        pick = (u[:, 0] * len(PATH_KINDS)).long()
+        for i, name in enumerate(PATH_KINDS[1:], start=1):
+            paths = paths.where(pick == i, kinds[name]())
+    else:
+        paths = kinds[cfg.path]()
+    yaw = (2.0 * u[:, 1] - 1.0) * cfg.path_yaw_range_rad
+    return Paths(paths.amp, paths.omega, paths.phase, yaw)
+
+
 class QuadTrack(QuadHover):
     """``num_envs`` tracking episodes; the hover task with a moving setpoint (module docstring).
 
@@ -284,31 +327,7 @@ class QuadTrack(QuadHover):
 
     def _draw_paths(self) -> Paths:
         """A fresh path for every env (``cfg.path``), rotated by a random yaw."""
-        c, n, dev, g = self.cfg, self.num_envs, self.device, self.generator
-        kinds = {
-            "figure8": lambda: figure8_paths(n, c.figure8_size_m, c.period_s, dev),
-            "circle": lambda: circle_paths(n, c.circle_radius_m, c.period_s, dev),
-            "random": lambda: random_paths(
-                n,
-                c.random_components,
-                (float(c.random_period_s[0]), float(c.random_period_s[1])),
-                c.random_max_speed_mps,
-                c.random_max_acc_mps2,
-                c.random_max_dz_m,
-                g,
-                dev,
-            ),
-        }
-        u = torch.rand(n, 2, generator=g, device=dev)
-        if c.path == "mix":
-            paths = kinds["figure8"]()
-            pick = (u[:, 0] * len(PATH_KINDS)).long()
-            for i, name in enumerate(PATH_KINDS[1:], start=1):
-                paths = paths.where(pick == i, kinds[name]())
-        else:
-            paths = kinds[c.path]()
-        yaw = (2.0 * u[:, 1] - 1.0) * c.path_yaw_range_rad
-        return Paths(paths.amp, paths.omega, paths.phase, yaw)
+        return draw_paths(self.cfg, self.num_envs, self.generator, self.device)
 
     # ------------------------------------------------------------------ state and spec
     def physical_state(self) -> dict[str, torch.Tensor]:
