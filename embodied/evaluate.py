@@ -110,7 +110,9 @@ def _run_batch(
         done = (terminated | truncated) & running
         success |= done & info["success"]
         for key, value in info.get("episode_metrics", {}).items():
-            metrics[key] = torch.where(done, value.double(), metrics.get(key, torch.zeros_like(value, dtype=torch.float64)))
+            metrics[key] = torch.where(
+                done, value.double(), metrics.get(key, torch.zeros_like(value, dtype=torch.float64))
+            )
         finished |= done
         if bool(finished.all()):
             break

@@ -349,7 +349,9 @@ class _Compiler:
 
         def size(n: int | None) -> int | None:
             if n is not None and n_other is not None and n != n_other:
-                raise self.fail(key, f"input {other!r} field {arg['path']!r} has {n_other} values but the signal has {n}")
+                raise self.fail(
+                    key, f"input {other!r} field {arg['path']!r} has {n_other} values but the signal has {n}"
+                )
             return n
 
         return apply, size
@@ -361,7 +363,9 @@ class _Compiler:
             yaw = self.scalar_arg(arg, key)
             return lambda _l: yaw
         if not set(arg) <= {"input", "path", "order"} or "input" not in arg:
-            raise self.fail(key, f"expected a yaw (number or param) or {{input, path, order}} of a quaternion, got {dict(arg)!r}")
+            raise self.fail(
+                key, f"expected a yaw (number or param) or {{input, path, order}} of a quaternion, got {dict(arg)!r}"
+            )
         q_input = str(arg["input"])
         if q_input not in self.robot.inputs:
             raise self.fail(f"{key}.input", unknown_choice_message("input", q_input, self.robot.inputs))

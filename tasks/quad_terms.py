@@ -97,7 +97,7 @@ def history_term(history: int) -> ObsTerm:
 def policy_terms(integral: bool, history: int, tracking: bool = False) -> tuple[ObsTerm, ...]:
     """The policy observation's terms in order: state, tracking feed-forward (``tracking``),
     optional integral, optional history."""
-    state = TRACK_STATE_TERMS + (FEEDFORWARD_TERM,) if tracking else STATE_TERMS
+    state = (*TRACK_STATE_TERMS, FEEDFORWARD_TERM) if tracking else STATE_TERMS
     terms = state + ((INTEGRAL_TERM,) if integral else ())
     return terms + ((history_term(history),) if history > 0 else ())
 

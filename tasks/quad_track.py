@@ -113,7 +113,7 @@ class QuadTrackCfg(QuadHoverCfg):
             positive=True,
         )
         need(len(self.figure8_size_m) == 2, f"figure8_size_m must be [x, y] (m), got {self.figure8_size_m}")
-        lo, hi = (tuple(self.random_period_s) + (0.0, 0.0))[:2]
+        lo, hi = (*tuple(self.random_period_s), 0.0, 0.0)[:2]
         need(
             len(self.random_period_s) == 2 and 0.0 < lo <= hi,
             f"random_period_s must be [min, max] with 0 < min <= max (s), got {self.random_period_s}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ from embodied.tasks.quad_track import (
 CPU = torch.device("cpu")
 
 
-def quiet(**changes: object) -> QuadTrackCfg:
+def quiet(**changes: Any) -> QuadTrackCfg:
     """No observation noise or disturbances, for exact expectations."""
     base = QuadTrackCfg(obs_noise_std=(0.0,) * 4, disturbance_force_std_n=0.0, disturbance_torque_std_nm=0.0)
     return dataclasses.replace(base, **changes)
@@ -36,7 +37,7 @@ def sample(paths: Paths, t_s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
     n, steps = paths.amp.shape[0], t_s.shape[0]
     tiled = Paths(*(x.repeat(steps, *([1] * (x.dim() - 1))) for x in (paths.amp, paths.omega, paths.phase, paths.yaw)))
     out = tiled.at(t_s.repeat_interleave(n))
-    return tuple(v.reshape(steps, n, 3) for v in out)  # type: ignore[return-value]
+    return out[0].reshape(steps, n, 3), out[1].reshape(steps, n, 3), out[2].reshape(steps, n, 3)
 
 
 def test_figure8_extent_period_and_start() -> None:
@@ -130,8 +131,8 @@ def test_rms_success_rule() -> None:
     cfg = quiet(episode_steps=steps, init_level_fraction=0.0)
     env = QuadTrack(dataclasses.replace(cfg, success_rms_m=1.0), 32, CPU, seed=2)
     sq = torch.zeros(32, dtype=torch.float64)
-    for k in range(steps):
-        obs, _, terminated, truncated, info = env.step(torch.full((32, 4), env.hover_action))
+    for _ in range(steps):
+        _, _, terminated, truncated, info = env.step(torch.full((32, 4), env.hover_action))
         final = info["final_obs"]["policy"]
         sq += final[:, 0:3].double().square().sum(dim=1)
         assert not bool(terminated.any())
@@ -143,7 +144,7 @@ def test_rms_success_rule() -> None:
     threshold = float(rms.median())
     env = QuadTrack(dataclasses.replace(cfg, success_rms_m=threshold), 32, CPU, seed=2)
     for _ in range(steps):
-        _, _, _, truncated, info = env.step(torch.full((32, 4), env.hover_action))
+        *_, info = env.step(torch.full((32, 4), env.hover_action))
     assert torch.equal(info["success"], info["episode_metrics"]["rms_error_m"] < threshold)
     assert 0 < int(info["success"].sum()) < 32
 
@@ -151,7 +152,7 @@ def test_rms_success_rule() -> None:
 def test_early_termination_is_no_success() -> None:
     env = QuadTrack(quiet(success_rms_m=10.0), 8, CPU, seed=0)
     for _ in range(200):  # motors off: falls out of the box long before the episode ends
-        _, _, terminated, truncated, info = env.step(torch.full((8, 4), -1.0))
+        _, _, terminated, _, info = env.step(torch.full((8, 4), -1.0))
         if bool(terminated.any()):
             break
     assert bool(terminated.any()) and not bool((info["success"] & terminated).any())
@@ -195,6 +196,6 @@ def test_state_dict_resumes_bit_exactly() -> None:
         ({"path_yaw_range_rad": 4.0}, "path_yaw_range_rad"),
     ],
 )
-def test_bad_config_is_a_named_error(changes: dict[str, object], needle: str) -> None:
+def test_bad_config_is_a_named_error(changes: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
-        QuadTrackCfg(**changes)  # type: ignore[arg-type]
+        QuadTrackCfg(**changes)

@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from export_support import needs_gcc, random_policy, write_io
 
@@ -16,6 +15,7 @@ from embodied.export import firmware_build as fb
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.sil import packed_state
+from embodied.tasks.quad_hover import QuadHover
 from embodied.tasks.quad_terms import heading_cos_sin, vec_w_to_h
 from embodied.tasks.quad_track import QuadTrack, QuadTrackCfg
 
@@ -32,7 +32,7 @@ def _near_hover(obs_dim: int, hover: float, seed: int) -> torch.nn.Module:
     return module
 
 
-def _build(env: QuadTrack, module: torch.nn.Module, tmp_path: Path) -> HostPolicyLib:
+def _build(env: QuadHover, module: torch.nn.Module, tmp_path: Path) -> HostPolicyLib:
     io_path = write_io(module, env.io_spec(), tmp_path)
     generate_c(module, io_path, tmp_path / "c")
     return HostPolicyLib(fb.build_host_library(tmp_path / "c", tmp_path / "build"))
@@ -74,16 +74,18 @@ def test_c_tracking_observation_equals_the_task_in_closed_loop(tmp_path: Path) -
 def test_hover_policy_ignores_the_feed_forward(tmp_path: Path) -> None:
     """A hover policy (lin_vel_h) built from the same quad_ctrl.c reads only position and yaw of a
     moving setpoint: the feed-forward changes nothing."""
-    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+    from embodied.tasks.quad_hover import QuadHoverCfg
 
     env = QuadHover(QuadHoverCfg(action_history=1), num_envs=4, device=CPU, seed=0)
     spec = env.io_spec()
     module = _near_hover(spec.obs_dim, float(spec.extra["hover_action"]), seed=1)
-    lib = _build(env, module, tmp_path)  # type: ignore[arg-type]
+    lib = _build(env, module, tmp_path)
     ctxs = lib.new_contexts(4, initial_action=0.0)
     states, setpoints = packed_state(env)
     moving = np.concatenate((setpoints, np.full((4, 6), 0.7, np.float32)), axis=1)
-    np.testing.assert_array_equal(lib.assemble_obs(ctxs, states, moving)[0], lib.assemble_obs(ctxs, states, setpoints)[0])
+    np.testing.assert_array_equal(
+        lib.assemble_obs(ctxs, states, moving)[0], lib.assemble_obs(ctxs, states, setpoints)[0]
+    )
 
 
 @needs_gcc
@@ -117,16 +119,13 @@ def test_crazyflie_app_takes_the_setpoint_feed_forward(tmp_path: Path) -> None:
         raw = env.physical_state()
         estimate = torch.cat((raw["position_w"], raw["quat_wb"], raw["lin_vel_w"]), dim=1)[0].numpy()
         tick = step * decimation
-        setpoint = {
-            "setpoint_w": raw["setpoint_w"][0].numpy(),
-            "setpoint_timestamp_ms": tick,
-            "setpoint_yaw_deg": math.degrees(float(raw["yaw_sp_rad"][0])),
-        }
         mode, forces, _ = lib.cf_tick(
             tick,
             estimate,
             np.degrees(raw["ang_vel_b"][0].numpy()),
-            **setpoint,
+            raw["setpoint_w"][0].numpy(),
+            setpoint_timestamp_ms=tick,
+            setpoint_yaw_deg=math.degrees(float(raw["yaw_sp_rad"][0])),
             setpoint_vel_w=raw["vel_sp_w"][0].numpy(),
             setpoint_acc_w=raw["acc_sp_w"][0].numpy(),
         )

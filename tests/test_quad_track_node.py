@@ -38,7 +38,9 @@ def goal_messages(position_w: Any, yaw_rad: float, vel_w: Any, acc_w: Any) -> di
     quat = {"x": 0.0, "y": 0.0, "z": math.sin(yaw_rad / 2), "w": math.cos(yaw_rad / 2)}
     zero = _xyz((0.0, 0.0, 0.0))
     return {
-        "goal": _stamped("geometry_msgs/msg/PoseStamped", {"pose": {"position": _xyz(position_w), "orientation": quat}}),
+        "goal": _stamped(
+            "geometry_msgs/msg/PoseStamped", {"pose": {"position": _xyz(position_w), "orientation": quat}}
+        ),
         "goal_twist": _stamped("geometry_msgs/msg/TwistStamped", {"twist": {"linear": _xyz(vel_w), "angular": zero}}),
         "goal_accel": _stamped("geometry_msgs/msg/AccelStamped", {"accel": {"linear": _xyz(acc_w), "angular": zero}}),
     }
@@ -58,7 +60,9 @@ def test_node_observation_of_a_moving_goal_matches_the_task() -> None:
         w, x, y, z = s["quat_wb"]
         lin_vel_b = quat_to_rotmat(s["quat_wb"].astype(np.float64)).T @ s["lin_vel_w"]
         latest = {
-            "odom": odometry(pos_w=s["position_w"], quat_xyzw=(x, y, z, w), lin_vel_b=lin_vel_b, ang_vel_b=s["ang_vel_b"]),
+            "odom": odometry(
+                pos_w=s["position_w"], quat_xyzw=(x, y, z, w), lin_vel_b=lin_vel_b, ang_vel_b=s["ang_vel_b"]
+            ),
             **goal_messages(s["setpoint_w"], float(s["yaw_sp_rad"]), s["vel_sp_w"], s["acc_sp_w"]),
         }
         np.testing.assert_allclose(builder.build(latest), obs_task, atol=3e-6, rtol=0)

@@ -184,7 +184,9 @@ class Reference:
             from embodied.tasks.quad_track import PATH_CFG_KEYS, QuadTrackCfg, draw_paths
 
             task_cfg = spec.extra.get("task_cfg") or {}
-            values = {k: tuple(v) if isinstance(v, list) else v for k, v in task_cfg.items() if k in PATH_CFG_KEYS}
+            values: dict[str, Any] = {
+                k: tuple(v) if isinstance(v, list) else v for k, v in task_cfg.items() if k in PATH_CFG_KEYS
+            }
             try:
                 cfg = dataclasses.replace(QuadTrackCfg(), **values)
             except (TypeError, ValueError) as err:
