@@ -245,14 +245,7 @@ class _Compiler:
         if name == "rotmat_ned_frd_to_enu_flu":
             return (lambda v, _l: (_NED_ENU @ v.reshape(3, 3) @ _FRD_FLU).ravel()), self._fixed(key, name, 9, 9)
         if name in ("rotate_body_to_world", "rotate_world_to_body"):
-            spec = arg if isinstance(arg, Mapping) else {}
-            q_input = str(spec.get("input", input_name))
-            if q_input not in self.robot.inputs:
-                raise self.fail(f"{key}.input", unknown_choice_message("input", q_input, self.robot.inputs))
-            get_q, q_size = self.field_reader(q_input, str(spec.get("path", "")), f"{key}.path")
-            if q_size != 4:
-                raise self.fail(key, f"{name}: path must name a quaternion (4 numbers), found {q_size}")
-            order = self._order(spec.get("order", "xyzw"), f"{key}.order")
+            get_q, order = self.quat_reader(arg if isinstance(arg, Mapping) else {}, key, name, input_name)
             inverse = name == "rotate_world_to_body"
 
             def rotate(v: np.ndarray, latest: Latest) -> np.ndarray:
@@ -366,13 +359,7 @@ class _Compiler:
             raise self.fail(
                 key, f"expected a yaw (number or param) or {{input, path, order}} of a quaternion, got {dict(arg)!r}"
             )
-        q_input = str(arg["input"])
-        if q_input not in self.robot.inputs:
-            raise self.fail(f"{key}.input", unknown_choice_message("input", q_input, self.robot.inputs))
-        get_q, q_size = self.field_reader(q_input, str(arg.get("path", "")), f"{key}.path")
-        if q_size != 4:
-            raise self.fail(key, f"world_to_heading: path must name a quaternion (4 numbers), found {q_size}")
-        order = self._order(arg.get("order", "xyzw"), f"{key}.order")
+        get_q, order = self.quat_reader(arg, key, "world_to_heading", str(arg["input"]))
 
         def yaw_of(latest: Latest) -> float:
             q = _wxyz(messages.to_vector(get_q(latest)), order)
@@ -382,6 +369,19 @@ class _Compiler:
             return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
         return yaw_of
+
+    def quat_reader(
+        self, spec: Mapping[str, Any], key: str, op_name: str, default_input: str
+    ) -> tuple[Callable[[Latest], Any], str]:
+        """Reader of the quaternion field ``{input, path, order}`` of an op (input defaults to
+        ``default_input``, order to ``xyzw``) and its order."""
+        q_input = str(spec.get("input", default_input))
+        if q_input not in self.robot.inputs:
+            raise self.fail(f"{key}.input", unknown_choice_message("input", q_input, self.robot.inputs))
+        get_q, q_size = self.field_reader(q_input, str(spec.get("path", "")), f"{key}.path")
+        if q_size != 4:
+            raise self.fail(key, f"{op_name}: path must name a quaternion (4 numbers), found {q_size}")
+        return get_q, self._order(spec.get("order", "xyzw"), f"{key}.order")
 
     def _order(self, arg: Any, key: str) -> str:
         if arg not in ("xyzw", "wxyz"):

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from export_support import needs_gcc, random_policy, write_io
+from export_support import near_hover_policy, needs_gcc, write_io
 
 from embodied.export import firmware_build as fb
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.sil import packed_state
+from embodied.policies.mlp import ExportedPolicy
 from embodied.tasks.quad_hover import QuadHover
 from embodied.tasks.quad_terms import heading_cos_sin, vec_w_to_h
 from embodied.tasks.quad_track import QuadTrack, QuadTrackCfg
@@ -22,14 +23,9 @@ from embodied.tasks.quad_track import QuadTrack, QuadTrackCfg
 CPU = torch.device("cpu")
 
 
-def _near_hover(obs_dim: int, hover: float, seed: int) -> torch.nn.Module:
-    """A random policy whose output stays near hover, so it flies (and sees the path) a while."""
-    module = random_policy(obs_dim=obs_dim, seed=seed)
-    with torch.no_grad():
-        last = [m for m in module.modules() if isinstance(m, torch.nn.Linear)][-1]
-        last.weight.mul_(0.02)
-        last.bias.fill_(hover)
-    return module
+def _near_hover(obs_dim: int, hover: float, seed: int) -> ExportedPolicy:
+    """A random policy near hover (small output gain), so it flies (and sees the path) a while."""
+    return near_hover_policy(obs_dim, hover, seed=seed, gain=0.02)
 
 
 def _build(env: QuadHover, module: torch.nn.Module, tmp_path: Path) -> HostPolicyLib:
