@@ -834,9 +834,9 @@ def observation(
     clean_state = assemble(noised, clean)  # [N, 18]
     noisy_state = clean_state if obs_noise is None else clean_state + obs_noise
     policy = torch.cat((noisy_state, *(clean[t.name] for t in rest)), dim=1) if rest else noisy_state
-    integral = tuple(t for t in terms if t.name in ("acc_sp_h", "pos_err_int_h"))
+    critic_extra = tuple(t for t in terms if t.name in ("acc_sp_h", "pos_err_int_h"))
     rpm_norm = state[:, RPM] * (1.0 / rpm_per_action) - 1.0
-    critic = torch.cat((clean_state, *(clean[t.name] for t in integral), rpm_norm, critic_static), dim=1)
+    critic = torch.cat((clean_state, *(clean[t.name] for t in critic_extra), rpm_norm, critic_static), dim=1)
     return policy, critic
 
 
