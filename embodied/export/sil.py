@@ -57,7 +57,9 @@ def load_sil_library(run_dir: Path) -> HostPolicyLib:
         export_run(run_dir, "c")
     policy_io = read_policy_io(export_dir(run_dir))
     if not is_quad_policy(c_dir(run_dir)):
-        raise EmbodiedError(f"{c_dir(run_dir)} is not a quad-hover policy; `--policy c` flies quad-hover only")
+        raise EmbodiedError(
+            f"{c_dir(run_dir)} is not a quadrotor policy; `--policy c` flies quad-hover and quad-track only"
+        )
     # One folder per model hash: ctypes cannot reload a path it already opened in this process.
     build = host_dir(run_dir) / f"sil-{policy_io.model_sha256[:12]}"
     path = build / "libembodied_policy.so"
