@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +37,13 @@ class EvalResult:
     mean_return: float
     std_return: float
     mean_episode_length: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Episode means of the task's ``info["episode_metrics"]`` (e.g. ``rms_error_m`` of quad-track)."""
 
     def as_dict(self) -> dict[str, float]:
-        return asdict(self)
+        """The fields, with ``metrics`` flattened in."""
+        out = asdict(self)
+        return out | out.pop("metrics")
 
 
 @torch.inference_mode()
@@ -57,17 +61,20 @@ def evaluate(
     returns: list[torch.Tensor] = []
     lengths: list[torch.Tensor] = []
     successes: list[torch.Tensor] = []
+    metrics: dict[str, list[torch.Tensor]] = {}
     remaining, batch_index = episodes, 0
     while remaining > 0:
         n = min(remaining, MAX_PARALLEL_EPISODES)
         env = make_env(n, seed + batch_index)
         try:
-            r, length, s = _run_batch(policy_for_env(env), env, seed + batch_index)
+            r, length, s, m = _run_batch(policy_for_env(env), env, seed + batch_index)
         finally:
             env.close()
         returns.append(r)
         lengths.append(length)
         successes.append(s)
+        for key, value in m.items():
+            metrics.setdefault(key, []).append(value)
         remaining -= n
         batch_index += 1
     ret = torch.cat(returns).double()
@@ -77,17 +84,22 @@ def evaluate(
         mean_return=float(ret.mean()),
         std_return=float(ret.std()) if ret.numel() > 1 else 0.0,
         mean_episode_length=float(torch.cat(lengths).double().mean()),
+        metrics={k: float(torch.cat(v).double().mean()) for k, v in metrics.items()},
     )
 
 
-def _run_batch(policy: PolicyFn, env: Any, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One episode per env. Returns ``(return [N], length [N], success [N] bool)`` on CPU."""
+def _run_batch(
+    policy: PolicyFn, env: Any, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """One episode per env. Returns ``(return [N], length [N], success [N] bool, metrics)`` on CPU;
+    ``metrics``: each ``info["episode_metrics"]`` entry ``[N]`` as it was when the env's episode ended."""
     n, device = env.num_envs, env.device
     obs = env.reset(seed=seed)
     ep_return = torch.zeros(n, dtype=torch.float64, device=device)
     ep_length = torch.zeros(n, dtype=torch.long, device=device)
     success = torch.zeros(n, dtype=torch.bool, device=device)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
+    metrics: dict[str, torch.Tensor] = {}
     # The episode limit bounds the loop even if an env never reports done.
     for _ in range(int(env.max_episode_steps) + 1):
         action = policy(obs)
@@ -97,10 +109,14 @@ def _run_batch(policy: PolicyFn, env: Any, seed: int) -> tuple[torch.Tensor, tor
         ep_length += running.long()
         done = (terminated | truncated) & running
         success |= done & info["success"]
+        for key, value in info.get("episode_metrics", {}).items():
+            metrics[key] = torch.where(
+                done, value.double(), metrics.get(key, torch.zeros_like(value, dtype=torch.float64))
+            )
         finished |= done
         if bool(finished.all()):
             break
-    return ep_return.cpu(), ep_length.cpu(), success.cpu()
+    return ep_return.cpu(), ep_length.cpu(), success.cpu(), {k: v.cpu() for k, v in metrics.items()}
 
 
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:

@@ -103,6 +103,12 @@ TASKS: dict[str, Entry] = {
         "Crazyflie-class quadrotor: reach and hold a setpoint from random initial states",
         backend="quadrotor",
     ),
+    "quad-track": Entry(
+        "embodied.tasks.quad_track:QuadTrack",
+        "embodied.tasks.quad_track:QuadTrackCfg",
+        "Crazyflie-class quadrotor: follow a moving setpoint (figure-eight, circle, random smooth paths)",
+        backend="quadrotor",
+    ),
     "halfcheetah": Entry(
         "embodied.tasks.mujoco_locomotion:HalfCheetah",
         "embodied.tasks.mujoco_locomotion:HalfCheetahCfg",

@@ -7,8 +7,11 @@ robot is hand-coded here: frames and units are converted by the ops a config lis
 Ops (YAML ``ops: [name, {name: argument}]``):
 
 =========================  ====================================================================
-``subtract: P``            minus a parameter name or a literal list (position error vs setpoint)
-``add: P``                 plus a parameter name or a literal list
+``subtract: P``            minus a parameter name or a literal list (position error vs setpoint),
+                           or ``{input, path}``: minus a field of another input's newest message
+                           (a moving goal: ``geometry_msgs/PoseStamped`` position,
+                           ``TwistStamped`` linear velocity)
+``add: P``                 plus a parameter name, a literal list or ``{input, path}``
 ``scale: k``               times a number or a per-entry list
 ``deg_to_rad``             times pi/180 (deg -> rad, deg/s -> rad/s)
 ``ned_to_enu``             3-vector ``[n, e, d] -> [e, n, -d]`` (its own inverse)
@@ -22,7 +25,10 @@ Ops (YAML ``ops: [name, {name: argument}]``):
                            Odometry twist, which is in the child/body frame)
 ``rotate_world_to_body``   the inverse rotation
 ``world_to_heading: YAW``  into the heading frame ``h`` = world rotated about z by ``YAW`` (rad; a
-                           number or a one-entry param, e.g. ``setpoint_yaw_rad``):
+                           number or a one-entry param, e.g. ``setpoint_yaw_rad``; or
+                           ``{input, path, order}`` naming a quaternion, e.g. a moving goal's
+                           ``pose.orientation``, whose yaw ``atan2(2(wz + xy), 1 - 2(y² + z²))``
+                           is read from every new message):
                            3-vector ``R_whᵀ v``; 9-entry row-major rotation ``R_whᵀ R`` (e.g.
                            ``rot_wb`` -> ``rot_hb``)
 ``select_by_name``         ``{names_path, names}``: reorder by the message's own name list
@@ -214,6 +220,8 @@ class _Compiler:
     def op(self, op: OpCfg, key: str, input_name: str) -> tuple[Apply, SizeFn]:
         same: SizeFn = lambda n: n  # noqa: E731
         name, arg = op.name, op.arg
+        if name in ("subtract", "add") and isinstance(arg, Mapping):
+            return self.input_offset(arg, key, -1.0 if name == "subtract" else 1.0)
         if name in ("subtract", "add", "scale"):
             value = self.vector_arg(arg, key)
             sign = -1.0 if name == "subtract" else 1.0
@@ -237,14 +245,7 @@ class _Compiler:
         if name == "rotmat_ned_frd_to_enu_flu":
             return (lambda v, _l: (_NED_ENU @ v.reshape(3, 3) @ _FRD_FLU).ravel()), self._fixed(key, name, 9, 9)
         if name in ("rotate_body_to_world", "rotate_world_to_body"):
-            spec = arg if isinstance(arg, Mapping) else {}
-            q_input = str(spec.get("input", input_name))
-            if q_input not in self.robot.inputs:
-                raise self.fail(f"{key}.input", unknown_choice_message("input", q_input, self.robot.inputs))
-            get_q, q_size = self.field_reader(q_input, str(spec.get("path", "")), f"{key}.path")
-            if q_size != 4:
-                raise self.fail(key, f"{name}: path must name a quaternion (4 numbers), found {q_size}")
-            order = self._order(spec.get("order", "xyzw"), f"{key}.order")
+            get_q, order = self.quat_reader(arg if isinstance(arg, Mapping) else {}, key, name, input_name)
             inverse = name == "rotate_world_to_body"
 
             def rotate(v: np.ndarray, latest: Latest) -> np.ndarray:
@@ -253,11 +254,12 @@ class _Compiler:
 
             return rotate, self._fixed(key, name, 3, 3)
         if name == "world_to_heading":
-            yaw = self.scalar_arg(arg, key)
-            c, s_ = math.cos(yaw), math.sin(yaw)
-            r_hw = np.array([[c, s_, 0.0], [-s_, c, 0.0], [0.0, 0.0, 1.0]])  # R_wh transposed
+            yaw_of = self.yaw_reader(arg, key)
 
-            def to_heading(v: np.ndarray, _l: Latest) -> np.ndarray:
+            def to_heading(v: np.ndarray, latest: Latest) -> np.ndarray:
+                yaw = yaw_of(latest)
+                c, s_ = math.cos(yaw), math.sin(yaw)
+                r_hw = np.array([[c, s_, 0.0], [-s_, c, 0.0], [0.0, 0.0, 1.0]])  # R_wh transposed
                 if v.size == 9:
                     return (r_hw @ v.reshape(3, 3)).ravel()
                 if v.size != 3:
@@ -322,6 +324,64 @@ class _Compiler:
         if name == "integrate":
             return self.integrator(arg, key), same
         raise self.fail(key, unknown_choice_message("op", name, OP_NAMES))
+
+    def input_offset(self, arg: Mapping[str, Any], key: str, sign: float) -> tuple[Apply, SizeFn]:
+        """``subtract``/``add`` of a field of another input's newest message (a moving goal)."""
+        if set(arg) != {"input", "path"}:
+            raise self.fail(key, f"expected {{input: NAME, path: FIELD}} (another input's field), got {dict(arg)!r}")
+        other = str(arg["input"])
+        if other not in self.robot.inputs:
+            raise self.fail(f"{key}.input", unknown_choice_message("input", other, self.robot.inputs))
+        get, n_other = self.field_reader(other, str(arg["path"]), f"{key}.path")
+
+        def apply(v: np.ndarray, latest: Latest) -> np.ndarray:
+            offset = messages.to_vector(get(latest))
+            if offset.size != v.size:
+                raise ObservationError(f"{key}: {other} field has {offset.size} values, the signal {v.size}")
+            return v + sign * offset
+
+        def size(n: int | None) -> int | None:
+            if n is not None and n_other is not None and n != n_other:
+                raise self.fail(
+                    key, f"input {other!r} field {arg['path']!r} has {n_other} values but the signal has {n}"
+                )
+            return n
+
+        return apply, size
+
+    def yaw_reader(self, arg: Any, key: str) -> Callable[[Latest], float]:
+        """The heading yaw of ``world_to_heading``: a fixed number/param, or the yaw of a quaternion
+        field ``{input, path, order}`` of another input's newest message."""
+        if not isinstance(arg, Mapping):
+            yaw = self.scalar_arg(arg, key)
+            return lambda _l: yaw
+        if not set(arg) <= {"input", "path", "order"} or "input" not in arg:
+            raise self.fail(
+                key, f"expected a yaw (number or param) or {{input, path, order}} of a quaternion, got {dict(arg)!r}"
+            )
+        get_q, order = self.quat_reader(arg, key, "world_to_heading", str(arg["input"]))
+
+        def yaw_of(latest: Latest) -> float:
+            q = _wxyz(messages.to_vector(get_q(latest)), order)
+            if not (np.all(np.isfinite(q)) and float(np.dot(q, q)) > 1e-12):
+                raise ObservationError(f"{key}: heading quaternion {q.tolist()} is zero or not finite")
+            w, x, y, z = q / math.sqrt(float(np.dot(q, q)))
+            return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+        return yaw_of
+
+    def quat_reader(
+        self, spec: Mapping[str, Any], key: str, op_name: str, default_input: str
+    ) -> tuple[Callable[[Latest], Any], str]:
+        """Reader of the quaternion field ``{input, path, order}`` of an op (input defaults to
+        ``default_input``, order to ``xyzw``) and its order."""
+        q_input = str(spec.get("input", default_input))
+        if q_input not in self.robot.inputs:
+            raise self.fail(f"{key}.input", unknown_choice_message("input", q_input, self.robot.inputs))
+        get_q, q_size = self.field_reader(q_input, str(spec.get("path", "")), f"{key}.path")
+        if q_size != 4:
+            raise self.fail(key, f"{op_name}: path must name a quaternion (4 numbers), found {q_size}")
+        return get_q, self._order(spec.get("order", "xyzw"), f"{key}.order")
 
     def _order(self, arg: Any, key: str) -> str:
         if arg not in ("xyzw", "wxyz"):

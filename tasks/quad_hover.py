@@ -421,6 +421,7 @@ class QuadHover:
             extra_acc = gaps.extra_acc_w(self.sim.state, self.sim.rot_wb(), self.sim.thrust_coef, self.sim.inv_mass)
             if extra_acc is not None:  # drag and ground effect join gravity and the disturbance
                 physics = (*physics[:5], self.in_layout(physics[5] + extra_acc), *physics[6:])
+        setpoint_w, vel_sp_w, acc_sp_w = self._setpoint_at(self.episode_step + 1)
         out = self._core(
             self.sim.state,
             action,
@@ -431,12 +432,14 @@ class QuadHover:
             self.pos_err_int_h,
             self._critic_static,
             obs_noise,
-            self._setpoint_w,
+            setpoint_w,
             self.heading,
             self._terms,
             physics,
             self.sim.rot_tables,
             self._consts,
+            vel_sp_w,
+            acc_sp_w,
         )
         self.sim.state, self.episode_step = out["state"], out["episode_step"]
         self.action_hist, self.pos_err_int_h = out["action_hist"], out["pos_err_int_h"]
@@ -449,16 +452,12 @@ class QuadHover:
         obs = final_obs = {"policy": policy, "critic": out["critic"]}
         success = self._no_success.expand(self.num_envs)
         done = terminated | truncated
+        step_info = self._on_step(out["pos_err_h"])
         # On CPU a host check is free and skips the reset on most steps; on accelerators the
         # masked reset runs unconditionally so stepping never waits for the device.
         host = self._host_checks
         if not host or bool(done.any()):
-            pos_err_h, rot_hb = out["pos_err_h"], out["rot_hb"]
-            success = (
-                truncated
-                & (pos_err_h.square().sum(dim=1) < self.cfg.success_radius_m**2)
-                & (rot_hb[:, 8] > self._cos_success_tilt)
-            )
+            success = self._success(out["pos_err_h"], out["rot_hb"], truncated)
             if not host or not bool(torch.isfinite(reward).all()):
                 final_obs = {k: _finite(v) for k, v in obs.items()}
                 terms = {k: _finite(v) for k, v in terms.items()}
@@ -469,8 +468,27 @@ class QuadHover:
             obs = self._observe(obs_noise)
             if gaps is not None:  # restarted envs see their fresh state; the others keep theirs
                 obs["policy"] = torch.where(done.unsqueeze(1), gaps.view(obs["policy"], STATE_DIM), policy)
-        info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success}
+        info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success} | step_info
         return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ task hooks
+    def _setpoint_at(self, step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Setpoint at episode step ``step [N]``: position ``[3]`` or ``[N, 3]`` (world, m) and the
+        feed-forward velocity and acceleration ``[N, 3]`` (None for a fixed setpoint)."""
+        return self._setpoint_w, None, None
+
+    def _on_step(self, pos_err_h: torch.Tensor) -> dict[str, Any]:
+        """Called after every physics step with the new ``pos_err_h [N, 3]``, before ended envs
+        reset; returns extra ``info`` entries (none for hover)."""
+        return {}
+
+    def _success(self, pos_err_h: torch.Tensor, rot_hb: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+        """``[N]`` bool: a full-length episode that ends close to the setpoint and nearly level."""
+        return (
+            truncated
+            & (pos_err_h.square().sum(dim=1) < self.cfg.success_radius_m**2)
+            & (rot_hb[:, 8] > self._cos_success_tilt)
+        )
 
     def io_spec(self) -> IOSpec:
         """Policy observation/action fields, control period, conventions and on-board constants."""
@@ -573,10 +591,11 @@ class QuadHover:
 
     def _observe(self, obs_noise: torch.Tensor | None) -> ObsDict:
         state = self.sim.state
+        setpoint_w, vel_sp_w, acc_sp_w = self._setpoint_at(self.episode_step)
         policy, critic = observation(
             self._terms,
             state,
-            vec_w_to_h(state[:, POS] - self._setpoint_w, self.heading),
+            vec_w_to_h(state[:, POS] - setpoint_w, self.heading),
             rot_wb_to_hb(self.sim.rot_wb(), self.heading),
             self.heading,
             self.action_hist,
@@ -584,6 +603,8 @@ class QuadHover:
             self._critic_static,
             obs_noise,
             self._rpm_per_action,
+            vel_sp_w,
+            acc_sp_w,
         )
         return {"policy": policy, "critic": critic}
 
@@ -782,6 +803,8 @@ def observation(
     critic_static: torch.Tensor,
     obs_noise: torch.Tensor | None,
     rpm_per_action: float,
+    vel_sp_w: torch.Tensor | None = None,
+    acc_sp_w: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Policy ``[N, terms_dim(terms)]`` and critic ``[N, 34 (+3)]`` observations.
 
@@ -789,7 +812,9 @@ def observation(
     ``rot_hb [N, 9]``, ``heading [N, 2]`` (cos, sin of the setpoint yaw), ``action_hist [N, 4H]``,
     ``pos_err_int_h [N, 3]``. ``obs_noise [N, 18]`` is added to the noised state terms of the
     policy only. The critic sees the clean state terms, the integral when the policy has it,
-    normalized motor speeds and the per-episode static inputs.
+    normalized motor speeds and the per-episode static inputs. Tracking tasks pass the moving
+    setpoint's feed-forward velocity and acceleration ``vel_sp_w``, ``acc_sp_w [N, 3]`` (world) for
+    the ``lin_vel_err_h`` and ``acc_sp_h`` terms; the critic then sees ``acc_sp_h`` as well.
     """
     clean = {
         "pos_err_h": pos_err_h,
@@ -799,15 +824,19 @@ def observation(
         "pos_err_int_h": pos_err_int_h,
         "prev_actions": action_hist,
     }
+    if vel_sp_w is not None:
+        clean["lin_vel_err_h"] = vec_w_to_h(state[:, LIN_VEL] - vel_sp_w, heading)
+    if acc_sp_w is not None:
+        clean["acc_sp_h"] = vec_w_to_h(acc_sp_w, heading)
     # The table puts the noised state terms first (quad_terms.STATE_TERMS).
     noised = tuple(t for t in terms if t.noise_group is not None)
     rest = tuple(t for t in terms if t.noise_group is None)
     clean_state = assemble(noised, clean)  # [N, 18]
     noisy_state = clean_state if obs_noise is None else clean_state + obs_noise
     policy = torch.cat((noisy_state, *(clean[t.name] for t in rest)), dim=1) if rest else noisy_state
-    integral = tuple(t for t in terms if t.name == "pos_err_int_h")
+    critic_extra = tuple(t for t in terms if t.name in ("acc_sp_h", "pos_err_int_h"))
     rpm_norm = state[:, RPM] * (1.0 / rpm_per_action) - 1.0
-    critic = torch.cat((clean_state, *(clean[t.name] for t in integral), rpm_norm, critic_static), dim=1)
+    critic = torch.cat((clean_state, *(clean[t.name] for t in critic_extra), rpm_norm, critic_static), dim=1)
     return policy, critic
 
 
@@ -842,6 +871,8 @@ def step_core(
     physics: PhysicsInputs,
     rot_tables: Tables,
     c: CoreConsts,
+    vel_sp_w: torch.Tensor | None = None,
+    acc_sp_w: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """Physics, observation, reward terms and termination of one step, as a pure function
     (no randomness, no data-dependent branches) so it can run compiled; resets stay outside.
@@ -850,7 +881,9 @@ def step_core(
     (what the motors get, delayed by the gap models; None: ``action``), ``rpm_limits``
     (``[N, 4]`` setpoint scale and ``[N, 1]`` cap of the gap models, or None),
     ``action_hist [N, 4H]``, ``episode_step [N]``,
-    ``pos_err_int_h [N, 3]``, ``critic_static [N, 12]``, ``setpoint_w [3]``, ``heading [N, 2]``;
+    ``pos_err_int_h [N, 3]``, ``critic_static [N, 12]``, ``setpoint_w [3]`` (or ``[N, 3]``),
+    ``heading [N, 2]``; a moving setpoint adds its feed-forward ``vel_sp_w`` and ``acc_sp_w [N, 3]``
+    (the velocity cost then penalizes the velocity error);
     returns the new state, history, counters and integral (updated by the module docstring's
     rule when ``c.integral``), ``pos_err_h``, ``rot_hb``, ``terms`` (dict of ``[N]``),
     ``reward``, ``terminated``, ``truncated``, ``policy`` and ``critic``.
@@ -876,7 +909,8 @@ def step_core(
         "position": pos_err_h.square().sum(dim=1) * c.k_pos,
         "orientation": tilt_cost(rot_hb) * c.k_ori,
         "yaw": yaw_cost(rot_hb) * c.k_yaw,
-        "velocity": state[:, LIN_VEL].square().sum(dim=1) * c.k_vel,
+        "velocity": (state[:, LIN_VEL] if vel_sp_w is None else state[:, LIN_VEL] - vel_sp_w).square().sum(dim=1)
+        * c.k_vel,
         "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,
         "alive": torch.full_like(episode_step, c.alive, dtype=state.dtype),
     }
@@ -901,6 +935,8 @@ def step_core(
         critic_static,
         obs_noise,
         c.rpm_per_action,
+        vel_sp_w,
+        acc_sp_w,
     )
     return {
         "state": state,

@@ -57,6 +57,32 @@ INTEGRAL_TERM = ObsTerm(
 )
 
 
+TRACK_STATE_TERMS: tuple[ObsTerm, ...] = (
+    STATE_TERMS[0],
+    STATE_TERMS[1],
+    ObsTerm(
+        "lin_vel_err_h",
+        3,
+        "m/s",
+        "heading",
+        "R_wh^T (lin_vel_w - vel_sp_w): velocity minus the setpoint's feed-forward velocity",
+        2,
+    ),
+    STATE_TERMS[3],
+)
+"""Tracking tasks: :data:`STATE_TERMS` with the velocity taken relative to the moving setpoint's
+feed-forward velocity (equal to ``lin_vel_h`` for a fixed setpoint)."""
+
+FEEDFORWARD_TERM = ObsTerm(
+    "acc_sp_h",
+    3,
+    "m/s^2",
+    "heading",
+    "R_wh^T acc_sp_w: the moving setpoint's feed-forward acceleration; no noise",
+)
+"""Tracking tasks: the acceleration the path asks for, right after the state terms."""
+
+
 def history_term(history: int) -> ObsTerm:
     """``prev_actions``: the last ``history`` actions sent, newest first (4 per action)."""
     return ObsTerm(
@@ -68,9 +94,11 @@ def history_term(history: int) -> ObsTerm:
     )
 
 
-def policy_terms(integral: bool, history: int) -> tuple[ObsTerm, ...]:
-    """The policy observation's terms in order: state, optional integral, optional history."""
-    terms = STATE_TERMS + ((INTEGRAL_TERM,) if integral else ())
+def policy_terms(integral: bool, history: int, tracking: bool = False) -> tuple[ObsTerm, ...]:
+    """The policy observation's terms in order: state, tracking feed-forward (``tracking``),
+    optional integral, optional history."""
+    state = (*TRACK_STATE_TERMS, FEEDFORWARD_TERM) if tracking else STATE_TERMS
+    terms = state + ((INTEGRAL_TERM,) if integral else ())
     return terms + ((history_term(history),) if history > 0 else ())
 
 

@@ -93,11 +93,12 @@ def write_io(module: nn.Module, spec: IOSpec, out_dir: Path) -> Path:
     return write_policy_io(out_dir, spec, weights_sha256(module), source_run="tests")
 
 
-def near_hover_policy(obs_dim: int, hover: float, seed: int = 0) -> ExportedPolicy:
-    """A random policy whose output stays near hover, so it flies a while instead of tumbling."""
+def near_hover_policy(obs_dim: int, hover: float, seed: int = 0, gain: float = 0.05) -> ExportedPolicy:
+    """A random policy whose output stays near hover, so it flies a while instead of tumbling
+    (``gain`` scales its last layer's weights)."""
     module = random_policy(obs_dim=obs_dim, seed=seed)
     with torch.no_grad():
         last = [m for m in module.modules() if isinstance(m, torch.nn.Linear)][-1]
-        last.weight.mul_(0.05)
+        last.weight.mul_(gain)
         last.bias.fill_(hover)
     return module

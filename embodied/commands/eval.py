@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         "std_return": result.std_return,
         "episodes": result.episodes,
         "policy": args.policy,
-    }
+    } | result.metrics
     if args.json:
         print(json.dumps(out))
     else:

@@ -17,6 +17,10 @@ from embodied.errors import EmbodiedError
 STATE_FLOATS = 13
 """Packed raw state per vehicle: pos_w (3), quat_wb w,x,y,z (4), lin_vel_w (3), ang_vel_b (3)."""
 
+MOVING_SETPOINT_FLOATS = 10
+"""A moving setpoint row: x, y, z (m), yaw (rad), feed-forward velocity (3, m/s) and acceleration
+(3, m/s²), world frame (``sil_api.c``)."""
+
 _P = ctypes.c_void_p
 
 
@@ -53,6 +57,9 @@ class HostPolicyLib:
             lib.sil_assemble_obs.argtypes = [_P, ctypes.c_int, _P, _P, _P]
             lib.sil_assemble_obs.restype = ctypes.c_uint32
             lib.sil_step.argtypes = [_P, ctypes.c_int, _P, _P, _P]
+            lib.sil_assemble_obs_sp.argtypes = [_P, ctypes.c_int, _P, _P, _P]
+            lib.sil_assemble_obs_sp.restype = ctypes.c_uint32
+            lib.sil_step_sp.argtypes = [_P, ctypes.c_int, _P, _P, _P]
         # The Crazyflie app on the shim (cfh_*), built in for thrust-action quad policies.
         self.has_app = hasattr(lib, "cfh_tick")
         if self.has_app:
@@ -60,6 +67,7 @@ class HostPolicyLib:
             lib.cfh_tick.argtypes += [ctypes.c_float, _P, _P]
             lib.cfh_tick.restype = ctypes.c_int
             lib.cfh_param_set.argtypes = [ctypes.c_char_p, ctypes.c_double]
+            lib.cfh_set_feedforward.argtypes = [_P, _P]
             lib.cfh_log_get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_double)]
             lib.controllerOutOfTreeTest.restype = ctypes.c_bool
             lib.shim_eprintf_problem.argtypes = [ctypes.c_char_p]
@@ -106,22 +114,27 @@ class HostPolicyLib:
 
     def assemble_obs(self, ctxs: np.ndarray, states: np.ndarray, setpoints_w: np.ndarray) -> tuple[np.ndarray, int]:
         """``(obs [n, obs_dim], clamped_inputs)`` from packed states ``[n, 13]`` and setpoints
-        ``[n, 4]`` (x, y, z in m, world; yaw in rad)."""
+        ``[n, 4]`` (x, y, z in m, world; yaw in rad) or, for a moving setpoint, ``[n, 10]``
+        (then vx, vy, vz in m/s and ax, ay, az in m/s², world: the feed-forward)."""
         n = ctxs.shape[0]
         s = _f32(states, (n, STATE_FLOATS), "states")
-        sp = _f32(setpoints_w, (n, 4), "setpoints_w")
+        moving = np.shape(setpoints_w)[-1:] == (MOVING_SETPOINT_FLOATS,)
+        sp = _f32(setpoints_w, (n, MOVING_SETPOINT_FLOATS if moving else 4), "setpoints_w")
         obs = np.zeros((n, self.obs_dim), dtype=np.float32)
-        clamped = self._lib.sil_assemble_obs(_ptr(ctxs), n, _ptr(s), _ptr(sp), _ptr(obs))
+        assemble = self._lib.sil_assemble_obs_sp if moving else self._lib.sil_assemble_obs
+        clamped = assemble(_ptr(ctxs), n, _ptr(s), _ptr(sp), _ptr(obs))
         return obs, int(clamped)
 
     def step(self, ctxs: np.ndarray, states: np.ndarray, setpoints_w: np.ndarray) -> np.ndarray:
         """One control step per vehicle: ``actions [n, 4]`` in [-1, 1]; histories advance.
-        ``setpoints_w [n, 4]``: x, y, z (m, world), yaw (rad)."""
+        ``setpoints_w [n, 4]``: x, y, z (m, world), yaw (rad); ``[n, 10]`` adds the feed-forward
+        velocity and acceleration (:meth:`assemble_obs`)."""
         n = ctxs.shape[0]
         s = _f32(states, (n, STATE_FLOATS), "states")
-        sp = _f32(setpoints_w, (n, 4), "setpoints_w")
+        moving = np.shape(setpoints_w)[-1:] == (MOVING_SETPOINT_FLOATS,)
+        sp = _f32(setpoints_w, (n, MOVING_SETPOINT_FLOATS if moving else 4), "setpoints_w")
         out = np.zeros((n, 4), dtype=np.float32)
-        self._lib.sil_step(_ptr(ctxs), n, _ptr(s), _ptr(sp), _ptr(out))
+        (self._lib.sil_step_sp if moving else self._lib.sil_step)(_ptr(ctxs), n, _ptr(s), _ptr(sp), _ptr(out))
         return out
 
     def cf_init(self) -> bool:
@@ -143,18 +156,26 @@ class HostPolicyLib:
         setpoint_yaw_deg: float = 0.0,
         position_mode: bool = True,
         supply_voltage_v: float = 3.9,
+        setpoint_vel_w: np.ndarray | None = None,
+        setpoint_acc_w: np.ndarray | None = None,
     ) -> tuple[int, np.ndarray, np.ndarray]:
         """One 1 kHz stabilizer tick of the app, then the shim's motor chain.
 
         ``estimate10`` is the estimator's pos_w (3), quat_wb w, x, y, z (4), lin_vel_w (3);
         ``gyro_deg_s [3]`` the IMU's body rates in deg/s; the setpoint is a position (m) and yaw
-        (deg) stamped ``setpoint_timestamp_ms`` (absolute modes when ``position_mode``).
+        (deg) stamped ``setpoint_timestamp_ms`` (absolute modes when ``position_mode``), with the
+        feed-forward ``setpoint_vel_w [3]`` (m/s) and ``setpoint_acc_w [3]`` (m/s²) of a moving
+        setpoint in ``setpoint_t.velocity`` / ``.acceleration`` (zero when None).
         Returns ``(control mode: 2 force (policy) | 0 legacy (PID), normalizedForces [4],
         thrust per motor [4] in N at ``supply_voltage_v``)``.
         """
         s = _f32(estimate10, (10,), "estimate10")
         g = _f32(gyro_deg_s, (3,), "gyro_deg_s")
         sp = _f32(setpoint_w, (3,), "setpoint_w")
+        zero = np.zeros(3, dtype=np.float32)
+        vel = _f32(zero if setpoint_vel_w is None else setpoint_vel_w, (3,), "setpoint_vel_w")
+        acc = _f32(zero if setpoint_acc_w is None else setpoint_acc_w, (3,), "setpoint_acc_w")
+        self._lib.cfh_set_feedforward(_ptr(vel), _ptr(acc))
         forces = np.zeros(4, dtype=np.float32)
         thrust_n = np.zeros(4, dtype=np.float32)
         mode = self._lib.cfh_tick(

@@ -32,7 +32,9 @@ _STATE_KEYS = ("position_w", "quat_wb", "lin_vel_w", "ang_vel_b")
 
 def packed_state(env: object) -> tuple[np.ndarray, np.ndarray]:
     """``(states [N, 13], setpoints [N, 4])`` float32 from the env's raw-state accessor; a
-    setpoint row is the world position (m) and the yaw (rad) that defines the heading frame."""
+    setpoint row is the world position (m) and the yaw (rad) that defines the heading frame, and
+    for a moving setpoint (``vel_sp_w`` in the raw state) ``[N, 10]`` with the feed-forward
+    velocity (m/s) and acceleration (m/s²) after them (``host_lib.MOVING_SETPOINT_FLOATS``)."""
     if not isinstance(env, PhysicalStateEnv):
         raise EmbodiedError(
             f"{type(env).__name__} exposes no physical_state(); software-in-the-loop needs the quad-hover task"
@@ -42,7 +44,10 @@ def packed_state(env: object) -> tuple[np.ndarray, np.ndarray]:
     n = states.shape[0]
     position = np.broadcast_to(raw["setpoint_w"].float().cpu().numpy(), (n, 3))
     yaw = raw["yaw_sp_rad"].float().cpu().numpy().reshape(n, 1) if "yaw_sp_rad" in raw else np.zeros((n, 1), np.float32)
-    return np.ascontiguousarray(states), np.ascontiguousarray(np.concatenate((position, yaw), axis=1), np.float32)
+    rows = [position, yaw]
+    if "vel_sp_w" in raw:  # a moving setpoint (quad-track): feed-forward velocity and acceleration too
+        rows += [raw["vel_sp_w"].float().cpu().numpy(), raw["acc_sp_w"].float().cpu().numpy()]
+    return np.ascontiguousarray(states), np.ascontiguousarray(np.concatenate(rows, axis=1), np.float32)
 
 
 def load_sil_library(run_dir: Path) -> HostPolicyLib:
@@ -52,7 +57,9 @@ def load_sil_library(run_dir: Path) -> HostPolicyLib:
         export_run(run_dir, "c")
     policy_io = read_policy_io(export_dir(run_dir))
     if not is_quad_policy(c_dir(run_dir)):
-        raise EmbodiedError(f"{c_dir(run_dir)} is not a quad-hover policy; `--policy c` flies quad-hover only")
+        raise EmbodiedError(
+            f"{c_dir(run_dir)} is not a quadrotor policy; `--policy c` flies quad-hover and quad-track only"
+        )
     # One folder per model hash: ctypes cannot reload a path it already opened in this process.
     build = host_dir(run_dir) / f"sil-{policy_io.model_sha256[:12]}"
     path = build / "libembodied_policy.so"

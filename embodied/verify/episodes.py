@@ -4,11 +4,18 @@ The episode rules mirror the hover task's as ``policy_io.json`` states them (``e
 when present, else the published L2F defaults): start states drawn like training, a fixed number
 of control periods, early termination when any world axis of the position error leaves the
 training box, success when a full-length episode ends close to the setpoint and nearly level.
-With a heading-frame policy the setpoint yaw and the initial heading are drawn over ±180°.
+With a heading-frame policy the setpoint yaw is drawn over ±180° and the initial heading within
+``init_yaw_range_rad`` of it.
+
+Tracking policies (``extra.tracking``, quad-track) fly a moving setpoint: the task's reference paths
+(``tasks/quad_track.draw_paths`` with the run's path settings) give the position, feed-forward
+velocity and acceleration at every control step, starts move with the path, and success is a
+full-length episode with RMS position error below ``success_rms_m``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import deque
@@ -52,6 +59,8 @@ class EpisodeRules:
     position_bound_m: float = 0.6
     success_radius_m: float = 0.1
     success_max_tilt_rad: float = math.radians(10.0)
+    init_yaw_range_rad: float = math.pi
+    success_rms_m: float = 0.1
     any_yaw: bool = False
     """Draw the setpoint yaw and the initial heading relative to it over ±180° (heading-frame policies)."""
 
@@ -89,6 +98,8 @@ class MujocoEvalResult:
     mean_episode_length: float
     final_pos_err_m: float
     """Median distance to the setpoint at the end of full-length episodes (NaN if none)."""
+    rms_error_m: float
+    """Mean over episodes of the RMS position error over each episode's steps (m)."""
     trajectories: np.ndarray = field(repr=False)
     """``[K, T + 1, 3]`` position error (world, m) of the first K episodes, NaN after they end."""
 
@@ -98,6 +109,7 @@ class MujocoEvalResult:
             "success_rate": self.success_rate,
             "mean_episode_length": self.mean_episode_length,
             "final_pos_err_m": self.final_pos_err_m,
+            "rms_error_m": self.rms_error_m,
         }
 
 
@@ -140,7 +152,7 @@ def sample_initial_states(rules: EpisodeRules, n: int, rng: np.random.Generator)
     tilt = np.concatenate((np.cos(half), axis * np.sin(half)), axis=1)
     if rules.any_yaw:
         yaw_sp = rng.uniform(-math.pi, math.pi, n)
-        heading = yaw_sp + rng.uniform(-math.pi, math.pi, n)
+        heading = yaw_sp + rng.uniform(-rules.init_yaw_range_rad, rules.init_yaw_range_rad, n)
         yaw_q = np.stack((np.cos(heading / 2), np.zeros(n), np.zeros(n), np.sin(heading / 2)), axis=1)
         quat_wb = _quat_mul(yaw_q, tilt)
     else:
@@ -155,6 +167,45 @@ def sample_initial_states(rules: EpisodeRules, n: int, rng: np.random.Generator)
         force_w=rng.normal(size=(n, 3)) * rules.disturbance_force_std_n,
         torque_b=rng.normal(size=(n, 3)) * rules.disturbance_torque_std_nm,
     )
+
+
+class Reference:
+    """The setpoint of every episode at control step ``k``: fixed (hover) or moving (tracking)."""
+
+    def __init__(self, spec: IOSpec, rules: EpisodeRules, n: int, seed: int, source: str) -> None:
+        self.setpoint_w = np.asarray(rules.setpoint_w, dtype=np.float64)
+        self.dt_s = spec.control_period_s
+        self.paths: Any = None
+        if "tracking" in spec.extra:
+            import dataclasses
+
+            import torch
+
+            from embodied.tasks.quad_track import PATH_CFG_KEYS, QuadTrackCfg, draw_paths
+
+            task_cfg = spec.extra.get("task_cfg") or {}
+            values: dict[str, Any] = {
+                k: tuple(v) if isinstance(v, list) else v for k, v in task_cfg.items() if k in PATH_CFG_KEYS
+            }
+            try:
+                cfg = dataclasses.replace(QuadTrackCfg(), **values)
+            except (TypeError, ValueError) as err:
+                raise EmbodiedError(f"{source}: extra.task_cfg path settings are not valid: {err}") from None
+            # Its own generator: the hover checks' start-state draws stay as they were.
+            self.paths = draw_paths(cfg, n, torch.Generator().manual_seed(seed), torch.device("cpu"))
+
+    @property
+    def moving(self) -> bool:
+        return self.paths is not None
+
+    def at(self, step: int, n: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Setpoint ``[3]`` or ``[N, 3]`` (world, m) and feed-forward velocity and acceleration ``[N, 3]``."""
+        if self.paths is None:
+            return self.setpoint_w, None, None
+        import torch
+
+        pos, vel, acc = self.paths.at(torch.full((n,), step * self.dt_s, dtype=torch.float32))
+        return self.setpoint_w + pos.double().numpy(), vel.double().numpy(), acc.double().numpy()
 
 
 class ActionDecoder:
@@ -216,6 +267,9 @@ def run_episodes(
     rng = np.random.default_rng(seed)
     start = initial or sample_initial_states(rules, episodes, rng)
     n = start.position_w.shape[0]
+    reference = Reference(spec, rules, n, seed, source)
+    if reference.moving and initial is None:  # starts move with the path, as in the task
+        start = dataclasses.replace(start, lin_vel_w=start.lin_vel_w + reference.at(0, n)[1])
     sim = MujocoCrazyflie(params, n, spec.control_period_s, substeps, perturbation, num_threads)
     hover_rpm = math.sqrt(params.hover_thrust_n * perturbation.mass_scale / params.thrust_coef_n_per_rpm2)
     sim.reset(
@@ -228,7 +282,6 @@ def run_episodes(
         start.force_w,
         start.torque_b,
     )
-    setpoint = np.asarray(rules.setpoint_w)
     prev_actions = np.full((n, 4 * layout.history), layout.initial_action)
     integral = np.zeros((n, 3)) if layout.integral_field else None
     alive = np.ones(n, dtype=bool)
@@ -239,12 +292,16 @@ def run_episodes(
     traj = np.full((k, rules.episode_steps + 1, 3), np.nan)
     obs_rng = rng if noise else None
 
-    def observe_terms() -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    sq_err = np.zeros(n)
+
+    def observe_terms(step: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        setpoint, vel_sp, acc_sp = reference.at(step, n)
         pos_err_w = sim.position_w - setpoint
         rot_wb = quat_to_rot(sim.quat_wb)
-        return state_terms(pos_err_w, rot_wb, sim.lin_vel_w, sim.ang_vel_b, start.yaw_sp_rad), pos_err_w, rot_wb
+        terms = state_terms(pos_err_w, rot_wb, sim.lin_vel_w, sim.ang_vel_b, start.yaw_sp_rad, vel_sp, acc_sp)
+        return terms, pos_err_w, rot_wb
 
-    terms, pos_err_w, _ = observe_terms()
+    terms, pos_err_w, _ = observe_terms(0)
     traj[:, 0] = pos_err_w[:k]
     # The policy sees the state ``obs_delay_steps`` control periods late; at the start of an
     # episode the oldest available state (the initial one) stands in for the missing past.
@@ -256,7 +313,7 @@ def run_episodes(
         if layout.history:
             prev_actions = np.concatenate((action, prev_actions[:, :-NUM_ROTORS]), axis=1)
         sim.step(decode(action))
-        terms, pos_err_w, rot_wb = observe_terms()
+        terms, pos_err_w, rot_wb = observe_terms(step)
         if integral is not None and layout.integral_source is not None:
             integral = layout.integral_rule.update(integral, terms[layout.integral_source])
         delayed.append(terms)
@@ -266,17 +323,23 @@ def run_episodes(
         alive &= ~out
         sim.freeze(ended_now)
         length += alive | ended_now
+        sq_err += np.where(alive | ended_now, np.sum(np.nan_to_num(pos_err_w, nan=1e3) ** 2, axis=1), 0.0)
         traj[:, step] = np.where(alive[:k, None], pos_err_w[:k], np.nan)
         if not alive.any():
             break
     dist = np.linalg.norm(pos_err_w, axis=1)
     final_err = np.where(alive, dist, np.nan)
-    success = alive & (dist < rules.success_radius_m) & (rot_wb[:, 2, 2] > cos_tilt)
+    rms = np.sqrt(sq_err / np.maximum(length, 1))
+    if reference.moving:
+        success = alive & (rms < rules.success_rms_m)
+    else:
+        success = alive & (dist < rules.success_radius_m) & (rot_wb[:, 2, 2] > cos_tilt)
     finished = final_err[np.isfinite(final_err)]
     return MujocoEvalResult(
         episodes=n,
         success_rate=float(success.mean()),
         mean_episode_length=float(length.mean()),
         final_pos_err_m=float(np.median(finished)) if finished.size else float("nan"),
+        rms_error_m=float(rms.mean()),
         trajectories=traj,
     )

@@ -10,7 +10,10 @@ Known fields (numpy float64 inside, float32 out):
   ``pos_err_int_w`` (3, m*s);
 - setpoint heading frame ``h`` (``R_wh = Rz(yaw_sp_rad)``): ``pos_err_h = R_whᵀ (p - p_sp)``,
   ``rot_hb = R_whᵀ R_wb`` (9, row-major), ``lin_vel_h = R_whᵀ v_w``, ``pos_err_int_h``;
-- ``ang_vel_b`` (3, rad/s, body) and ``prev_actions`` (4 H, newest first).
+- ``ang_vel_b`` (3, rad/s, body) and ``prev_actions`` (4 H, newest first);
+- moving setpoints (quad-track): ``lin_vel_err_h = R_whᵀ (v_w - v_sp_w)`` (the velocity minus
+  the setpoint's feed-forward velocity) and ``acc_sp_h = R_whᵀ a_sp_w`` (its feed-forward
+  acceleration, not noised).
 
 Any other name is an error that names the field and the file.
 """
@@ -31,6 +34,7 @@ STATE_FIELDS: dict[str, tuple[int, int]] = {
     "rot_hb": (9, 1),
     "lin_vel_w": (3, 2),
     "lin_vel_h": (3, 2),
+    "lin_vel_err_h": (3, 2),
     "ang_vel_b": (3, 3),
 }
 """State fields: name -> (size, index of its noise group in ``extra.obs_noise_std``)."""
@@ -39,7 +43,8 @@ INTEGRAL_FIELDS: dict[str, str] = {"pos_err_int_w": "pos_err_w", "pos_err_int_h"
 """Integral fields: name -> the error they integrate."""
 
 HISTORY_FIELD = "prev_actions"
-KNOWN_FIELDS = (*STATE_FIELDS, *INTEGRAL_FIELDS, HISTORY_FIELD)
+FEEDFORWARD_FIELD = "acc_sp_h"
+KNOWN_FIELDS = (*STATE_FIELDS, *INTEGRAL_FIELDS, FEEDFORWARD_FIELD, HISTORY_FIELD)
 
 
 def rot_z(yaw_rad: np.ndarray) -> np.ndarray:
@@ -50,7 +55,13 @@ def rot_z(yaw_rad: np.ndarray) -> np.ndarray:
 
 
 def state_terms(
-    pos_err_w: np.ndarray, rot_wb: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray, yaw_sp_rad: np.ndarray
+    pos_err_w: np.ndarray,
+    rot_wb: np.ndarray,
+    lin_vel_w: np.ndarray,
+    ang_vel_b: np.ndarray,
+    yaw_sp_rad: np.ndarray,
+    vel_sp_w: np.ndarray | None = None,
+    acc_sp_w: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Every state field of :data:`STATE_FIELDS` as ``[N, size]``.
 
@@ -60,10 +71,15 @@ def state_terms(
         lin_vel_w: ``[N, 3]`` world (m/s).
         ang_vel_b: ``[N, 3]`` body (rad/s).
         yaw_sp_rad: ``[N]`` setpoint yaw defining the heading frame.
+        vel_sp_w, acc_sp_w: ``[N, 3]`` feed-forward of a moving setpoint (world; zero when None).
     """
     r_hw = np.transpose(rot_z(yaw_sp_rad), (0, 2, 1))  # R_whᵀ
     n = pos_err_w.shape[0]
+    vel_sp_w = np.zeros_like(lin_vel_w) if vel_sp_w is None else vel_sp_w
+    acc_sp_w = np.zeros_like(lin_vel_w) if acc_sp_w is None else acc_sp_w
     return {
+        "lin_vel_err_h": np.einsum("nij,nj->ni", r_hw, lin_vel_w - vel_sp_w),
+        "acc_sp_h": np.einsum("nij,nj->ni", r_hw, acc_sp_w),
         "pos_err_w": pos_err_w,
         "pos_err_h": np.einsum("nij,nj->ni", r_hw, pos_err_w),
         "rot_wb": rot_wb.reshape(n, 9),
@@ -99,7 +115,7 @@ class ObservationLayout:
         self.history = 0
         self.integral_field: str | None = None
         for f in spec.obs_fields:
-            if f.name in STATE_FIELDS or f.name in INTEGRAL_FIELDS:
+            if f.name in STATE_FIELDS or f.name in INTEGRAL_FIELDS or f.name == FEEDFORWARD_FIELD:
                 want = STATE_FIELDS[f.name][0] if f.name in STATE_FIELDS else 3
                 if f.size != want:
                     raise EmbodiedError(f"{source}: obs field {f.name!r} has size {f.size}, expected {want}")
@@ -154,6 +170,8 @@ class ObservationLayout:
                 std = self.noise_std[STATE_FIELDS[f.name][1]]
                 if rng is not None and std > 0.0:
                     value = value + rng.normal(0.0, std, size=value.shape)
+            elif f.name == FEEDFORWARD_FIELD:
+                value = terms[f.name]
             elif f.name in INTEGRAL_FIELDS:
                 if integral is None:
                     raise EmbodiedError(f"{self.source}: obs field {f.name!r} needs the integral state")

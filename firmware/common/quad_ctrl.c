@@ -3,12 +3,22 @@
 
 #include <math.h>
 
-#if !defined(POLICY_OBS_POS_ERR_H_START) || !defined(POLICY_OBS_ROT_HB_START) || \
-    !defined(POLICY_OBS_LIN_VEL_H_START) || !defined(POLICY_OBS_ANG_VEL_B_START)
-#error "policy.h lacks the heading-frame quad observation fields pos_err_h, rot_hb, lin_vel_h, ang_vel_b (re-export a policy trained with the heading frame)"
+/* The velocity term: lin_vel_h (hover) or lin_vel_err_h (tracking, relative to the feed-forward velocity). */
+#if QC_TRACKING
+#define QC_OBS_VEL_START POLICY_OBS_LIN_VEL_ERR_H_START
+#define QC_OBS_VEL_SCALE POLICY_OBS_LIN_VEL_ERR_H_SCALE
+#elif defined(POLICY_OBS_LIN_VEL_H_START)
+#define QC_OBS_VEL_START POLICY_OBS_LIN_VEL_H_START
+#define QC_OBS_VEL_SCALE POLICY_OBS_LIN_VEL_H_SCALE
+#if POLICY_OBS_LIN_VEL_H_SIZE != 3
+#error "policy.h: lin_vel_h must have 3 entries"
 #endif
-#if POLICY_OBS_POS_ERR_H_SIZE != 3 || POLICY_OBS_ROT_HB_SIZE != 9 || POLICY_OBS_LIN_VEL_H_SIZE != 3 || \
-    POLICY_OBS_ANG_VEL_B_SIZE != 3
+#endif
+#if !defined(POLICY_OBS_POS_ERR_H_START) || !defined(POLICY_OBS_ROT_HB_START) || !defined(QC_OBS_VEL_START) || \
+    !defined(POLICY_OBS_ANG_VEL_B_START)
+#error "policy.h lacks the heading-frame quad observation fields pos_err_h, rot_hb, lin_vel_h (or lin_vel_err_h), ang_vel_b (re-export a policy trained with the heading frame)"
+#endif
+#if POLICY_OBS_POS_ERR_H_SIZE != 3 || POLICY_OBS_ROT_HB_SIZE != 9 || POLICY_OBS_ANG_VEL_B_SIZE != 3
 #error "policy.h: quad-hover observation field sizes differ from docs/conventions.md"
 #endif
 #if QC_POS_ERR_INTEGRAL && POLICY_OBS_POS_ERR_INT_H_SIZE != 3
@@ -110,24 +120,59 @@ static void qc_update_pos_err_int(qc_ctx_t *ctx, const qc_state_t *state, const 
 }
 #endif
 
+/* A fixed setpoint: position and yaw, no feed-forward. */
+static void qc_fixed_setpoint(const float setpoint_w[3], float yaw_sp_rad, qc_setpoint_t *sp)
+{
+    int i;
+    for (i = 0; i < 3; ++i) {
+        sp->pos_w[i] = setpoint_w[i];
+        sp->vel_w[i] = 0.0f;
+        sp->acc_w[i] = 0.0f;
+    }
+    sp->yaw_rad = yaw_sp_rad;
+}
+
 uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
                          float obs[POLICY_OBS_DIM])
+{
+    qc_setpoint_t sp;
+    qc_fixed_setpoint(setpoint_w, yaw_sp_rad, &sp);
+    return qc_assemble_obs_sp(ctx, state, &sp, obs);
+}
+
+uint32_t qc_assemble_obs_sp(const qc_ctx_t *ctx, const qc_state_t *state, const qc_setpoint_t *sp,
+                            float obs[POLICY_OBS_DIM])
 {
     uint32_t n_clamped = 0;
     float q[4];
     float norm2, c, s, err_h[3], vel_w[3];
     int i;
-    qc_heading(yaw_sp_rad, &c, &s, &n_clamped);
-    qc_pos_err_h(state, setpoint_w, c, s, err_h, &n_clamped);
+    qc_heading(sp->yaw_rad, &c, &s, &n_clamped);
+    qc_pos_err_h(state, sp->pos_w, c, s, err_h, &n_clamped);
     for (i = 0; i < 3; ++i) {
         vel_w[i] = qc_sanitize(state->lin_vel_w[i], QC_LIN_VEL_LIMIT_MPS, &n_clamped);
+#if QC_TRACKING
+        /* Velocity error to the feed-forward velocity, then rotated (the task's order). */
+        vel_w[i] -= qc_sanitize(sp->vel_w[i], QC_LIN_VEL_LIMIT_MPS, &n_clamped);
+#endif
         obs[POLICY_OBS_POS_ERR_H_START + i] = err_h[i] * POLICY_OBS_POS_ERR_H_SCALE;
         obs[POLICY_OBS_ANG_VEL_B_START + i] =
             qc_sanitize(state->ang_vel_b[i], QC_ANG_VEL_LIMIT_RAD_S, &n_clamped) * POLICY_OBS_ANG_VEL_B_SCALE;
     }
-    obs[POLICY_OBS_LIN_VEL_H_START + 0] = (c * vel_w[0] + s * vel_w[1]) * POLICY_OBS_LIN_VEL_H_SCALE;
-    obs[POLICY_OBS_LIN_VEL_H_START + 1] = (c * vel_w[1] - s * vel_w[0]) * POLICY_OBS_LIN_VEL_H_SCALE;
-    obs[POLICY_OBS_LIN_VEL_H_START + 2] = vel_w[2] * POLICY_OBS_LIN_VEL_H_SCALE;
+    obs[QC_OBS_VEL_START + 0] = (c * vel_w[0] + s * vel_w[1]) * QC_OBS_VEL_SCALE;
+    obs[QC_OBS_VEL_START + 1] = (c * vel_w[1] - s * vel_w[0]) * QC_OBS_VEL_SCALE;
+    obs[QC_OBS_VEL_START + 2] = vel_w[2] * QC_OBS_VEL_SCALE;
+#if QC_TRACKING
+    {
+        float acc_w[3];
+        for (i = 0; i < 3; ++i) {
+            acc_w[i] = qc_sanitize(sp->acc_w[i], QC_ACC_LIMIT_MPS2, &n_clamped);
+        }
+        obs[POLICY_OBS_ACC_SP_H_START + 0] = (c * acc_w[0] + s * acc_w[1]) * POLICY_OBS_ACC_SP_H_SCALE;
+        obs[POLICY_OBS_ACC_SP_H_START + 1] = (c * acc_w[1] - s * acc_w[0]) * POLICY_OBS_ACC_SP_H_SCALE;
+        obs[POLICY_OBS_ACC_SP_H_START + 2] = acc_w[2] * POLICY_OBS_ACC_SP_H_SCALE;
+    }
+#endif
     for (i = 0; i < 4; ++i) {
         q[i] = qc_sanitize(state->quat_wb[i], 2.0f, &n_clamped);
     }
@@ -184,13 +229,20 @@ uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const flo
 void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
              float action[POLICY_ACTION_DIM])
 {
+    qc_setpoint_t sp;
+    qc_fixed_setpoint(setpoint_w, yaw_sp_rad, &sp);
+    qc_step_sp(ctx, state, &sp, action);
+}
+
+void qc_step_sp(qc_ctx_t *ctx, const qc_state_t *state, const qc_setpoint_t *sp, float action[POLICY_ACTION_DIM])
+{
     /* static: the Crazyflie stabilizer task has ~1.8 kB of stack; this is ~0.6 kB. */
     static float obs[POLICY_OBS_DIM];
     int i;
 #if QC_POS_ERR_INTEGRAL
-    qc_update_pos_err_int(ctx, state, setpoint_w, yaw_sp_rad);
+    qc_update_pos_err_int(ctx, state, sp->pos_w, sp->yaw_rad);
 #endif
-    ctx->clamped_inputs += qc_assemble_obs(ctx, state, setpoint_w, yaw_sp_rad, obs);
+    ctx->clamped_inputs += qc_assemble_obs_sp(ctx, state, sp, obs);
     policy_step(obs, action);
     for (i = 0; i < POLICY_ACTION_DIM; ++i) {
         float a = action[i];

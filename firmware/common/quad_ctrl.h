@@ -19,6 +19,14 @@
  * cos/sin of the yaw are evaluated in double and rounded to float, as the simulator does, so
  * the heading-frame values equal the simulator's bit for bit for the same inputs.
  *
+ * Moving setpoints (tracking policies, policy.h defines POLICY_OBS_LIN_VEL_ERR_H_START): the
+ * setpoint also carries a feed-forward velocity vel_w [3] (m/s) and acceleration acc_w [3] (m/s^2),
+ * world frame (qc_setpoint_t; on the Crazyflie setpoint_t.velocity / .acceleration in modeAbs),
+ * and the observation is, in the order of docs/conventions.md (tracking section):
+ *   pos_err_h, rot_hb, lin_vel_err_h = R_wh^T (lin_vel_w - vel_w), ang_vel_b, acc_sp_h = R_wh^T acc_w,
+ *   [pos_err_int_h], [prev_actions].
+ * A hover policy (lin_vel_h) ignores vel_w and acc_w.
+ *
  * Optional position-error integral: when policy.h defines POLICY_OBS_POS_ERR_INT_H_START (the
  * task was trained with pos_err_integral), the context keeps pos_err_int_h [3] (m*s, heading).
  * qc_reset zeroes it; every qc_step after the first one since the reset first updates it from
@@ -62,6 +70,18 @@
 #define QC_POS_ERR_INTEGRAL 0
 #endif
 
+#ifdef POLICY_OBS_LIN_VEL_ERR_H_START
+#define QC_TRACKING 1
+#if !defined(POLICY_OBS_ACC_SP_H_START) || POLICY_OBS_ACC_SP_H_SIZE != 3 || POLICY_OBS_LIN_VEL_ERR_H_SIZE != 3
+#error "policy.h: a tracking policy (lin_vel_err_h) needs acc_sp_h [3] and a 3-entry lin_vel_err_h"
+#endif
+#else
+#define QC_TRACKING 0
+#endif
+#ifndef QC_ACC_LIMIT_MPS2
+#define QC_ACC_LIMIT_MPS2 20.0f
+#endif
+
 #define QC_HISTORY_FLOATS (POLICY_ACTION_HISTORY * POLICY_ACTION_DIM)
 #define QC_STATE_FLOATS 13 /* pos_w, quat_wb, lin_vel_w, ang_vel_b packed in this order */
 
@@ -71,6 +91,15 @@ typedef struct {
     float lin_vel_w[3];
     float ang_vel_b[3];
 } qc_state_t;
+
+/* A (possibly moving) setpoint, world frame: what the Crazyflie commander's setpoint_t carries in
+   modeAbs (position, feed-forward velocity and acceleration, yaw). */
+typedef struct {
+    float pos_w[3]; /* m */
+    float vel_w[3]; /* m/s, feed-forward (0 for a fixed setpoint) */
+    float acc_w[3]; /* m/s^2, feed-forward (0 for a fixed setpoint) */
+    float yaw_rad;  /* rad, defines the heading frame */
+} qc_setpoint_t;
 
 typedef struct {
     /* The last POLICY_ACTION_HISTORY actions sent, newest first (one slot if none kept). */
@@ -94,10 +123,18 @@ void qc_reset(qc_ctx_t *ctx, float initial_action);
 uint32_t qc_assemble_obs(const qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
                          float obs[POLICY_OBS_DIM]);
 
+/* qc_assemble_obs for a moving setpoint (position, feed-forward velocity and acceleration, yaw);
+   a hover policy reads only its position and yaw. */
+uint32_t qc_assemble_obs_sp(const qc_ctx_t *ctx, const qc_state_t *state, const qc_setpoint_t *sp,
+                            float obs[POLICY_OBS_DIM]);
+
 /* Update the position-error integral (if any), assemble, run policy_step, clamp the action
    to [-1, 1] (NaN -> 0), push it into the history. action[4] is normalized per docs/conventions.md. */
 void qc_step(qc_ctx_t *ctx, const qc_state_t *state, const float setpoint_w[3], float yaw_sp_rad,
              float action[POLICY_ACTION_DIM]);
+
+/* qc_step for a moving setpoint (see qc_assemble_obs_sp). */
+void qc_step_sp(qc_ctx_t *ctx, const qc_state_t *state, const qc_setpoint_t *sp, float action[POLICY_ACTION_DIM]);
 
 
 #endif /* EMBODIED_QUAD_CTRL_H */

@@ -20,8 +20,24 @@ int cfh_tick(uint32_t tick, const float *estimate10, const float *gyro_deg_s, co
              float setpoint_yaw_deg, uint32_t setpoint_timestamp_ms, int position_mode, float supply_voltage_v,
              float *forces, float *thrust_n);
 int cfh_param_set(const char *name, double value);
+void cfh_set_feedforward(const float *vel_w, const float *acc_w);
 void cfh_motor_chain(int n, const float *forces, const float *supply_voltage_v, uint16_t *pwm, float *thrust_n);
 int cfh_log_get(const char *name, double *value);
+
+/* The setpoint's feed-forward velocity (m/s) and acceleration (m/s^2), world, for the next ticks. */
+static float cfh_ff_vel_w[3];
+static float cfh_ff_acc_w[3];
+
+/* Set the feed-forward of the following cfh_tick setpoints (a moving setpoint, as the high-level
+   commander sends it); NULL leaves that part at zero (a plain position setpoint). */
+void cfh_set_feedforward(const float *vel_w, const float *acc_w)
+{
+    int i;
+    for (i = 0; i < 3; ++i) {
+        cfh_ff_vel_w[i] = vel_w != NULL ? vel_w[i] : 0.0f;
+        cfh_ff_acc_w[i] = acc_w != NULL ? acc_w[i] : 0.0f;
+    }
+}
 
 static void set_vec(vector_t *v, const float *xyz)
 {
@@ -63,6 +79,8 @@ int cfh_tick(uint32_t tick, const float *estimate10, const float *gyro_deg_s, co
     sensors.gyro.z = gyro_deg_s[2];
     setpoint.timestamp = setpoint_timestamp_ms;
     set_vec(&setpoint.position, setpoint_pos_w);
+    set_vec(&setpoint.velocity, cfh_ff_vel_w);
+    set_vec(&setpoint.acceleration, cfh_ff_acc_w);
     setpoint.attitude.yaw = setpoint_yaw_deg;
     setpoint.mode.x = setpoint.mode.y = setpoint.mode.z = position_mode ? modeAbs : modeVelocity;
     setpoint.mode.yaw = position_mode ? modeAbs : modeVelocity;

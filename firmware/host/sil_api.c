@@ -39,28 +39,69 @@ void sil_reset(qc_ctx_t *ctxs, int n, const uint8_t *mask, float initial_action)
     }
 }
 
-/* obs [n][POLICY_OBS_DIM]; returns the total number of clamped inputs. */
-uint32_t sil_assemble_obs(const qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, float *obs)
+/* Moving setpoints: rows [n][QC_SETPOINT_FLOATS] = x, y, z (m), yaw (rad), vx, vy, vz (m/s),
+   ax, ay, az (m/s^2), world frame; fixed setpoints: rows [n][4] = x, y, z, yaw (no feed-forward). */
+#define QC_SETPOINT_FLOATS 10
+
+static void sil_unpack_setpoint(const float *row, int floats, qc_setpoint_t *sp)
+{
+    int i;
+    memcpy(sp->pos_w, row, 3 * sizeof(float));
+    sp->yaw_rad = row[3];
+    for (i = 0; i < 3; ++i) {
+        sp->vel_w[i] = floats == QC_SETPOINT_FLOATS ? row[4 + i] : 0.0f;
+        sp->acc_w[i] = floats == QC_SETPOINT_FLOATS ? row[7 + i] : 0.0f;
+    }
+}
+
+static uint32_t sil_assemble_rows(const qc_ctx_t *ctxs, int n, const float *states, const float *setpoints,
+                                  int floats, float *obs)
 {
     uint32_t clamped = 0;
     qc_state_t s;
+    qc_setpoint_t sp;
     int i;
     for (i = 0; i < n; ++i) {
         sil_unpack(states + (size_t)i * QC_STATE_FLOATS, &s);
-        const float *sp = setpoints + (size_t)i * 4;
-        clamped += qc_assemble_obs(&ctxs[i], &s, sp, sp[3], obs + (size_t)i * POLICY_OBS_DIM);
+        sil_unpack_setpoint(setpoints + (size_t)i * (size_t)floats, floats, &sp);
+        clamped += qc_assemble_obs_sp(&ctxs[i], &s, &sp, obs + (size_t)i * POLICY_OBS_DIM);
     }
     return clamped;
 }
 
-/* One control step for each vehicle: actions [n][4] normalized, histories updated. */
-void sil_step(qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, float *actions)
+static void sil_step_rows(qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, int floats,
+                          float *actions)
 {
     qc_state_t s;
+    qc_setpoint_t sp;
     int i;
     for (i = 0; i < n; ++i) {
         sil_unpack(states + (size_t)i * QC_STATE_FLOATS, &s);
-        const float *sp = setpoints + (size_t)i * 4;
-        qc_step(&ctxs[i], &s, sp, sp[3], actions + (size_t)i * POLICY_ACTION_DIM);
+        sil_unpack_setpoint(setpoints + (size_t)i * (size_t)floats, floats, &sp);
+        qc_step_sp(&ctxs[i], &s, &sp, actions + (size_t)i * POLICY_ACTION_DIM);
     }
+}
+
+/* obs [n][POLICY_OBS_DIM] for fixed setpoints [n][4]; returns the total number of clamped inputs. */
+uint32_t sil_assemble_obs(const qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, float *obs)
+{
+    return sil_assemble_rows(ctxs, n, states, setpoints, 4, obs);
+}
+
+/* One control step for each vehicle (fixed setpoints [n][4]): actions [n][4] normalized, histories updated. */
+void sil_step(qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, float *actions)
+{
+    sil_step_rows(ctxs, n, states, setpoints, 4, actions);
+}
+
+/* sil_assemble_obs for moving setpoints [n][QC_SETPOINT_FLOATS]. */
+uint32_t sil_assemble_obs_sp(const qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, float *obs)
+{
+    return sil_assemble_rows(ctxs, n, states, setpoints, QC_SETPOINT_FLOATS, obs);
+}
+
+/* sil_step for moving setpoints [n][QC_SETPOINT_FLOATS]. */
+void sil_step_sp(qc_ctx_t *ctxs, int n, const float *states, const float *setpoints, float *actions)
+{
+    sil_step_rows(ctxs, n, states, setpoints, QC_SETPOINT_FLOATS, actions);
 }

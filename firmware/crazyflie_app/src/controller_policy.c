@@ -19,7 +19,15 @@
  * Observation: assembled by the portable quad_ctrl.c exactly as the simulator does
  * (docs/conventions.md) from the estimator's position, quaternion and velocity, the gyro
  * converted from deg/s to rad/s (body FLU, the Crazyflie body frame), the action history, and
- * the setpoint: position (m) and yaw (setpoint->attitude.yaw, degrees -> rad; the heading frame of docs/conventions.md).
+ * the setpoint: position (m) and yaw (setpoint->attitude.yaw, degrees -> rad; the heading frame of docs/conventions.md),
+ * and for a tracking policy (quad-track) the setpoint's feed-forward velocity (m/s) and
+ * acceleration (m/s^2), setpoint->velocity / ->acceleration, world frame. Which commander sets
+ * what (docs/conventions.md, "Moving setpoints"): the high-level commander's trajectories set
+ * position, velocity, acceleration and yaw, all modeAbs (the policy tracks them); position
+ * setpoints (cflib send_position_setpoint) set position and yaw with zero velocity and
+ * acceleration (a fixed setpoint); full-state setpoints give the attitude as a quaternion with
+ * mode.yaw = modeDisable, and velocity/hover/attitude setpoints are not absolute positions: in
+ * those modes the PID flies.
  *
  * Output (the command chain of docs/conventions.md): per-motor thrust T_i = (a_i + 1) / 2 * POLICY_MAX_THRUST_PER_MOTOR_N,
  * zero below POLICY_MIN_THRUST_PER_MOTOR_N (as the simulator cuts it), sent as controlModeForce
@@ -208,8 +216,8 @@ static bool qc_setpoint_usable(const setpoint_t *setpoint, stabilizerStep_t tick
 }
 
 /* The estimate, gyro and setpoint of this tick: pos_w, quat (w, x, y, z), lin_vel_w, gyro
-   (deg/s), setpoint position (m) and yaw (deg). */
-#define QC_INPUTS 17
+   (deg/s), setpoint position (m), yaw (deg), velocity (m/s) and acceleration (m/s^2). */
+#define QC_INPUTS 23
 #define QC_ESTIMATE_INPUTS 10 /* pos, quat, vel: what a running estimator keeps changing */
 static float qc_in[QC_INPUTS];
 static float qc_prev_estimate[QC_ESTIMATE_INPUTS];
@@ -235,6 +243,12 @@ static bool qc_read_state(const sensorData_t *sensors, const state_t *state, con
     qc_in[14] = setpoint->position.y;
     qc_in[15] = setpoint->position.z;
     qc_in[16] = setpoint->attitude.yaw;
+    qc_in[17] = setpoint->velocity.x;
+    qc_in[18] = setpoint->velocity.y;
+    qc_in[19] = setpoint->velocity.z;
+    qc_in[20] = setpoint->acceleration.x;
+    qc_in[21] = setpoint->acceleration.y;
+    qc_in[22] = setpoint->acceleration.z;
     for (i = 0; i < QC_INPUTS; ++i) {
         if (!qc_finite(qc_in[i])) {
             return false;
@@ -323,11 +337,12 @@ static float qc_force_of_action(float a)
 
 /* Who flies this tick: 1 the policy, 0 the PID; disengages (with a fault) where needed. */
 static bool qc_decide(const setpoint_t *setpoint, const sensorData_t *sensors, const state_t *state,
-                      stabilizerStep_t tick, float setpoint_w[3])
+                      stabilizerStep_t tick, qc_setpoint_t *sp)
 {
     const bool finite = qc_read_state(sensors, state, setpoint);
     const bool fresh = finite && qc_estimate_fresh(tick);
     const bool wanted = qc_enable && qc_usable && qc_setpoint_usable(setpoint, tick);
+    int i;
     if (!wanted) {
         qc_active = 0; /* disarmed, setpoints stopped or changed mode: a plain handover */
         return false;
@@ -338,10 +353,13 @@ static bool qc_decide(const setpoint_t *setpoint, const sensorData_t *sensors, c
         }
         return false;
     }
-    setpoint_w[0] = qc_in[13];
-    setpoint_w[1] = qc_in[14];
-    setpoint_w[2] = qc_in[15];
-    if (!qc_inside_envelope(setpoint_w)) {
+    for (i = 0; i < 3; ++i) {
+        sp->pos_w[i] = qc_in[13 + i];
+        sp->vel_w[i] = qc_in[17 + i];
+        sp->acc_w[i] = qc_in[20 + i];
+    }
+    sp->yaw_rad = qc_yaw_sp_rad;
+    if (!qc_inside_envelope(sp->pos_w)) {
         if (qc_active) {
             qc_disengage(QC_FAULT_ENVELOPE);
         }
@@ -363,16 +381,16 @@ static bool qc_decide(const setpoint_t *setpoint, const sensorData_t *sensors, c
 void controllerOutOfTree(control_t *control, const setpoint_t *setpoint, const sensorData_t *sensors,
                          const state_t *state, const stabilizerStep_t stabilizerStep)
 {
-    float setpoint_w[3];
+    qc_setpoint_t sp;
     int i;
-    const bool policy_flies = qc_decide(setpoint, sensors, state, stabilizerStep, setpoint_w);
+    const bool policy_flies = qc_decide(setpoint, sensors, state, stabilizerStep, &sp);
     /* The PID runs every tick, into a scratch command while the policy flies. */
     controllerPid(policy_flies ? &qc_pid_scratch : control, setpoint, sensors, state, stabilizerStep);
     if (!policy_flies) {
         return;
     }
     if (((uint32_t)(stabilizerStep - qc_engage_tick) % QC_DECIMATION) == 0) {
-        qc_step(&qc_ctx, &qc_state, setpoint_w, qc_yaw_sp_rad, qc_action);
+        qc_step_sp(&qc_ctx, &qc_state, &sp, qc_action);
         for (i = 0; i < POLICY_ACTION_DIM; ++i) {
             qc_forces[i] = qc_force_of_action(qc_action[i]);
         }
