@@ -71,6 +71,12 @@ TASKS: dict[str, Entry] = {
         "Humanoid-v5 equivalent: walker (MuJoCo batch)",
         backend="mujoco",
     ),
+    "arm-push": Entry(
+        "embodied.tasks.arm_push:ArmPush",
+        "embodied.tasks.arm_push:ArmPushCfg",
+        "planar 3-link arm pushes a block to a goal; sparse or dense reward, scripted expert (MuJoCo batch)",
+        backend="mujoco",
+    ),
 }
 
 ALGOS: dict[str, Entry] = {

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from embodied import registry
-from embodied.algo import Transition
+from embodied.algo import PreloadSource, Transition, preload_algorithm
 from embodied.env import ObsDict, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.evaluate import EvalResult, evaluate
@@ -200,6 +200,14 @@ class Trainer:
         random.seed(cfg.seed)
         self.env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs, self.device, cfg.seed)
         self.algo = registry.make_algo(cfg.algo_name, cfg.algo, self.env)
+        tcfg = cfg.trainer
+        if tcfg.dataset is not None or tcfg.base_run is not None:
+            # before a restore: data and frozen base are inputs, the checkpoint holds what was learned
+            source = PreloadSource(
+                dataset=Path(tcfg.dataset) if tcfg.dataset is not None else None,
+                base_run=Path(tcfg.base_run) if tcfg.base_run is not None else None,
+            )
+            preload_algorithm(self.algo, cfg.algo_name, source)
         self.state = TrainState()
         self.obs: ObsDict = self.env.reset(seed=cfg.seed)
         self.stats = EpisodeStats(cfg.num_envs, self.device)

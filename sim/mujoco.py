@@ -162,6 +162,11 @@ class MujocoVecEnv(ABC):
     @abstractmethod
     def io_spec(self) -> IOSpec: ...
 
+    def success(self) -> np.ndarray:
+        """``[N]`` bool: whether each env's task is solved in the current state (read before any
+        auto-reset, reported where an episode ends). Tasks without a success notion keep False."""
+        return np.zeros(self.num_envs, dtype=bool)
+
     # ------------------------------------------------------------------------------ physics
     def set_state(self, qpos: np.ndarray, qvel: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Like gymnasium's ``reset`` + ``set_state``: reset data, write qpos/qvel, forward.
@@ -231,6 +236,7 @@ class MujocoVecEnv(ABC):
         self.episode_step += 1
         truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
         obs = self.observe()
+        success = self.success()
         final_obs = obs
         done = np.flatnonzero(terminated | truncated)
         if len(done):
@@ -240,8 +246,7 @@ class MujocoVecEnv(ABC):
         info: dict[str, Any] = {
             "final_obs": {"policy": self._to_torch(final_obs)},
             "reward_terms": {k: self._to_torch(v.astype(np.float32)) for k, v in terms.items()},
-            # locomotion has no success notion: all False
-            "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device),
+            "success": self._to_torch(success),
         }
         return (
             {"policy": self._to_torch(obs)},

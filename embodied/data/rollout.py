@@ -1,0 +1,57 @@
+"""Fixed-size on-policy rollout storage shared by on-policy algorithms (PPO, ReinFlow).
+
+Shapes: ``T`` = steps per rollout, ``N`` = num_envs, ``D``/``C`` = actor/critic observation
+sizes, ``A`` = the size of what the algorithm stores as its "action" (for a denoising chain,
+the flattened chain).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class RolloutStorage:
+    """Fixed-size on-policy storage of ``T`` vectorized steps (normalized observations)."""
+
+    def __init__(
+        self,
+        steps: int,
+        num_envs: int,
+        actor_dim: int,
+        critic_dim: int,
+        action_dim: int,
+        separate_critic: bool,
+        device: torch.device,
+    ) -> None:
+        def zeros(*shape: int) -> torch.Tensor:
+            return torch.zeros(*shape, device=device)
+
+        self.steps = steps
+        self.actor_obs = zeros(steps, num_envs, actor_dim)
+        # Without a privileged group the critic input is the actor input: store it once.
+        self.critic_obs = zeros(steps, num_envs, critic_dim) if separate_critic else self.actor_obs
+        self.separate_critic = separate_critic
+        self.actions = zeros(steps, num_envs, action_dim)  # unclipped Gaussian samples
+        self.means = zeros(steps, num_envs, action_dim)
+        self.log_probs = zeros(steps, num_envs)
+        self.values = zeros(steps, num_envs)
+        self.rewards = zeros(steps, num_envs)
+        self.dones = zeros(steps, num_envs)
+        self.last_values = zeros(num_envs)
+        self.cursor = 0
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every stored tensor by name (for checkpoints)."""
+        out = {
+            "actor_obs": self.actor_obs,
+            "actions": self.actions,
+            "means": self.means,
+            "log_probs": self.log_probs,
+            "values": self.values,
+            "rewards": self.rewards,
+            "dones": self.dones,
+            "last_values": self.last_values,
+        }
+        if self.separate_critic:
+            out["critic_obs"] = self.critic_obs
+        return out
