@@ -38,6 +38,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "firmware",
     "flash",
     "verify",
+    "collect",
     "deploy",
     "sim_robot",
 )

@@ -91,6 +91,20 @@ ALGOS: dict[str, Entry] = {
     ),
 }
 
+EXPERTS: dict[str, str] = {
+    "arm-push": "embodied.tasks.arm_push_expert:ScriptedExpert",
+}
+"""Scripted experts by task (``embodied collect scripted:TASK``): a class whose instances have
+``act(obs, deterministic) -> action``."""
+
+
+def make_expert(task_name: str) -> Any:
+    """The scripted expert of ``task_name``; a named error lists the tasks that have one."""
+    if task_name not in EXPERTS:
+        raise ConfigError(unknown_choice_message("scripted expert", task_name, EXPERTS))
+    return _load(EXPERTS[task_name])()
+
+
 BACKENDS: dict[str, str] = {
     "quadrotor": "built-in batched torch quadrotor (CPU or CUDA, no extra dependencies)",
     "mujoco": "MuJoCo's native batch API on C threads (CPU; pip install 'embodied[mujoco]')",
