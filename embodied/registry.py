@@ -89,6 +89,16 @@ ALGOS: dict[str, Entry] = {
     "sac": Entry(
         "embodied.algos.sac:SAC", "embodied.algos.sac:SACCfg", "SAC (auto temperature, critic ensembles, optional C51)"
     ),
+    "bc-flow": Entry(
+        "embodied.algos.bc_flow:BCFlow",
+        "embodied.algos.bc_flow:BCFlowCfg",
+        "behaviour cloning of a flow-matching action-chunk policy (--dataset PATH)",
+    ),
+    "reinflow": Entry(
+        "embodied.algos.reinflow:ReinFlow",
+        "embodied.algos.reinflow:ReinFlowCfg",
+        "ReinFlow: PPO over a flow policy's noisy denoising chain (--base RUN_DIR of bc-flow)",
+    ),
 }
 
 EXPERTS: dict[str, str] = {
