@@ -150,7 +150,9 @@ class FlowPolicy(nn.Module):
         return x.clamp(-1.0, 1.0).reshape(-1, self.cfg.chunk, self.action_dim)
 
     # --------------------------------------------------------------------------- training
-    def bc_loss(self, obs_n: torch.Tensor, chunks: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    def bc_loss(
+        self, obs_n: torch.Tensor, chunks: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Flow-matching loss for normalized observations ``[B, D]`` and chunks ``[B, H, A]``."""
         x1 = chunks.reshape(chunks.shape[0], -1)
         b = x1.shape[0]
@@ -165,7 +167,7 @@ class FlowPolicy(nn.Module):
         levels = int(math.log2(128))
         d_small = torch.full((b,), 1.0 / 128, device=dev)
         xt = t[:, None] * x1 + (1 - t[:, None]) * x0
-        fm = (self.velocity(xt[n_sc:], self.time_features(t[n_sc:], d_small[n_sc:]), obs_n[n_sc:]) - (x1 - x0)[n_sc:])
+        fm = self.velocity(xt[n_sc:], self.time_features(t[n_sc:], d_small[n_sc:]), obs_n[n_sc:]) - (x1 - x0)[n_sc:]
         loss_fm = fm.square().mean()
         if n_sc == 0:
             return loss_fm

@@ -91,7 +91,9 @@ class BCFlow:
 
     def update(self) -> dict[str, float]:
         if self._obs_n is None or self._chunks is None:
-            raise EmbodiedError("bc-flow has no demonstrations: train with --dataset PATH (embodied collect writes one)")
+            raise EmbodiedError(
+                "bc-flow has no demonstrations: train with --dataset PATH (embodied collect writes one)"
+            )
         cfg = self.cfg
         total = torch.zeros((), device=self.device)
         for _ in range(cfg.grad_steps_per_update):
