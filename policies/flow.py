@@ -163,7 +163,7 @@ class FlowPolicy(nn.Module):
             xt = t[:, None] * x1 + (1 - t[:, None]) * x0
             return (self.velocity(xt, self.time_features(t), obs_n) - (x1 - x0)).square().mean()
         # shortcut: the flow-matching rows use the smallest step; the rest train self-consistency
-        n_sc = int(round(b * self.cfg.shortcut_fraction))
+        n_sc = round(b * self.cfg.shortcut_fraction)
         levels = int(math.log2(128))
         d_small = torch.full((b,), 1.0 / 128, device=dev)
         xt = t[:, None] * x1 + (1 - t[:, None]) * x0
