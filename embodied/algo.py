@@ -90,11 +90,13 @@ class PreloadSource:
     """What the config names for an algorithm to start from (at least one is set).
 
     ``dataset``: a demonstration dataset directory (Minari layout, ``embodied collect``);
-    ``base_run``: a run directory whose checkpoint holds a pretrained base policy.
+    ``base_run``: a run directory whose checkpoint holds a pretrained base policy;
+    ``base_policy``: that run's policy, loaded by the trainer (algorithms import no run code).
     """
 
     dataset: Path | None = None
     base_run: Path | None = None
+    base_policy: Policy | None = None
 
     def describe(self) -> str:
         parts = [

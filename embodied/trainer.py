@@ -38,6 +38,7 @@ from embodied.run import (
     clean_temp_files,
     load_algo_state,
     load_checkpoint,
+    load_run,
     make_run_dir,
     save_checkpoint,
     write_config,
@@ -203,9 +204,11 @@ class Trainer:
         tcfg = cfg.trainer
         if tcfg.dataset is not None or tcfg.base_run is not None:
             # before a restore: data and frozen base are inputs, the checkpoint holds what was learned
+            base_run = Path(tcfg.base_run) if tcfg.base_run is not None else None
             source = PreloadSource(
                 dataset=Path(tcfg.dataset) if tcfg.dataset is not None else None,
-                base_run=Path(tcfg.base_run) if tcfg.base_run is not None else None,
+                base_run=base_run,
+                base_policy=load_run(base_run, device=self.device).policy if base_run is not None else None,
             )
             preload_algorithm(self.algo, cfg.algo_name, source)
         self.state = TrainState()
