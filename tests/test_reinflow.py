@@ -151,9 +151,9 @@ def test_preload_errors(env: ArmPush, tmp_path: Path) -> None:
     with pytest.raises(EmbodiedError, match="starts from a base policy"):
         reinflow.act(env.reset(seed=0))
     other = FlowPolicy(18, 3, FlowPolicyCfg(hidden=(32, 32), chunk=4, denoise_steps=3))
-    with pytest.raises(ConfigError, match="chunk: base 4 vs algo.policy 2"):
+    with pytest.raises(ConfigError, match=r"chunk: base 4 vs algo\.policy 2"):
         reinflow.preload(PreloadSource(base_run=tmp_path, base_policy=other))
-    with pytest.raises(EmbodiedError, match="holds a PPO|holds a ActorCritic"):
+    with pytest.raises(EmbodiedError, match=r"holds a ActorCritic"):
         reinflow.preload(PreloadSource(base_run=tmp_path, base_policy=ppo.policy))
     bc = BCFlow(BCFlowCfg(policy=FLOW), env)
     with pytest.raises(EmbodiedError, match="give --dataset PATH"):
