@@ -12,6 +12,7 @@ SCRIPTED_PREFIX = "scripted:"
 EXAMPLES = """examples:
   embodied collect scripted:arm-push --episodes 200 --out demos/arm_push_expert
   embodied collect scripted:arm-push --episodes 200 --noise 0.6 --out demos/arm_push_noisy
+  embodied collect scripted:arm-push --episodes 500 --noise 0.3 --record intended --out demos/arm_push_dart
   embodied collect runs/arm_push/20261202-050000_ppo_s0 --episodes 100 --out demos/from_ppo
 
 The dataset is a Minari directory (data/main_data.hdf5 + data/metadata.json): load it with
@@ -36,6 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.0,
         metavar="S",
         help="std of Gaussian noise added to every action before clipping (recorded as executed; default 0)",
+    )
+    p.add_argument(
+        "--record",
+        choices=("executed", "intended"),
+        default="executed",
+        help="with --noise: store the executed noisy action (default; deliberately imperfect demos) or the "
+        "source's intended action (clean labels on noise-perturbed states, for robust cloning)",
     )
     p.add_argument("--out", type=Path, default=None, help="dataset folder to create (default: demos/<task>_<source>)")
     p.add_argument("--num-envs", type=int_in_range(1, 65536), default=32, help="parallel envs (default: 32)")
@@ -71,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         label = loaded.cfg.algo_name
     out = args.out or Path("demos") / f"{task.replace(':', '_')}_{label}"
     try:
-        episodes = collect_episodes(env, act, args.episodes, noise_std=args.noise, seed=args.seed)
+        episodes = collect_episodes(env, act, args.episodes, noise_std=args.noise, seed=args.seed, record=args.record)
     finally:
         env.close()
     success = sum(bool(ep.terminations.any()) for ep in episodes) / len(episodes)
@@ -80,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         episodes,
         dataset_id=f"embodied/{task.replace(':', '-').lower()}-{label}-v0",
         algorithm_name=label,
-        description=f"{len(episodes)} episodes of {task} from {source}, action noise std {args.noise}",
+        description=f"{len(episodes)} episodes of {task} from {source}, action noise std {args.noise}, "
+        f"{args.record} actions recorded",
     )
     print(f"episodes: {len(episodes)}  steps: {sum(len(e.actions) for e in episodes)}  success: {success:.3f}")
     print(out)

@@ -16,13 +16,19 @@ from embodied.env import ObsDict, VecEnv
 ActFn = Callable[[ObsDict], torch.Tensor]
 
 
-def collect_episodes(env: VecEnv, act: ActFn, episodes: int, noise_std: float = 0.0, seed: int = 0) -> list[Episode]:
+def collect_episodes(
+    env: VecEnv, act: ActFn, episodes: int, noise_std: float = 0.0, seed: int = 0, record: str = "executed"
+) -> list[Episode]:
     """Run ``act`` (``obs -> [N, A]``) until ``episodes`` episodes have ended; return them in end order.
 
     ``noise_std`` > 0 adds Gaussian noise to every action before it is clipped to [-1, 1]
-    and executed; the recorded action is the executed one, so noisy demonstrations are
-    consistent with their outcomes.
+    and executed. ``record="executed"`` stores the noisy action (demonstrations consistent
+    with their outcomes: deliberately imperfect data); ``"intended"`` stores the policy's own
+    action while the noise still perturbs the visited states (DART-style data: clean labels on
+    the states a cloned policy drifts into).
     """
+    if record not in ("executed", "intended"):
+        raise ValueError(f"record must be 'executed' or 'intended', got {record!r}")
     gen = torch.Generator().manual_seed(seed)
     obs = env.reset(seed=seed)
     n = env.num_envs
@@ -31,15 +37,16 @@ def collect_episodes(env: VecEnv, act: ActFn, episodes: int, noise_std: float = 
         bufs[i]["obs"].append(obs["policy"][i].cpu().numpy())
     out: list[Episode] = []
     while len(out) < episodes:
-        action = act(obs).detach().cpu().float()
+        intended = act(obs).detach().cpu().float().clamp(-1.0, 1.0)
+        action = intended
         if noise_std > 0.0:
-            action = action + noise_std * torch.randn(action.shape, generator=gen)
-        action = action.clamp(-1.0, 1.0)
+            action = (intended + noise_std * torch.randn(intended.shape, generator=gen)).clamp(-1.0, 1.0)
         obs, reward, terminated, truncated, info = env.step(action.to(env.device))
         final = info["final_obs"]["policy"].cpu().numpy()
         nxt = obs["policy"].cpu().numpy()
         term, trunc = terminated.cpu().numpy(), truncated.cpu().numpy()
-        rew, acts = reward.cpu().numpy(), action.numpy()
+        rew = reward.cpu().numpy()
+        acts = (action if record == "executed" else intended).numpy()
         for i in range(n):
             b = bufs[i]
             b["act"].append(acts[i])
