@@ -21,7 +21,7 @@ from embodied.algo import Transition
 from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
 from embodied.data.gae import compute_gae
-from embodied.data.rollout import RolloutStorage
+from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.actor_critic import ActorCritic
@@ -263,18 +263,16 @@ class PPO:
             raise EmbodiedError("PPO.observe called without a preceding act()")
         st = self.storage
         cfg = self.cfg
-        reward = transition.reward.to(torch.float32) * cfg.reward_scale
-        terminated = transition.terminated.bool()
-        truncated = transition.truncated.bool() & ~terminated
-        if cfg.gamma > 0.0 and bool(truncated.any()):
-            # A time-out is not a terminal state: fold the discounted value of the true final
-            # observation into the reward, then treat the step as an episode end for GAE.
-            idx = truncated.nonzero().squeeze(1)
-            final = {k: v.index_select(0, idx) for k, v in transition.final_obs.items()}
-            reward = reward.index_add(0, idx, cfg.gamma * self._value_of(final))
+        reward, done = bootstrap_timeouts(
+            transition.reward.to(torch.float32) * cfg.reward_scale,
+            transition.terminated,
+            transition.truncated,
+            cfg.gamma,
+            lambda idx: self._value_of({k: v.index_select(0, idx) for k, v in transition.final_obs.items()}),
+        )
         c = st.cursor
         st.rewards[c] = reward
-        st.dones[c] = (terminated | truncated).to(torch.float32)
+        st.dones[c] = done
         st.cursor = c + 1
         self._acted = False
         if st.cursor == st.steps:

@@ -37,7 +37,7 @@ from embodied.algo import PreloadSource, Transition
 from embodied.algos.ppo import clipped_surrogate_loss, value_loss_fn
 from embodied.config import ConfigError
 from embodied.data.gae import compute_gae
-from embodied.data.rollout import RolloutStorage
+from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg, mlp
@@ -258,16 +258,16 @@ class ReinFlow:
         if not self._acted:
             raise EmbodiedError("ReinFlow.observe called without a preceding act()")
         st, cfg = self.storage, self.cfg
-        reward = transition.reward.to(torch.float32) * cfg.reward_scale
-        terminated = transition.terminated.bool()
-        truncated = transition.truncated.bool() & ~terminated
-        if cfg.gamma > 0.0 and bool(truncated.any()):
-            # a time-out is not terminal: fold the discounted value of the true final observation in
-            idx = truncated.nonzero().squeeze(1)
-            reward = reward.index_add(0, idx, cfg.gamma * self._value_of(transition.final_obs["policy"][idx]))
+        reward, done = bootstrap_timeouts(
+            transition.reward.to(torch.float32) * cfg.reward_scale,
+            transition.terminated,
+            transition.truncated,
+            cfg.gamma,
+            lambda idx: self._value_of(transition.final_obs["policy"][idx]),
+        )
         c = st.cursor
         st.rewards[c] = reward
-        st.dones[c] = (terminated | truncated).to(torch.float32)
+        st.dones[c] = done
         st.cursor = c + 1
         self._acted = False
         if st.cursor == st.steps:

@@ -7,6 +7,8 @@ the flattened chain).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -55,3 +57,24 @@ class RolloutStorage:
         if self.separate_critic:
             out["critic_obs"] = self.critic_obs
         return out
+
+
+def bootstrap_timeouts(
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    final_values: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fold time-outs into the reward: ``(reward [N], done [N] float)``.
+
+    A time-out is not a terminal state, so where ``truncated`` (and not ``terminated``) the
+    reward gains ``gamma * V(final observation)``; ``final_values(idx [k]) -> [k]`` evaluates
+    the value of those envs' true final observations. Every ended episode counts as done for GAE.
+    """
+    terminated = terminated.bool()
+    truncated = truncated.bool() & ~terminated
+    if gamma > 0.0 and bool(truncated.any()):
+        idx = truncated.nonzero().squeeze(1)
+        reward = reward.index_add(0, idx, gamma * final_values(idx))
+    return reward, (terminated | truncated).to(torch.float32)
