@@ -47,6 +47,13 @@ class FlowPolicyCfg:
     """Condition on the step size and train self-consistency (shortcut model)."""
     shortcut_fraction: float = 0.25
     """Share of each batch trained on self-consistency when ``shortcut`` is on."""
+    deterministic_noise: Literal["fixed", "zero"] = "fixed"
+    """Start of the deterministic sampler (evaluation, exports): ``fixed``, one draw of
+    ``N(0, I)`` made from ``noise_seed`` and stored with the weights; or ``zero``. A zero start
+    lies far from every training input at ``t = 0`` (their norm is about ``sqrt(F)``), so the
+    field there is extrapolated; the fixed draw is a typical start."""
+    noise_seed: int = 0
+    """Seed of the fixed start of the deterministic sampler."""
 
     def __post_init__(self) -> None:
         for name in ("chunk", "exec_steps", "denoise_steps", "time_embed_dim"):
@@ -60,6 +67,8 @@ class FlowPolicyCfg:
             raise ConfigError(f"policy.shortcut_fraction must be in [0, 1), got {self.shortcut_fraction}")
         if any(w < 1 for w in self.hidden):
             raise ConfigError("policy.hidden widths must be >= 1")
+        if self.deterministic_noise not in ("fixed", "zero"):
+            raise ConfigError(f"policy.deterministic_noise must be 'fixed' or 'zero', got {self.deterministic_noise!r}")
 
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"mish": nn.Mish, "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
@@ -98,7 +107,8 @@ class FlowPolicy(nn.Module):
     """Flow-matching actor with a fixed observation normalizer (dataset statistics).
 
     Implements the ``Policy`` contract: ``act(obs, deterministic)`` and ``export_module()``.
-    Deterministic sampling starts from ``x0 = 0``, so the sampler is a fixed function of the
+    Deterministic sampling starts from the stored ``x0_fixed [F]`` (see
+    ``FlowPolicyCfg.deterministic_noise``), so the sampler is a fixed function of the
     observation, which is what exports carry.
     """
 
@@ -111,6 +121,13 @@ class FlowPolicy(nn.Module):
         self.velocity = VelocityNet(obs_dim, self.flat_dim, cfg)
         self.register_buffer("obs_mean", torch.zeros(obs_dim))
         self.register_buffer("obs_std", torch.ones(obs_dim))
+        gen = torch.Generator().manual_seed(cfg.noise_seed)
+        x0 = (
+            torch.randn(self.flat_dim, generator=gen)
+            if cfg.deterministic_noise == "fixed"
+            else torch.zeros(self.flat_dim)
+        )
+        self.register_buffer("x0_fixed", x0)
         self._plan: torch.Tensor | None = None  # [N, H, A] chunk being executed
         self._plan_step = 0
 
@@ -187,7 +204,7 @@ class FlowPolicy(nn.Module):
     @torch.no_grad()
     def act(self, obs: ObsDict | torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions ``[N, A]``: the next action of the current chunk, planning a new chunk every
-        ``exec_steps`` calls (deterministic: from ``x0 = 0``).
+        ``exec_steps`` calls (deterministic: from ``x0_fixed``).
 
         With ``exec_steps > 1`` the plan is shared by all envs and not reset when one env's
         episode ends (this method does not see resets): such an env finishes the old plan first.
@@ -197,7 +214,7 @@ class FlowPolicy(nn.Module):
         if stale:
             obs_n = self.normalize(x)
             if deterministic:
-                x0 = torch.zeros(x.shape[0], self.flat_dim, device=x.device)
+                x0 = self.x0_fixed.expand(x.shape[0], -1)
             else:
                 x0 = torch.randn(x.shape[0], self.flat_dim, device=x.device)
             self._plan = self.sample_chunk(obs_n, x0)
@@ -217,7 +234,8 @@ class FlowPolicy(nn.Module):
 
 class FlowSampler(nn.Module):
     """The whole deterministic sampler as one graph: normalize, ``K`` unrolled Euler steps from
-    ``x0 = 0`` with the grid's time features baked in as constants, first action of the chunk.
+    the policy's fixed start ``x0_fixed`` with the grid's time features baked in as constants,
+    first action of the chunk.
 
     ``forward(obs [B, D] float32) -> action [B, A]`` in [-1, 1]; a deep copy of the policy.
     """
@@ -230,13 +248,14 @@ class FlowSampler(nn.Module):
         grid = policy.grid()
         feats = policy.time_features(grid).detach().clone()  # [K, E]
         self.register_buffer("time_feats", feats)
+        self.register_buffer("x0", policy.x0_fixed.detach().clone())
         self.steps = policy.cfg.denoise_steps
         self.flat_dim = policy.flat_dim
         self.action_dim = policy.action_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         obs_n = ((obs - self.obs_mean) / self.obs_std).clamp(-10.0, 10.0)
-        x = torch.zeros(obs.shape[0], self.flat_dim, dtype=obs.dtype, device=obs.device)
+        x = self.x0.expand(obs.shape[0], -1)
         for k in range(self.steps):
             feat = self.time_feats[k : k + 1].expand(obs.shape[0], -1)
             x = x + self.velocity(x, feat, obs_n) / self.steps

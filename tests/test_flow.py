@@ -53,20 +53,30 @@ def test_receding_horizon_replans_every_exec_steps() -> None:
     p = _policy(chunk=4, exec_steps=2)
     obs = torch.randn(3, 6)
     a0, a1 = p.act(obs, deterministic=True), p.act(obs, deterministic=True)
-    chunk = p.sample_chunk(p.normalize(obs), torch.zeros(3, p.flat_dim))
+    start = p.x0_fixed.expand(3, -1)
+    chunk = p.sample_chunk(p.normalize(obs), start)
     assert torch.equal(a0, chunk[:, 0]) and torch.equal(a1, chunk[:, 1])
     a2 = p.act(obs + 1.0, deterministic=True)  # a new plan from the new observation
-    assert torch.equal(a2, p.sample_chunk(p.normalize(obs + 1.0), torch.zeros(3, p.flat_dim))[:, 0])
+    assert torch.equal(a2, p.sample_chunk(p.normalize(obs + 1.0), start)[:, 0])
     with pytest.raises(ConfigError, match="exec_steps"):
         FlowPolicyCfg(chunk=2, exec_steps=3)
 
 
-@pytest.mark.parametrize("shortcut", [False, True])
-def test_export_module_matches_policy_and_onnx(tmp_path: Path, shortcut: bool) -> None:
+def test_deterministic_start_is_stored_and_seeded() -> None:
+    fixed, again, zero = _policy(), _policy(), _policy(deterministic_noise="zero")
+    assert torch.equal(fixed.x0_fixed, again.x0_fixed) and float(fixed.x0_fixed.abs().sum()) > 0
+    assert float(zero.x0_fixed.abs().sum()) == 0.0
+    other = _policy(noise_seed=1)
+    assert not torch.equal(other.x0_fixed, fixed.x0_fixed)
+    assert "x0_fixed" in fixed.state_dict()
+
+
+@pytest.mark.parametrize(("shortcut", "start"), [(False, "fixed"), (True, "fixed"), (False, "zero")])
+def test_export_module_matches_policy_and_onnx(tmp_path: Path, shortcut: bool, start: str) -> None:
     pytest.importorskip("onnxruntime")
     from embodied.export.onnx_traced import export_traced_onnx
 
-    p = _policy(shortcut=shortcut, denoise_steps=4, activation="tanh")
+    p = _policy(shortcut=shortcut, denoise_steps=4, activation="tanh", deterministic_noise=start)
     module = p.export_module()
     obs = torch.randn(64, 6) * 3
     with torch.no_grad():
@@ -98,6 +108,7 @@ def test_bc_loss_falls_on_a_fixed_mapping(shortcut: bool) -> None:
     chunks = torch.tanh(obs[:, :4]).reshape(512, 2, 2)  # actions are a function of the observation
     opt = torch.optim.Adam(p.parameters(), lr=3e-3)
     obs_n = p.normalize(obs)
+    untrained = float((p.act(obs, deterministic=True) - chunks[:, 0]).abs().mean())
     with torch.no_grad():
         first = float(p.bc_loss(obs_n, chunks, gen))
     for _ in range(300):
@@ -110,4 +121,4 @@ def test_bc_loss_falls_on_a_fixed_mapping(shortcut: bool) -> None:
     err = (p.act(obs, deterministic=True) - chunks[:, 0]).abs().mean()
     with torch.no_grad():
         assert float(p.bc_loss(obs_n, chunks, gen)) < 0.5 * first
-    assert float(err) < 0.15
+    assert untrained > 0.4 and float(err) < 0.25
