@@ -47,11 +47,11 @@ class FlowPolicyCfg:
     """Condition on the step size and train self-consistency (shortcut model)."""
     shortcut_fraction: float = 0.25
     """Share of each batch trained on self-consistency when ``shortcut`` is on."""
-    deterministic_noise: Literal["fixed", "zero"] = "fixed"
-    """Start of the deterministic sampler (evaluation, exports): ``fixed``, one draw of
-    ``N(0, I)`` made from ``noise_seed`` and stored with the weights; or ``zero``. A zero start
-    lies far from every training input at ``t = 0`` (their norm is about ``sqrt(F)``), so the
-    field there is extrapolated; the fixed draw is a typical start."""
+    deterministic_noise: Literal["zero", "fixed"] = "zero"
+    """Start of the deterministic sampler (evaluation, exports): ``zero`` (the centre of the
+    noise, so the sampler follows the distribution's middle), or ``fixed``, one draw of
+    ``N(0, I)`` from ``noise_seed`` stored with the weights (a typical start, but one fixed
+    quantile of the action distribution for every state: biased where the clone is uncertain)."""
     noise_seed: int = 0
     """Seed of the fixed start of the deterministic sampler."""
 
@@ -68,7 +68,7 @@ class FlowPolicyCfg:
         if any(w < 1 for w in self.hidden):
             raise ConfigError("policy.hidden widths must be >= 1")
         if self.deterministic_noise not in ("fixed", "zero"):
-            raise ConfigError(f"policy.deterministic_noise must be 'fixed' or 'zero', got {self.deterministic_noise!r}")
+            raise ConfigError(f"policy.deterministic_noise must be 'zero' or 'fixed', got {self.deterministic_noise!r}")
 
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"mish": nn.Mish, "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
@@ -111,6 +111,10 @@ class FlowPolicy(nn.Module):
     ``FlowPolicyCfg.deterministic_noise``), so the sampler is a fixed function of the
     observation, which is what exports carry.
     """
+
+    obs_mean: torch.Tensor
+    obs_std: torch.Tensor
+    x0_fixed: torch.Tensor
 
     def __init__(self, obs_dim: int, action_dim: int, cfg: FlowPolicyCfg) -> None:
         super().__init__()
@@ -239,6 +243,11 @@ class FlowSampler(nn.Module):
 
     ``forward(obs [B, D] float32) -> action [B, A]`` in [-1, 1]; a deep copy of the policy.
     """
+
+    obs_mean: torch.Tensor
+    obs_std: torch.Tensor
+    time_feats: torch.Tensor
+    x0: torch.Tensor
 
     def __init__(self, policy: FlowPolicy) -> None:
         super().__init__()

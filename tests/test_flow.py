@@ -63,10 +63,10 @@ def test_receding_horizon_replans_every_exec_steps() -> None:
 
 
 def test_deterministic_start_is_stored_and_seeded() -> None:
-    fixed, again, zero = _policy(), _policy(), _policy(deterministic_noise="zero")
+    fixed, again, zero = _policy(deterministic_noise="fixed"), _policy(deterministic_noise="fixed"), _policy()
     assert torch.equal(fixed.x0_fixed, again.x0_fixed) and float(fixed.x0_fixed.abs().sum()) > 0
     assert float(zero.x0_fixed.abs().sum()) == 0.0
-    other = _policy(noise_seed=1)
+    other = _policy(deterministic_noise="fixed", noise_seed=1)
     assert not torch.equal(other.x0_fixed, fixed.x0_fixed)
     assert "x0_fixed" in fixed.state_dict()
 

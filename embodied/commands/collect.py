@@ -52,9 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from embodied import registry
     from embodied.data.collect import collect_episodes
     from embodied.data.demos import write_dataset
+    from embodied.env import ObsDict
 
     if not args.noise >= 0.0:
         raise ConfigError(f"--noise must be >= 0, got {args.noise}")
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         env = loaded.make_env(args.num_envs, args.seed)
         policy = loaded.policy
 
-        def act(obs):  # type: ignore[no-untyped-def]
+        def act(obs: ObsDict) -> torch.Tensor:
             return policy.act(obs, deterministic=True)
 
         label = loaded.cfg.algo_name

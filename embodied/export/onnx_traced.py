@@ -11,7 +11,6 @@ torch to :data:`embodied.export.onnx.PARITY_TOL`.
 
 from __future__ import annotations
 
-import io
 import logging
 import warnings
 from pathlib import Path
@@ -33,28 +32,27 @@ def export_traced_onnx(module: nn.Module, obs_dim: int, export_dir: Path, probes
     import onnx
 
     example = torch.zeros(2, obs_dim)
-    buffer = io.BytesIO()
+    export_dir = Path(export_dir)
+    export_dir.mkdir(parents=True, exist_ok=True)
+    path = export_dir / ONNX_FILENAME
+    tmp = path.with_suffix(".onnx.tmp")
     with warnings.catch_warnings():
         # the TorchScript exporter is deprecated in favour of one that needs onnxscript
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
             module.eval(),
             (example,),
-            buffer,
+            str(tmp),
             input_names=["obs"],
             output_names=["action"],
             dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
             opset_version=OPSET,
             dynamo=False,
         )
-    model = onnx.load_from_string(buffer.getvalue())
+    model = onnx.load(str(tmp))
     onnx.checker.check_model(model)
     sha = graph_sha256(model.graph)
     onnx.helper.set_model_props(model, {"model_sha256": sha})
-    export_dir = Path(export_dir)
-    export_dir.mkdir(parents=True, exist_ok=True)
-    path = export_dir / ONNX_FILENAME
-    tmp = path.with_suffix(".onnx.tmp")
     onnx.save(model, str(tmp))
     tmp.replace(path)
     err = check_parity(module, path, probes)
