@@ -369,17 +369,13 @@ class PPO:
 
     def state_dict(self) -> dict[str, Any]:
         """Networks, normalizers, optimizer, learning rate, RNG, rollout cursor and contents."""
-        st = self.storage
         # A mid-rollout checkpoint needs the partial rollout; a fresh one (cursor 0) does not.
-        partial = st.cursor > 0 or self._acted
         return {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "lr": self.lr.detach().clone(),
             "generator": self.generator.get_state(),
-            "cursor": st.cursor,
-            "acted": self._acted,
-            "storage": {k: v.detach().clone() for k, v in st.tensors().items()} if partial else {},
+            **self.storage.checkpoint(self._acted),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -391,11 +387,7 @@ class PPO:
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
         self.generator.set_state(state["generator"].cpu())  # generator states are CPU byte tensors
-        st = self.storage
-        st.cursor = int(state["cursor"])
-        self._acted = bool(state["acted"])
-        for name, tensor in state["storage"].items():
-            getattr(st, name).copy_(tensor)
+        self._acted = self.storage.restore(state)
 
 
 def _flat_dim(shape: tuple[int, ...]) -> int:

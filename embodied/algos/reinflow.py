@@ -350,8 +350,6 @@ class ReinFlow:
 
     # ------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        st = self.storage
-        partial = st.cursor > 0 or self._acted
         return {
             "policy": self.policy.state_dict(),
             "base": self.base.state_dict(),
@@ -361,9 +359,7 @@ class ReinFlow:
             "critic_opt": self.critic_opt.state_dict(),
             "generator": self.generator.get_state(),
             "updates": self.updates,
-            "cursor": st.cursor,
-            "acted": self._acted,
-            "storage": {k: v.detach().clone() for k, v in st.tensors().items()} if partial else {},
+            **self.storage.checkpoint(self._acted),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -375,11 +371,7 @@ class ReinFlow:
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.generator.set_state(state["generator"].cpu())
         self.updates = int(state["updates"])
-        st = self.storage
-        st.cursor = int(state["cursor"])
-        self._acted = bool(state["acted"])
-        for name, tensor in state["storage"].items():
-            getattr(st, name).copy_(tensor)
+        self._acted = self.storage.restore(state)
         self._preloaded = True
 
 

@@ -8,6 +8,7 @@ the flattened chain).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -57,6 +58,23 @@ class RolloutStorage:
         if self.separate_critic:
             out["critic_obs"] = self.critic_obs
         return out
+
+    def checkpoint(self, acted: bool) -> dict[str, Any]:
+        """``cursor``, ``acted`` (a step was acted but not yet observed) and, mid-rollout only,
+        copies of every stored tensor: the storage's part of an algorithm's ``state_dict``."""
+        partial = self.cursor > 0 or acted
+        return {
+            "cursor": self.cursor,
+            "acted": acted,
+            "storage": {k: v.detach().clone() for k, v in self.tensors().items()} if partial else {},
+        }
+
+    def restore(self, state: dict[str, Any]) -> bool:
+        """Load what :meth:`checkpoint` wrote; returns its ``acted`` flag."""
+        self.cursor = int(state["cursor"])
+        for name, tensor in state["storage"].items():
+            getattr(self, name).copy_(tensor)
+        return bool(state["acted"])
 
 
 def bootstrap_timeouts(
