@@ -258,6 +258,7 @@ class MujocoVecEnv(ABC):
 
     def state_dict(self) -> dict[str, Any]:
         """Physics rows, derived outputs, per-env model fields, counters and RNG (bit-exact resume)."""
+
         # tensors, not numpy arrays: checkpoints load with weights_only=True, which rejects numpy
         def tensor(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(a.copy())
