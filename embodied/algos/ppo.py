@@ -270,13 +270,8 @@ class PPO:
             cfg.gamma,
             lambda idx: self._value_of({k: v.index_select(0, idx) for k, v in transition.final_obs.items()}),
         )
-        c = st.cursor
-        st.rewards[c] = reward
-        st.dones[c] = done
-        st.cursor = c + 1
         self._acted = False
-        if st.cursor == st.steps:
-            st.last_values.copy_(self._value_of(transition.next_obs))
+        st.record_outcome(reward, done, lambda: self._value_of(transition.next_obs))
 
     def ready_to_update(self) -> bool:
         return self.storage.cursor >= self.storage.steps

@@ -265,13 +265,8 @@ class ReinFlow:
             cfg.gamma,
             lambda idx: self._value_of(transition.final_obs["policy"][idx]),
         )
-        c = st.cursor
-        st.rewards[c] = reward
-        st.dones[c] = done
-        st.cursor = c + 1
         self._acted = False
-        if st.cursor == st.steps:
-            st.last_values.copy_(self._value_of(transition.next_obs["policy"]))
+        st.record_outcome(reward, done, lambda: self._value_of(transition.next_obs["policy"]))
 
     def ready_to_update(self) -> bool:
         return self.storage.cursor >= self.storage.steps

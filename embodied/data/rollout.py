@@ -59,6 +59,16 @@ class RolloutStorage:
             out["critic_obs"] = self.critic_obs
         return out
 
+    def record_outcome(self, reward: torch.Tensor, done: torch.Tensor, next_values: Callable[[], torch.Tensor]) -> None:
+        """Store the current step's ``reward [N]`` and ``done [N]`` and advance; when that fills
+        the rollout, store ``next_values() [N]``, the value of the observation after it."""
+        c = self.cursor
+        self.rewards[c] = reward
+        self.dones[c] = done
+        self.cursor = c + 1
+        if self.cursor == self.steps:
+            self.last_values.copy_(next_values())
+
     def checkpoint(self, acted: bool) -> dict[str, Any]:
         """``cursor``, ``acted`` (a step was acted but not yet observed) and, mid-rollout only,
         copies of every stored tensor: the storage's part of an algorithm's ``state_dict``."""
