@@ -4,17 +4,23 @@ The trainer is never typed to one algorithm: it calls ``act``, steps the env, ha
 transition to ``observe``, and calls ``update`` whenever ``ready_to_update`` says so.
 On-policy algorithms become ready when their rollout is full; off-policy ones after warm-up,
 then every step (``update`` runs as many gradient steps as the algorithm's config asks).
+
+Offline data and pretrained policies enter through the optional ``preload`` capability
+(:class:`Preloadable`): the trainer calls it once, before training or restoring a checkpoint,
+when the config names a dataset (``trainer.dataset``) or a base run (``trainer.base_run``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from embodied.env import ObsDict
+from embodied.errors import EmbodiedError
 
 
 @dataclass
@@ -77,3 +83,47 @@ class Algorithm(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class PreloadSource:
+    """What the config names for an algorithm to start from (at least one is set).
+
+    ``dataset``: a demonstration dataset directory (Minari layout, ``embodied collect``);
+    ``base_run``: a run directory whose checkpoint holds a pretrained base policy;
+    ``base_policy``: that run's policy, loaded by the trainer (algorithms import no run code).
+    """
+
+    dataset: Path | None = None
+    base_run: Path | None = None
+    base_policy: Policy | None = None
+
+    def describe(self) -> str:
+        parts = [
+            f"--dataset {self.dataset}" if self.dataset else "",
+            f"--base {self.base_run}" if self.base_run else "",
+        ]
+        return " and ".join(p for p in parts if p)
+
+
+@runtime_checkable
+class Preloadable(Protocol):
+    """An algorithm that starts from demonstrations and/or a pretrained base policy."""
+
+    def preload(self, source: PreloadSource) -> None:
+        """Load what ``source`` names (raise a named error for what this algorithm cannot use)."""
+        ...
+
+
+class PreloadUnsupportedError(EmbodiedError):
+    """The algorithm has no ``preload``, or cannot use the kind of source the config names."""
+
+
+def preload_algorithm(algo: object, algo_name: str, source: PreloadSource) -> None:
+    """Call ``algo.preload(source)``; a named error when the algorithm does not support it."""
+    if not isinstance(algo, Preloadable):
+        raise PreloadUnsupportedError(
+            f"algorithm {algo_name!r} does not start from a dataset or a base policy, but the config names "
+            f"{source.describe()}; use an algorithm with preload (e.g. bc-flow for --dataset, reinflow for --base)"
+        )
+    algo.preload(source)

@@ -39,6 +39,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "firmware",
     "flash",
     "verify",
+    "collect",
     "deploy",
     "sim_robot",
 )

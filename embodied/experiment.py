@@ -45,6 +45,10 @@ class TrainerCfg:
     """Show a live progress bar on stderr."""
     tensorboard: bool = True
     """Write TensorBoard event files next to ``metrics.jsonl``."""
+    dataset: str | None = None
+    """Demonstration dataset directory the algorithm preloads (``--dataset``; e.g. for bc-flow)."""
+    base_run: str | None = None
+    """Run directory whose checkpoint holds the base policy the algorithm starts from (``--base``)."""
 
     def __post_init__(self) -> None:
         if self.total_env_steps <= 0:

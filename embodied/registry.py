@@ -139,6 +139,12 @@ TASKS: dict[str, Entry] = {
             ("mjwarp", "embodied.tasks.mujoco_locomotion:HumanoidWarp"),
         ),
     ),
+    "arm-push": Entry(
+        "embodied.tasks.arm_push:ArmPush",
+        "embodied.tasks.arm_push:ArmPushCfg",
+        "planar 3-link arm pushes a block to a goal; sparse or dense reward, scripted expert (MuJoCo batch)",
+        backend="mujoco",
+    ),
 }
 
 TASK_ALIASES: dict[str, tuple[str, str]] = {
@@ -158,7 +164,31 @@ ALGOS: dict[str, Entry] = {
     "sac": Entry(
         "embodied.algos.sac:SAC", "embodied.algos.sac:SACCfg", "SAC (auto temperature, critic ensembles, optional C51)"
     ),
+    "bc-flow": Entry(
+        "embodied.algos.bc_flow:BCFlow",
+        "embodied.algos.bc_flow:BCFlowCfg",
+        "behaviour cloning of a flow-matching action-chunk policy (--dataset PATH)",
+    ),
+    "reinflow": Entry(
+        "embodied.algos.reinflow:ReinFlow",
+        "embodied.algos.reinflow:ReinFlowCfg",
+        "ReinFlow: PPO over a flow policy's noisy denoising chain (--base RUN_DIR of bc-flow)",
+    ),
 }
+
+EXPERTS: dict[str, str] = {
+    "arm-push": "embodied.tasks.arm_push_expert:ScriptedExpert",
+}
+"""Scripted experts by task (``embodied collect scripted:TASK``): a class whose instances have
+``act(obs, deterministic) -> action``."""
+
+
+def make_expert(task_name: str) -> Any:
+    """The scripted expert of ``task_name``; a named error lists the tasks that have one."""
+    if task_name not in EXPERTS:
+        raise ConfigError(unknown_choice_message("scripted expert", task_name, EXPERTS))
+    return _load(EXPERTS[task_name])()
+
 
 BACKENDS: dict[str, Backend] = {
     "quadrotor": Backend(

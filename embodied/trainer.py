@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from embodied import registry
-from embodied.algo import Transition
+from embodied.algo import PreloadSource, Transition, preload_algorithm
 from embodied.env import ObsDict, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.evaluate import EvalResult, evaluate
@@ -38,6 +38,7 @@ from embodied.run import (
     clean_temp_files,
     load_algo_state,
     load_checkpoint,
+    load_run,
     make_run_dir,
     save_checkpoint,
     write_config,
@@ -200,6 +201,16 @@ class Trainer:
         random.seed(cfg.seed)
         self.env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs, self.device, cfg.seed)
         self.algo = registry.make_algo(cfg.algo_name, cfg.algo, self.env)
+        tcfg = cfg.trainer
+        if tcfg.dataset is not None or tcfg.base_run is not None:
+            # before a restore: data and frozen base are inputs, the checkpoint holds what was learned
+            base_run = Path(tcfg.base_run) if tcfg.base_run is not None else None
+            source = PreloadSource(
+                dataset=Path(tcfg.dataset) if tcfg.dataset is not None else None,
+                base_run=base_run,
+                base_policy=load_run(base_run, device=self.device).policy if base_run is not None else None,
+            )
+            preload_algorithm(self.algo, cfg.algo_name, source)
         self.state = TrainState()
         self.obs: ObsDict = self.env.reset(seed=cfg.seed)
         self.stats = EpisodeStats(cfg.num_envs, self.device)

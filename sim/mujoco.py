@@ -162,6 +162,11 @@ class MujocoVecEnv(ABC):
     @abstractmethod
     def io_spec(self) -> IOSpec: ...
 
+    def success(self) -> np.ndarray:
+        """``[N]`` bool: whether each env's task is solved in the current state (read before any
+        auto-reset, reported where an episode ends). Tasks without a success notion keep False."""
+        return np.zeros(self.num_envs, dtype=bool)
+
     # ------------------------------------------------------------------------------ physics
     def set_state(self, qpos: np.ndarray, qvel: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Like gymnasium's ``reset`` + ``set_state``: reset data, write qpos/qvel, forward.
@@ -231,6 +236,7 @@ class MujocoVecEnv(ABC):
         self.episode_step += 1
         truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
         obs = self.observe()
+        success = self.success()
         final_obs = obs
         done = np.flatnonzero(terminated | truncated)
         if len(done):
@@ -240,8 +246,7 @@ class MujocoVecEnv(ABC):
         info: dict[str, Any] = {
             "final_obs": {"policy": self._to_torch(final_obs)},
             "reward_terms": {k: self._to_torch(v.astype(np.float32)) for k, v in terms.items()},
-            # locomotion has no success notion: all False
-            "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device),
+            "success": self._to_torch(success),
         }
         return (
             {"policy": self._to_torch(obs)},
@@ -253,34 +258,40 @@ class MujocoVecEnv(ABC):
 
     def state_dict(self) -> dict[str, Any]:
         """Physics rows, derived outputs, per-env model fields, counters and RNG (bit-exact resume)."""
+
+        # tensors, not numpy arrays: checkpoints load with weights_only=True, which rejects numpy
+        def tensor(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a.copy())
+
         state: dict[str, Any] = {
-            "physics_state": self.physics.state.copy(),
-            "outputs": {k: v.copy() for k, v in self.out.items()},
-            "episode_step": self.episode_step.copy(),
+            "physics_state": tensor(self.physics.state),
+            "outputs": {k: tensor(v) for k, v in self.out.items()},
+            "episode_step": tensor(self.episode_step),
             "rng": self.rng.bit_generator.state,
         }
         if self.backend.randomization.enabled:
             state["model_fields"] = {
-                k: self.physics.expand(k).copy() for k in ("body_mass", "body_inertia", "geom_friction")
+                k: tensor(self.physics.expand(k)) for k in ("body_mass", "body_inertia", "geom_friction")
             }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["physics_state"].shape != self.physics.state.shape:
+        """Restore :meth:`state_dict` (its arrays as tensors, or numpy arrays from older checkpoints)."""
+        if tuple(state["physics_state"].shape) != self.physics.state.shape:
             raise ValueError(
                 f"state has {state['physics_state'].shape} physics rows, this env {self.physics.state.shape}"
             )
         for name, values in state.get("model_fields", {}).items():
-            self.physics.expand(name)[:] = values
+            self.physics.expand(name)[:] = np.asarray(values)
         if "model_fields" in state:
             self.physics.set_const()
-        self.physics.state[:] = state["physics_state"]
+        self.physics.state[:] = np.asarray(state["physics_state"])
         self.physics.forward()
         # restore the outputs of the interrupted step (the forward above recomputed them at the
         # current state; gymnasium's rewards read the values of the step's last substep)
         for name, values in state["outputs"].items():
-            self.out[name][:] = values
-        self.episode_step[:] = state["episode_step"]
+            self.out[name][:] = np.asarray(values)
+        self.episode_step[:] = np.asarray(state["episode_step"])
         self.rng.bit_generator.state = state["rng"]
 
     def close(self) -> None:

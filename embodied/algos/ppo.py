@@ -20,6 +20,8 @@ import torch
 from embodied.algo import Transition
 from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
+from embodied.data.gae import compute_gae
+from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.actor_critic import ActorCritic
@@ -117,35 +119,6 @@ class PPOCfg:
             raise ConfigError(f"PPOCfg.init_action_mean values must lie in [-1, 1], got {self.init_action_mean}")
 
 
-def compute_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    dones: torch.Tensor,
-    last_values: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalized advantage estimation over a rollout.
-
-    ``rewards``, ``values``, ``dones`` are ``[T, N]`` (``dones`` float: 1 where the episode ended
-    at that step, by termination or time-out; time-out rewards already include ``gamma * V(final)``);
-    ``last_values [N]`` is ``V`` of the observation after the last step.
-    Returns ``(advantages [T, N], returns [T, N])`` with ``returns = advantages + values``.
-    """
-    steps = rewards.shape[0]
-    not_done = 1.0 - dones
-    # delta_t = r_t + gamma * V_{t+1} * (1 - done_t) - V_t, computed for all t at once.
-    next_values = torch.cat([values[1:], last_values.unsqueeze(0)], dim=0)
-    deltas = rewards + gamma * next_values * not_done - values
-    decay = gamma * lam * not_done
-    advantages = torch.empty_like(rewards)
-    running = torch.zeros_like(last_values)
-    for t in range(steps - 1, -1, -1):
-        running = deltas[t] + decay[t] * running
-        advantages[t] = running
-    return advantages, advantages + values
-
-
 def gaussian_kl(
     mean_old: torch.Tensor, log_std_old: torch.Tensor, mean_new: torch.Tensor, log_std_new: torch.Tensor
 ) -> torch.Tensor:
@@ -189,53 +162,6 @@ def adapt_learning_rate(lr: torch.Tensor, kl: torch.Tensor, cfg: PPOCfg) -> None
         torch.where(kl < 0.5 * cfg.desired_kl, cfg.kl_lr_factor, 1.0),
     )
     lr.mul_(factor).clamp_(cfg.lr_min, cfg.lr_max)
-
-
-class RolloutStorage:
-    """Fixed-size on-policy storage of ``T`` vectorized steps (normalized observations)."""
-
-    def __init__(
-        self,
-        steps: int,
-        num_envs: int,
-        actor_dim: int,
-        critic_dim: int,
-        action_dim: int,
-        separate_critic: bool,
-        device: torch.device,
-    ) -> None:
-        def zeros(*shape: int) -> torch.Tensor:
-            return torch.zeros(*shape, device=device)
-
-        self.steps = steps
-        self.actor_obs = zeros(steps, num_envs, actor_dim)
-        # Without a privileged group the critic input is the actor input: store it once.
-        self.critic_obs = zeros(steps, num_envs, critic_dim) if separate_critic else self.actor_obs
-        self.separate_critic = separate_critic
-        self.actions = zeros(steps, num_envs, action_dim)  # unclipped Gaussian samples
-        self.means = zeros(steps, num_envs, action_dim)
-        self.log_probs = zeros(steps, num_envs)
-        self.values = zeros(steps, num_envs)
-        self.rewards = zeros(steps, num_envs)
-        self.dones = zeros(steps, num_envs)
-        self.last_values = zeros(num_envs)
-        self.cursor = 0
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """Every stored tensor by name (for checkpoints)."""
-        out = {
-            "actor_obs": self.actor_obs,
-            "actions": self.actions,
-            "means": self.means,
-            "log_probs": self.log_probs,
-            "values": self.values,
-            "rewards": self.rewards,
-            "dones": self.dones,
-            "last_values": self.last_values,
-        }
-        if self.separate_critic:
-            out["critic_obs"] = self.critic_obs
-        return out
 
 
 class PPO:
@@ -337,22 +263,15 @@ class PPO:
             raise EmbodiedError("PPO.observe called without a preceding act()")
         st = self.storage
         cfg = self.cfg
-        reward = transition.reward.to(torch.float32) * cfg.reward_scale
-        terminated = transition.terminated.bool()
-        truncated = transition.truncated.bool() & ~terminated
-        if cfg.gamma > 0.0 and bool(truncated.any()):
-            # A time-out is not a terminal state: fold the discounted value of the true final
-            # observation into the reward, then treat the step as an episode end for GAE.
-            idx = truncated.nonzero().squeeze(1)
-            final = {k: v.index_select(0, idx) for k, v in transition.final_obs.items()}
-            reward = reward.index_add(0, idx, cfg.gamma * self._value_of(final))
-        c = st.cursor
-        st.rewards[c] = reward
-        st.dones[c] = (terminated | truncated).to(torch.float32)
-        st.cursor = c + 1
+        reward, done = bootstrap_timeouts(
+            transition.reward.to(torch.float32) * cfg.reward_scale,
+            transition.terminated,
+            transition.truncated,
+            cfg.gamma,
+            lambda idx: self._value_of({k: v.index_select(0, idx) for k, v in transition.final_obs.items()}),
+        )
         self._acted = False
-        if st.cursor == st.steps:
-            st.last_values.copy_(self._value_of(transition.next_obs))
+        st.record_outcome(reward, done, lambda: self._value_of(transition.next_obs))
 
     def ready_to_update(self) -> bool:
         return self.storage.cursor >= self.storage.steps
@@ -445,17 +364,13 @@ class PPO:
 
     def state_dict(self) -> dict[str, Any]:
         """Networks, normalizers, optimizer, learning rate, RNG, rollout cursor and contents."""
-        st = self.storage
         # A mid-rollout checkpoint needs the partial rollout; a fresh one (cursor 0) does not.
-        partial = st.cursor > 0 or self._acted
         return {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "lr": self.lr.detach().clone(),
             "generator": self.generator.get_state(),
-            "cursor": st.cursor,
-            "acted": self._acted,
-            "storage": {k: v.detach().clone() for k, v in st.tensors().items()} if partial else {},
+            **self.storage.checkpoint(self._acted),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -467,11 +382,7 @@ class PPO:
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
         self.generator.set_state(state["generator"].cpu())  # generator states are CPU byte tensors
-        st = self.storage
-        st.cursor = int(state["cursor"])
-        self._acted = bool(state["acted"])
-        for name, tensor in state["storage"].items():
-            getattr(st, name).copy_(tensor)
+        self._acted = self.storage.restore(state)
 
 
 def _flat_dim(shape: tuple[int, ...]) -> int:

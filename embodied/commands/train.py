@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import tempfile
 from pathlib import Path
@@ -109,6 +110,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", type=Path, default=None, help="YAML file with overrides (same keys as config.yaml)")
     p.add_argument(
+        "--dataset",
+        default=None,
+        metavar="PATH",
+        help="demonstration dataset the algorithm preloads (written by `embodied collect`); sets trainer.dataset",
+    )
+    p.add_argument(
+        "--base",
+        default=None,
+        metavar="RUN_DIR",
+        help="run directory of a pretrained base policy to fine-tune (e.g. --algo reinflow); sets trainer.base_run",
+    )
+    p.add_argument(
         "--preset",
         default=None,
         metavar="NAME",
@@ -155,6 +168,8 @@ RESUME_FIXED_FLAGS: tuple[tuple[str, str], ...] = (
     ("run_dir", "--run-dir"),
     ("runs_root", "--runs-root"),
     ("preset", "--preset"),
+    ("dataset", "--dataset"),
+    ("base", "--base"),
 )
 """Flags that would change what a resumed run is: ``--resume`` rejects them (the saved
 ``config.yaml`` fixes these)."""
@@ -181,6 +196,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("missing TASK (e.g. `embodied train quad-hover`); `embodied list` shows the tasks")
     task, overrides = _select_backend(args.task, args.backend, overrides)
     seeds = _parse_seeds(args.seeds) if args.seeds else [args.seed]
+    # the flags are shorthands for the trainer keys, so the saved config.yaml records them
+    if args.dataset is not None:
+        overrides.append(f"trainer.dataset={json.dumps(args.dataset)}")  # quoted: always a string
+    if args.base is not None:
+        overrides.append(f"trainer.base_run={json.dumps(args.base)}")
     algo = args.algo or "ppo"
     config_file = args.config
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,60 @@
+"""ONNX export of non-MLP policies (flow samplers, ...) by tracing ``export_module()``.
+
+The MLP exporter (:mod:`embodied.export.onnx`) builds its graph from validated arrays; a
+policy whose ``export_module()`` is more than one MLP (a flow policy's unrolled sampler: ``K``
+calls of a velocity network with constant time features) is traced with torch's TorchScript
+exporter instead, which needs no extra package. The graph still has one input ``obs``
+``[batch, obs_dim]`` and one output ``action`` ``[batch, action_dim]``; its hash is the same
+:func:`embodied.policy_io.graph_sha256` deployments recompute, and onnxruntime must match
+torch to :data:`embodied.export.onnx.PARITY_TOL`.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.export.onnx import OPSET, OnnxExport, check_parity
+from embodied.export.policy_io import ONNX_FILENAME
+from embodied.policy_io import graph_sha256
+
+log = logging.getLogger(__name__)
+
+
+def export_traced_onnx(module: nn.Module, obs_dim: int, export_dir: Path, probes: np.ndarray) -> OnnxExport:
+    """Trace ``module`` (``obs [B, obs_dim] -> action [B, A]``) to ``export_dir/policy.onnx``;
+    check onnxruntime against torch on ``probes`` ``[N, obs_dim]``."""
+    import onnx
+
+    example = torch.zeros(2, obs_dim)
+    export_dir = Path(export_dir)
+    export_dir.mkdir(parents=True, exist_ok=True)
+    path = export_dir / ONNX_FILENAME
+    tmp = path.with_suffix(".onnx.tmp")
+    with warnings.catch_warnings():
+        # the TorchScript exporter is deprecated in favour of one that needs onnxscript
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            module.eval(),
+            (example,),
+            str(tmp),
+            input_names=["obs"],
+            output_names=["action"],
+            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    model = onnx.load(str(tmp))
+    onnx.checker.check_model(model)
+    sha = graph_sha256(model.graph)
+    onnx.helper.set_model_props(model, {"model_sha256": sha})
+    onnx.save(model, str(tmp))
+    tmp.replace(path)
+    err = check_parity(module, path, probes)
+    log.info("wrote %s (max |onnx - torch| = %.2e over %d observations)", path, err, len(probes))
+    return OnnxExport(path, sha, err, len(probes))

@@ -1,0 +1,271 @@
+"""Flow-matching policy: a velocity field that carries Gaussian noise to an action chunk.
+
+Rectified flow (Liu et al. 2022; Lipman et al. 2023): with ``x0 ~ N(0, I)`` and a
+demonstrated action chunk ``x1``, ``x_t = t x1 + (1 - t) x0`` and the network regresses the
+velocity ``x1 - x0``. Sampling integrates ``K`` Euler steps on the grid ``t_k = k / K``
+(``k = 0 .. K-1``): ``x_{k+1} = x_k + v(x_k, t_k) / K``. The optional shortcut model (Frans
+et al. 2024) also conditions on the step size ``d`` and trains a fraction of each batch on
+self-consistency, ``v(x, t, 2d) = (v(x, t, d) + v(x + d v(x, t, d), t + d, d)) / 2``, so few
+steps stay accurate. An action chunk holds ``H`` future actions; ``exec_steps`` of them run
+before the policy plans again (receding horizon).
+
+Shapes: ``B`` = batch, ``D`` = observation size, ``H`` = chunk, ``A`` = action size,
+``F = H * A`` the flattened chunk, ``K`` = denoising steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from embodied.config import ConfigError
+from embodied.env import ObsDict
+
+
+@dataclass(frozen=True)
+class FlowPolicyCfg:
+    """Architecture and sampler of a flow-matching policy (must match between BC and fine-tuning)."""
+
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden widths of the velocity network."""
+    activation: Literal["mish", "relu", "tanh", "elu"] = "mish"
+    """Hidden activation."""
+    chunk: int = 4
+    """Actions per predicted chunk ``H``."""
+    exec_steps: int = 1
+    """Actions of a chunk executed before planning again (receding horizon), 1 <= exec_steps <= chunk."""
+    denoise_steps: int = 4
+    """Euler steps ``K`` of the sampler (grid ``t_k = k / K``)."""
+    time_embed_dim: int = 16
+    """Size of the sinusoidal embedding of ``t`` (and of the step size with ``shortcut``)."""
+    shortcut: bool = False
+    """Condition on the step size and train self-consistency (shortcut model)."""
+    shortcut_fraction: float = 0.25
+    """Share of each batch trained on self-consistency when ``shortcut`` is on."""
+    deterministic_noise: Literal["zero", "fixed"] = "zero"
+    """Start of the deterministic sampler (evaluation, exports): ``zero`` (the centre of the
+    noise, so the sampler follows the distribution's middle), or ``fixed``, one draw of
+    ``N(0, I)`` from ``noise_seed`` stored with the weights (a typical start, but one fixed
+    quantile of the action distribution for every state: biased where the clone is uncertain)."""
+    noise_seed: int = 0
+    """Seed of the fixed start of the deterministic sampler."""
+
+    def __post_init__(self) -> None:
+        for name in ("chunk", "exec_steps", "denoise_steps", "time_embed_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"policy.{name} must be >= 1, got {getattr(self, name)}")
+        if self.exec_steps > self.chunk:
+            raise ConfigError(f"policy.exec_steps ({self.exec_steps}) must be <= policy.chunk ({self.chunk})")
+        if self.time_embed_dim % 2:
+            raise ConfigError(f"policy.time_embed_dim must be even, got {self.time_embed_dim}")
+        if not 0.0 <= self.shortcut_fraction < 1.0:
+            raise ConfigError(f"policy.shortcut_fraction must be in [0, 1), got {self.shortcut_fraction}")
+        if any(w < 1 for w in self.hidden):
+            raise ConfigError("policy.hidden widths must be >= 1")
+        if self.deterministic_noise not in ("fixed", "zero"):
+            raise ConfigError(f"policy.deterministic_noise must be 'zero' or 'fixed', got {self.deterministic_noise!r}")
+
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"mish": nn.Mish, "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
+
+
+def time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal features of ``t [B]`` in [0, 1] -> ``[B, dim]`` (frequencies 1 .. 1000)."""
+    half = dim // 2
+    freqs = torch.exp(torch.linspace(0.0, math.log(1000.0), half, device=t.device, dtype=t.dtype))
+    angle = t[:, None] * freqs[None, :]
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
+
+
+def mlp(sizes: list[int], activation: str) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(_ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class VelocityNet(nn.Module):
+    """``v(x [B, F], t-features [B, E], obs_n [B, D]) -> [B, F]``; ``E`` doubles with shortcut."""
+
+    def __init__(self, obs_dim: int, flat_dim: int, cfg: FlowPolicyCfg) -> None:
+        super().__init__()
+        embed = cfg.time_embed_dim * (2 if cfg.shortcut else 1)
+        self.net = mlp([obs_dim + flat_dim + embed, *cfg.hidden, flat_dim], cfg.activation)
+
+    def forward(self, x: torch.Tensor, t_feat: torch.Tensor, obs_n: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs_n, x, t_feat], dim=-1))
+
+
+class FlowPolicy(nn.Module):
+    """Flow-matching actor with a fixed observation normalizer (dataset statistics).
+
+    Implements the ``Policy`` contract: ``act(obs, deterministic)`` and ``export_module()``.
+    Deterministic sampling starts from the stored ``x0_fixed [F]`` (see
+    ``FlowPolicyCfg.deterministic_noise``), so the sampler is a fixed function of the
+    observation, which is what exports carry.
+    """
+
+    obs_mean: torch.Tensor
+    obs_std: torch.Tensor
+    x0_fixed: torch.Tensor
+
+    def __init__(self, obs_dim: int, action_dim: int, cfg: FlowPolicyCfg) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.obs_dim = obs_dim
+        self.action_dim = action_dim
+        self.flat_dim = cfg.chunk * action_dim
+        self.velocity = VelocityNet(obs_dim, self.flat_dim, cfg)
+        self.register_buffer("obs_mean", torch.zeros(obs_dim))
+        self.register_buffer("obs_std", torch.ones(obs_dim))
+        gen = torch.Generator().manual_seed(cfg.noise_seed)
+        x0 = (
+            torch.randn(self.flat_dim, generator=gen)
+            if cfg.deterministic_noise == "fixed"
+            else torch.zeros(self.flat_dim)
+        )
+        self.register_buffer("x0_fixed", x0)
+        self._plan: torch.Tensor | None = None  # [N, H, A] chunk being executed
+        self._plan_step = 0
+
+    # ----------------------------------------------------------------------- normalization
+    def set_obs_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Freeze the normalizer to ``mean``/``std`` ``[D]`` (floored at 1e-3: constant fields stay finite)."""
+        self.obs_mean.copy_(mean)
+        self.obs_std.copy_(std.clamp_min(1e-3))
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        return ((obs - self.obs_mean) / self.obs_std).clamp(-10.0, 10.0)
+
+    # -------------------------------------------------------------------------- the field
+    def time_features(self, t: torch.Tensor, step: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, E]`` features of times ``t [B]`` (and step sizes ``step [B]`` with shortcut)."""
+        feat = time_embedding(t, self.cfg.time_embed_dim)
+        if self.cfg.shortcut:
+            step = step if step is not None else torch.full_like(t, 1.0 / self.cfg.denoise_steps)
+            feat = torch.cat([feat, time_embedding(step, self.cfg.time_embed_dim)], dim=-1)
+        return feat
+
+    def grid(self, device: torch.device | None = None) -> torch.Tensor:
+        """The sampling grid ``t_k = k / K``, ``[K]`` (the one grid for sampling and scoring)."""
+        k = self.cfg.denoise_steps
+        return torch.arange(k, device=device, dtype=torch.float32) / k
+
+    def field(self, x: torch.Tensor, k: int, obs_n: torch.Tensor) -> torch.Tensor:
+        """``v(x_k, t_k)`` ``[B, F]`` at grid step ``k`` for normalized observations."""
+        t = torch.full((x.shape[0],), k / self.cfg.denoise_steps, device=x.device, dtype=x.dtype)
+        return self.velocity(x, self.time_features(t), obs_n)
+
+    def sample_chunk(self, obs_n: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        """Euler-integrate from ``x0 [B, F]``; the chunk ``[B, H, A]`` clipped to [-1, 1]."""
+        x = x0
+        for k in range(self.cfg.denoise_steps):
+            x = x + self.field(x, k, obs_n) / self.cfg.denoise_steps
+        return x.clamp(-1.0, 1.0).reshape(-1, self.cfg.chunk, self.action_dim)
+
+    # --------------------------------------------------------------------------- training
+    def bc_loss(
+        self, obs_n: torch.Tensor, chunks: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Flow-matching loss for normalized observations ``[B, D]`` and chunks ``[B, H, A]``."""
+        x1 = chunks.reshape(chunks.shape[0], -1)
+        b = x1.shape[0]
+        dev = x1.device
+        x0 = torch.randn(x1.shape, generator=generator, device=dev)
+        t = torch.rand(b, generator=generator, device=dev)
+        if not self.cfg.shortcut:
+            xt = t[:, None] * x1 + (1 - t[:, None]) * x0
+            return (self.velocity(xt, self.time_features(t), obs_n) - (x1 - x0)).square().mean()
+        # shortcut: the flow-matching rows use the smallest step; the rest train self-consistency
+        n_sc = round(b * self.cfg.shortcut_fraction)
+        levels = int(math.log2(128))
+        d_small = torch.full((b,), 1.0 / 128, device=dev)
+        xt = t[:, None] * x1 + (1 - t[:, None]) * x0
+        fm = self.velocity(xt[n_sc:], self.time_features(t[n_sc:], d_small[n_sc:]), obs_n[n_sc:]) - (x1 - x0)[n_sc:]
+        loss_fm = fm.square().mean()
+        if n_sc == 0:
+            return loss_fm
+        exp = torch.randint(0, levels, (n_sc,), generator=generator, device=dev)
+        d = 2.0 ** (-exp.float() - 1)  # half steps 1/2 .. 1/128, so 2d <= 1
+        ts = (torch.rand(n_sc, generator=generator, device=dev) * (1 - 2 * d)).clamp_min(0)
+        xs = ts[:, None] * x1[:n_sc] + (1 - ts[:, None]) * x0[:n_sc]
+        o = obs_n[:n_sc]
+        with torch.no_grad():
+            v1 = self.velocity(xs, self.time_features(ts, d), o)
+            v2 = self.velocity(xs + d[:, None] * v1, self.time_features(ts + d, d), o)
+            target = 0.5 * (v1 + v2)
+        loss_sc = (self.velocity(xs, self.time_features(ts, 2 * d), o) - target).square().mean()
+        return (loss_fm * (b - n_sc) + loss_sc * n_sc) / b
+
+    # ---------------------------------------------------------------------------- acting
+    @torch.no_grad()
+    def act(self, obs: ObsDict | torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Actions ``[N, A]``: the next action of the current chunk, planning a new chunk every
+        ``exec_steps`` calls (deterministic: from ``x0_fixed``).
+
+        With ``exec_steps > 1`` the plan is shared by all envs and not reset when one env's
+        episode ends (this method does not see resets): such an env finishes the old plan first.
+        """
+        x = obs["policy"] if isinstance(obs, dict) else obs
+        stale = self._plan is None or self._plan.shape[0] != x.shape[0] or self._plan_step >= self.cfg.exec_steps
+        if stale:
+            obs_n = self.normalize(x)
+            if deterministic:
+                x0 = self.x0_fixed.expand(x.shape[0], -1)
+            else:
+                x0 = torch.randn(x.shape[0], self.flat_dim, device=x.device)
+            self._plan = self.sample_chunk(obs_n, x0)
+            self._plan_step = 0
+        assert self._plan is not None
+        action = self._plan[:, self._plan_step]
+        self._plan_step += 1
+        return action
+
+    def reset_plan(self) -> None:
+        """Drop the chunk being executed (the next ``act`` plans anew)."""
+        self._plan = None
+
+    def export_module(self) -> nn.Module:
+        return FlowSampler(self)
+
+
+class FlowSampler(nn.Module):
+    """The whole deterministic sampler as one graph: normalize, ``K`` unrolled Euler steps from
+    the policy's fixed start ``x0_fixed`` with the grid's time features baked in as constants,
+    first action of the chunk.
+
+    ``forward(obs [B, D] float32) -> action [B, A]`` in [-1, 1]; a deep copy of the policy.
+    """
+
+    obs_mean: torch.Tensor
+    obs_std: torch.Tensor
+    time_feats: torch.Tensor
+    x0: torch.Tensor
+
+    def __init__(self, policy: FlowPolicy) -> None:
+        super().__init__()
+        self.velocity = copy.deepcopy(policy.velocity).eval()
+        self.register_buffer("obs_mean", policy.obs_mean.detach().clone())
+        self.register_buffer("obs_std", policy.obs_std.detach().clone())
+        grid = policy.grid()
+        feats = policy.time_features(grid).detach().clone()  # [K, E]
+        self.register_buffer("time_feats", feats)
+        self.register_buffer("x0", policy.x0_fixed.detach().clone())
+        self.steps = policy.cfg.denoise_steps
+        self.flat_dim = policy.flat_dim
+        self.action_dim = policy.action_dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        obs_n = ((obs - self.obs_mean) / self.obs_std).clamp(-10.0, 10.0)
+        x = self.x0.expand(obs.shape[0], -1)
+        for k in range(self.steps):
+            feat = self.time_feats[k : k + 1].expand(obs.shape[0], -1)
+            x = x + self.velocity(x, feat, obs_n) / self.steps
+        return x[:, : self.action_dim].clamp(-1.0, 1.0)

@@ -1,0 +1,162 @@
+"""ReinFlow: exact chain log-likelihood, ratio 1 on the first minibatch, preload errors."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from embodied.algo import PreloadSource, PreloadUnsupportedError, Transition, preload_algorithm
+from embodied.algos.bc_flow import BCFlow, BCFlowCfg
+from embodied.algos.ppo import PPO, PPOCfg
+from embodied.algos.reinflow import RATIO_TOL, RatioCheckError, ReinFlow, ReinFlowCfg, check_first_ratio
+from embodied.config import ConfigError
+from embodied.errors import EmbodiedError
+from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
+from embodied.tasks.arm_push import ArmPush, ArmPushCfg
+
+FLOW = FlowPolicyCfg(hidden=(32, 32), chunk=2, denoise_steps=3)
+
+
+@pytest.fixture
+def env() -> ArmPush:
+    torch.set_num_threads(1)
+    return ArmPush(ArmPushCfg(), num_envs=4, device="cpu", seed=0)
+
+
+def _algo(env: ArmPush, **kw: object) -> ReinFlow:
+    torch.manual_seed(0)
+    algo = ReinFlow(
+        ReinFlowCfg(policy=FLOW, num_steps_per_env=6, num_minibatches=2, num_epochs=2, critic_warmup_updates=0, **kw),
+        env,
+    )  # type: ignore[arg-type]
+    base = FlowPolicy(18, 3, FLOW)
+    base.set_obs_stats(torch.zeros(18), torch.full((18,), 0.3))
+    algo.preload(PreloadSource(base_policy=base))
+    return algo
+
+
+def test_log_likelihood_matches_brute_force(env: ArmPush) -> None:
+    algo = _algo(env)
+    obs_n = algo.policy.normalize(torch.randn(5, 18))
+    chain = algo.sample_chain(obs_n)
+    k_steps, f = FLOW.denoise_steps, algo.policy.flat_dim
+    assert chain.shape == (5, k_steps + 1, f)
+    want = torch.zeros(5, dtype=torch.float64)
+    with torch.no_grad():
+        for b in range(5):
+            total = 0.0
+            for j in range(f):  # x0 ~ N(0, 1) per dimension
+                x = float(chain[b, 0, j])
+                total += -0.5 * x * x - 0.5 * math.log(2 * math.pi)
+            x_k = chain[b, 0].clone()
+            for k in range(k_steps):
+                t = torch.tensor([k / k_steps])  # the grid t_k = k / K, written out here
+                v = algo.policy.velocity(x_k[None], algo.policy.time_features(t), obs_n[b : b + 1])[0]
+                log_var = algo.noise(obs_n[b : b + 1], algo.policy.time_features(t))[0]
+                for j in range(f):
+                    mean = float(x_k[j] + v[j] / k_steps)
+                    var = math.exp(float(log_var[j]))
+                    x = float(chain[b, k + 1, j])
+                    total += -0.5 * (x - mean) ** 2 / var - 0.5 * math.log(2 * math.pi * var)
+                x_k = chain[b, k + 1]
+            want[b] = total / ((k_steps + 1) * f)
+        got = algo.chain_log_prob(obs_n, chain)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_noise_is_bounded(env: ArmPush) -> None:
+    algo = _algo(env, sigma_min=0.05, sigma_max=0.2)
+    obs_n = torch.randn(64, 18) * 10
+    with torch.no_grad():
+        for k in range(FLOW.denoise_steps):
+            _, log_var = algo.step_dist(obs_n, torch.randn(64, algo.policy.flat_dim) * 5, k)
+            sigma = torch.exp(0.5 * log_var)
+            assert float(sigma.min()) >= 0.05 - 1e-6 and float(sigma.max()) <= 0.2 + 1e-6
+
+
+def _rollout(algo: ReinFlow, env: ArmPush) -> None:
+    obs = env.reset(seed=1)
+    while not algo.ready_to_update():
+        action = algo.act(obs)
+        next_obs, reward, term, trunc, info = env.step(action)
+        algo.observe(Transition(obs, action, reward, term, trunc, next_obs, info["final_obs"]))
+        obs = next_obs
+
+
+def test_first_minibatch_ratio_is_one_every_update(env: ArmPush, monkeypatch: pytest.MonkeyPatch) -> None:
+    algo = _algo(env, actor_lr=1e-2)
+    import embodied.algos.reinflow as mod
+
+    seen: list[float] = []
+
+    def spy(ratio: torch.Tensor, update: int) -> None:
+        seen.append(float((ratio.detach() - 1).abs().max()))
+        check_first_ratio(ratio, update)
+
+    monkeypatch.setattr(mod, "check_first_ratio", spy)
+    before = [p.detach().clone() for p in algo.policy.parameters()]
+    for _ in range(3):
+        _rollout(algo, env)
+        metrics = algo.update()
+        assert math.isfinite(metrics["policy_loss"])
+    assert len(seen) == 3 and max(seen) <= RATIO_TOL
+    # the actor did move, so the check is not trivially satisfied by a frozen policy
+    assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters(), strict=True))
+
+
+def test_mismatched_grids_break_the_ratio_check(env: ArmPush) -> None:
+    """The reference code's defect (sampling on linspace(0, 1, K), scoring on k/K) is caught."""
+    algo = _algo(env)
+    _rollout(algo, env)
+    st = algo.storage
+    obs_n = st.actor_obs.reshape(-1, 18)
+    k_steps = FLOW.denoise_steps
+    # re-sample the stored chains on the other grid and keep the k/K scores: what the defect does
+    with torch.no_grad():
+        x = torch.randn(obs_n.shape[0], algo.policy.flat_dim)
+        chain = [x]
+        for k, t in enumerate(torch.linspace(0, 1, k_steps).tolist()):
+            tt = torch.full((x.shape[0],), t)
+            mean = x + algo.policy.velocity(x, algo.policy.time_features(tt), obs_n) / k_steps
+            _, log_var = algo.step_dist(obs_n, x, k)
+            x = mean + torch.exp(0.5 * log_var) * torch.randn_like(x)
+            chain.append(x)
+        chain_t = torch.stack(chain, 1)
+        sampled_logp = torch.zeros(obs_n.shape[0])
+        x0 = chain_t[:, 0]
+        sampled_logp += (-0.5 * x0.square() - 0.5 * math.log(2 * math.pi)).sum(-1)
+        for k, t in enumerate(torch.linspace(0, 1, k_steps).tolist()):
+            tt = torch.full((x0.shape[0],), t)
+            mean = chain_t[:, k] + algo.policy.velocity(chain_t[:, k], algo.policy.time_features(tt), obs_n) / k_steps
+            _, log_var = algo.step_dist(obs_n, chain_t[:, k], k)
+            sampled_logp += (
+                -0.5 * ((chain_t[:, k + 1] - mean).square() / log_var.exp() + log_var + math.log(2 * math.pi))
+            ).sum(-1)
+        sampled_logp /= (k_steps + 1) * algo.policy.flat_dim
+        scored = algo.chain_log_prob(obs_n, chain_t)
+    with pytest.raises(RatioCheckError, match="first minibatch"):
+        check_first_ratio(torch.exp(scored - sampled_logp), 0)
+
+
+def test_preload_errors(env: ArmPush, tmp_path: Path) -> None:
+    ppo = PPO(PPOCfg(num_steps_per_env=4), env)
+    with pytest.raises(PreloadUnsupportedError, match="'ppo' does not start from a dataset"):
+        preload_algorithm(ppo, "ppo", PreloadSource(dataset=tmp_path))
+    reinflow = ReinFlow(ReinFlowCfg(policy=FLOW), env)
+    with pytest.raises(EmbodiedError, match="give --base RUN_DIR"):
+        reinflow.preload(PreloadSource(dataset=tmp_path))
+    with pytest.raises(EmbodiedError, match="starts from a base policy"):
+        reinflow.act(env.reset(seed=0))
+    other = FlowPolicy(18, 3, FlowPolicyCfg(hidden=(32, 32), chunk=4, denoise_steps=3))
+    with pytest.raises(ConfigError, match=r"chunk: base 4 vs algo\.policy 2"):
+        reinflow.preload(PreloadSource(base_run=tmp_path, base_policy=other))
+    with pytest.raises(EmbodiedError, match=r"holds a ActorCritic"):
+        reinflow.preload(PreloadSource(base_run=tmp_path, base_policy=ppo.policy))
+    bc = BCFlow(BCFlowCfg(policy=FLOW), env)
+    with pytest.raises(EmbodiedError, match="give --dataset PATH"):
+        bc.preload(PreloadSource(base_run=tmp_path))
+    with pytest.raises(EmbodiedError, match="does not exist"):
+        bc.preload(PreloadSource(dataset=tmp_path / "missing"))
