@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import logging
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any
 
 from embodied import registry
 from embodied.config import DEVICE_PATTERN, ConfigError, apply_overrides, check_numbers, load_yaml, parse_dotted
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,7 @@ def load_experiment(config_path: Path, allow: Collection[str] = ()) -> Experimen
         env=registry.task_cfg(data["task_name"]),
         algo=registry.algo_cfg(data["algo_name"]),
     )
+    _fill_keys_added_later(cfg, data, config_path)
     # A saved config lists every key: one that is missing means a truncated or damaged file,
     # which must not silently fall back to today's defaults.
     absent = _absent_keys(cfg, data)
@@ -179,6 +183,42 @@ def load_experiment(config_path: Path, allow: Collection[str] = ()) -> Experimen
     cfg = _layer(cfg, data, str(config_path), allow)
     check_numbers(cfg, "default", allow)
     return cfg
+
+
+_TODAYS_DEFAULT = object()
+"""In :data:`KEYS_ADDED_LATER`: the key's current default is what older runs did."""
+
+KEYS_ADDED_LATER: dict[str, Any] = {
+    # key (dotted, in the saved config.yaml) -> the value that reproduces runs saved before it existed
+    "env.backend": _TODAYS_DEFAULT,  # locomotion tasks ran on MuJoCo's batch API, today's default
+    "env.yaw_symmetry": False,  # quad-hover policies trained before the 180-degree flip see raw headings
+    "env.yaw_cost_mod_pi": False,
+    "trainer.dataset": None,
+    "trainer.base_run": None,
+}
+"""Keys a ``config.yaml`` written by an older version lacks, with the value that keeps that run's
+meaning (not today's default where they differ). Loading fills them in and logs it once, so an old
+run still resumes, evaluates and exports as it was trained; any other missing key still means a
+damaged file."""
+
+
+def _fill_keys_added_later(cfg: Any, data: dict[str, Any], config_path: Path) -> None:
+    """Put each absent :data:`KEYS_ADDED_LATER` key that ``cfg`` has into ``data`` (in place)."""
+    for dotted, value in KEYS_ADDED_LATER.items():
+        *parents, name = dotted.split(".")
+        node, holder = cfg, data
+        for part in parents:
+            if not (hasattr(node, part) and isinstance(holder.get(part), dict)):
+                break
+            node, holder = getattr(node, part), holder[part]
+        else:
+            if not hasattr(node, name) or name in holder:
+                continue
+            default = getattr(node, name)
+            if value is _TODAYS_DEFAULT:
+                value = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
+            holder[name] = value
+            log.info("%s predates key %s: using %r, the behaviour the run was saved with", config_path, dotted, value)
 
 
 def _absent_keys(cfg: Any, data: Any, prefix: str = "") -> list[str]:

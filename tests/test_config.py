@@ -179,3 +179,30 @@ def test_a_truncated_saved_config_is_refused(tmp_path: Path) -> None:
     path.write_text(text[: text.index("trainer:")])
     with pytest.raises(ConfigError, match=r"missing key\(s\) trainer: the file is truncated or damaged"):
         load_experiment(path)
+
+
+def test_a_config_saved_before_later_keys_loads_with_the_behaviour_it_had(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Keys added by a later version are filled with the value the old run used, and logged;
+    any other missing key is still a damaged file."""
+    import yaml
+
+    from embodied.config import to_plain
+    from embodied.experiment import KEYS_ADDED_LATER, load_experiment, resolve_experiment
+
+    plain = to_plain(resolve_experiment("halfcheetah"))
+    assert "backend" in plain["env"] and "dataset" in plain["trainer"]
+    del plain["env"]["backend"], plain["trainer"]["dataset"], plain["trainer"]["base_run"]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(plain, sort_keys=False))
+    with caplog.at_level("INFO", logger="embodied.experiment"):
+        cfg = load_experiment(path)
+    assert cfg.env.backend.name == "mujoco" and cfg.trainer.dataset is None
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "predates key env.backend" in said and "predates key trainer.dataset" in said
+    assert set(KEYS_ADDED_LATER) >= {"env.backend", "trainer.dataset"}
+    del plain["trainer"]["total_env_steps"]
+    path.write_text(yaml.safe_dump(plain, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"missing key\(s\) trainer.total_env_steps: the file is truncated"):
+        load_experiment(path)
