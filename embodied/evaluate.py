@@ -6,7 +6,6 @@ is unbiased (short failing episodes cannot crowd out long ones).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,12 +19,8 @@ from embodied.env import ObsDict
 PolicyFn = Callable[[ObsDict], torch.Tensor]
 """``obs -> action [N, A]`` in [-1, 1], deterministic."""
 
-POLICY_LOADERS: dict[str, str] = {
-    "torch": "embodied.evaluate:load_torch_policy",
-    "onnx": "embodied.export.onnx:load_onnx_policy",
-    "c": "embodied.export.sil:load_sil_policy",
-}
-"""``embodied eval --policy NAME``: ``module:function(run_dir, env) -> PolicyFn``."""
+TORCH = "torch"
+"""``--policy torch``: the policy artifact's torch module; every other name is an export format."""
 
 MAX_PARALLEL_EPISODES = 4096
 
@@ -104,21 +99,41 @@ def _run_batch(policy: PolicyFn, env: Any, seed: int) -> tuple[torch.Tensor, tor
 
 
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
-    """The trained torch policy of a run (deterministic actions)."""
-    from embodied.run import load_run
+    """The run's policy artifact as a torch module (deterministic actions), without its algorithm."""
+    from embodied.run_policy import policy_artifact
 
-    policy = load_run(run_dir, device=env.device).policy
+    module = policy_artifact(run_dir).module().to(env.device)
 
     def act(obs: ObsDict) -> torch.Tensor:
-        return policy.act(obs, deterministic=True)
+        return module(obs["policy"].float())
 
     return act
 
 
+def policy_choices() -> tuple[str, ...]:
+    """``--policy`` names: ``torch`` and every export format."""
+    from embodied.export.formats import EXPORTERS
+
+    return (TORCH, *EXPORTERS)
+
+
 def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
-    """Resolve ``--policy KIND`` through :data:`POLICY_LOADERS`."""
-    if kind not in POLICY_LOADERS:
-        raise ConfigError(unknown_choice_message("policy kind", kind, POLICY_LOADERS))
-    module, _, attr = POLICY_LOADERS[kind].partition(":")
-    loader: Callable[[Path, Any], PolicyFn] = getattr(importlib.import_module(module), attr)
+    """``--policy KIND``: ``torch`` or an export format of :data:`~embodied.export.formats.EXPORTERS`
+    (exported first when its files are missing). A policy whose ``policy_io.json`` names a
+    vehicle with its own loader for KIND (the Crazyflie: ``c`` is the firmware controller in the
+    loop) flies with that loader."""
+    from embodied.crazyflie import sil
+    from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
+    from embodied.export.formats import EXPORTERS
+    from embodied.export.policy_io import read_policy_io
+    from embodied.run_policy import ensure_export
+
+    if kind not in policy_choices():
+        raise ConfigError(unknown_choice_message("policy kind", kind, policy_choices()))
+    if kind == TORCH:
+        return load_torch_policy(run_dir, env)
+    ensure_export(run_dir, kind)
+    vehicle_loaders = {VEHICLE: sil.EVAL_LOADERS}
+    loaders = vehicle_loaders.get(vehicle_name(read_policy_io(Path(run_dir) / "export")), {})
+    loader = loaders.get(kind, EXPORTERS[kind].load_policy)
     return loader(run_dir, env)

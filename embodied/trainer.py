@@ -43,6 +43,7 @@ from embodied.run import (
     write_config,
 )
 from embodied.run_lock import RunLock
+from embodied.run_policy import write_policy_artifact
 from embodied.stop import StopRequest, deferred_stop
 
 log = logging.getLogger(__name__)
@@ -248,6 +249,8 @@ class Trainer:
 
     def save(self) -> Path:
         path = save_checkpoint(self.run_dir, self.checkpoint_state())
+        # The policy alone beside it (ckpt/policy.pt): what export, eval and deploy read.
+        write_policy_artifact(self.run_dir, self.algo.policy.export_module(), self.env.io_spec(), self.state.env_steps)
         self._saved_steps = self.state.env_steps
         return path
 
