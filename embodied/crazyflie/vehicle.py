@@ -50,9 +50,9 @@ def c_policy_io(c_dir: Path) -> PolicyIO:
 def require_crazyflie(policy_io: PolicyIO, what: str) -> None:
     """Raise naming ``what`` needs it when the policy is not a Crazyflie quad-hover policy."""
     if not is_crazyflie(policy_io):
-        found = vehicle_name(policy_io) or "none"
+        found = repr(vehicle_name(policy_io)) if vehicle_name(policy_io) else "not set"
         raise EmbodiedError(
-            f"{policy_io.path}: extra.vehicle is {found!r}, {what} needs a {VEHICLE!r} policy "
+            f"{policy_io.path}: extra.vehicle is {found}, but {what} flies {VEHICLE!r} quad-hover policies only "
             "(the quadrotor tasks write it; re-export runs exported before it existed)"
         )
     names = [f.name for f in policy_io.io_spec.obs_fields]

@@ -156,9 +156,8 @@ def _decode(value: Any, types: dict[str, type], where: str) -> Any:
                 raise PolicyArtifactError(f"{where}: expected a tensor")
             return np.ascontiguousarray(tensor.numpy())
         if "__tuple__" in value or "__list__" in value:
-            items = [
-                _decode(v, types, f"{where}[{i}]") for i, v in enumerate(value.get("__tuple__", value.get("__list__")))
-            ]
+            raw = value["__tuple__"] if "__tuple__" in value else value["__list__"]
+            items = [_decode(v, types, f"{where}[{i}]") for i, v in enumerate(raw)]
             return tuple(items) if "__tuple__" in value else items
         if "__dict__" in value:
             return {k: _decode(v, types, f"{where}.{k}") for k, v in value["__dict__"].items()}

@@ -70,10 +70,12 @@ class Exporter(Protocol):
 
 
 class OnnxExporter:
-    name = "onnx"
-    description = "policy.onnx (opset 17, input `obs`, output `action`, batch dynamic), checked against onnxruntime"
-    files = (ONNX_FILENAME,)
-    vehicle = None
+    name: str = "onnx"
+    description: str = (
+        "policy.onnx (opset 17, input `obs`, output `action`, batch dynamic), checked against onnxruntime"
+    )
+    files: tuple[str, ...] = (ONNX_FILENAME,)
+    vehicle: str | None = None
 
     def export(self, artifact: PolicyArtifact, out_dir: Path, observations: np.ndarray) -> FormatResult:
         report = export_onnx(artifact.module(), artifact.io_spec, out_dir, observations)
@@ -97,12 +99,12 @@ def check_host_parity(module: nn.Module, c_out: Path, build_dir: Path, observati
 
 
 class CExporter:
-    name = "c"
-    description = (
+    name: str = "c"
+    description: str = (
         "c/policy.h + c/policy.c (C99, static weights, no malloc), built on the host and checked against torch"
     )
-    files = (f"{C_SUBDIR}/policy.h", f"{C_SUBDIR}/policy.c")
-    vehicle = None
+    files: tuple[str, ...] = (f"{C_SUBDIR}/policy.h", f"{C_SUBDIR}/policy.c")
+    vehicle: str | None = None
 
     def export(self, artifact: PolicyArtifact, out_dir: Path, observations: np.ndarray) -> FormatResult:
         module = artifact.module()
@@ -155,7 +157,8 @@ class CExporter:
         return act
 
 
-EXPORTERS: dict[str, Exporter] = {e.name: e for e in (OnnxExporter(), CExporter())}
+_EXPORTERS: tuple[Exporter, ...] = (OnnxExporter(), CExporter())
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in _EXPORTERS}
 """Export formats by ``--format`` name (``all`` means every entry)."""
 ALL = "all"
 
