@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from embodied.run import read_metrics
+from embodied.training.run import read_metrics
 
 log = logging.getLogger("parallel_runs")
 

@@ -1,7 +1,8 @@
 """Lines per folder and the folder-level import graph of embodied as a wheel installs it.
 
-A folder is a package directory of the installed layout (``embodied/`` top-level files,
-``embodied/export``, ``embodied/sim``, ...; subpackages count with their own folder). Lines are
+A folder is a top-level package directory of the installed layout (``embodied/`` top-level
+files, ``embodied/export``, ``embodied/sim``, ...; a deeper subpackage such as
+``embodied/real/transports`` counts with its top-level folder). Lines are
 non-blank lines of ``.py`` files. The graph collapses every first-party import (as grimp, the
 engine of import-linter, finds them, string imports excluded) onto folders and reports the
 cycles between folders.
@@ -24,8 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def folder_of(module: str, packages: set[str]) -> str:
-    """The package folder holding ``module`` (a package is its own folder)."""
-    return module if module in packages else module.rpartition(".")[0]
+    """The top-level folder holding ``module``: ``embodied.<name>`` for a module inside a
+    subpackage, ``embodied`` for the top-level files."""
+    parts = module.split(".")
+    top = ".".join(parts[:2])
+    return top if len(parts) >= 2 and top in packages else parts[0]
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -90,8 +94,6 @@ def main() -> int:
             a, b = folder_of(module, packages), folder_of(imported, packages)
             if a != b:
                 edges[a].add(b)
-    # A package's __init__ importing nothing counts for nothing; a parent folder holding only
-    # an __init__ is not an edge source either way.
     failed = False
     print(f"{'folder':<28}{'lines':>8}{'share':>8}")
     for folder, count in sorted(lines.items(), key=lambda kv: -kv[1]):

@@ -307,7 +307,7 @@ def test_qemu_and_crazyflie_app_with_pos_err_integral(tmp_path: Path) -> None:
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (briefly trained) quad-hover PPO run directory."""
     from embodied.experiment import replace_trainer, resolve_experiment
-    from embodied.trainer import Trainer
+    from embodied.training.trainer import Trainer
 
     cfg = resolve_experiment("quad-hover", "ppo", None, ["trainer.total_env_steps=4096"], seed=0, num_envs=64)
     cfg = replace_trainer(cfg, progress=False, tensorboard=False, eval_every_env_steps=0, eval_episodes=16)
@@ -319,9 +319,9 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @needs_gcc
 def test_run_export_and_software_in_the_loop_matches_torch(tiny_run: Path) -> None:
-    from embodied.evaluate import evaluate, load_policy
-    from embodied.run import load_run
-    from embodied.run_policy import export_run
+    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.run import load_run
+    from embodied.training.run_policy import export_run
 
     report = export_run(tiny_run, "all")
     assert report.onnx_max_abs_err is not None and report.onnx_max_abs_err <= 1e-5

@@ -32,7 +32,7 @@ from embodied.export.formats import EXPORTERS, format_choices
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A quad-hover PPO run of a few updates (weights barely trained: only the files matter)."""
     from embodied.experiment import replace_trainer, resolve_experiment
-    from embodied.trainer import Trainer
+    from embodied.training.trainer import Trainer
 
     cfg = resolve_experiment("quad-hover", "ppo", None, ["trainer.total_env_steps=1024"], seed=0, num_envs=16)
     cfg = replace_trainer(cfg, progress=False, tensorboard=False, eval_every_env_steps=0, eval_episodes=4)
@@ -119,10 +119,11 @@ def test_a_description_field_the_torch_rebuild_ignores_is_refused(monkeypatch: p
 def test_every_checkpoint_writes_the_artifact_and_consumers_skip_the_algorithm(
     small_run: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from embodied import registry, run
-    from embodied.evaluate import evaluate, load_policy
+    from embodied import registry
     from embodied.experiment import load_experiment
-    from embodied.run_policy import checkpoint_seal, policy_artifact
+    from embodied.training import run
+    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.run_policy import checkpoint_seal, policy_artifact
 
     artifact = read_policy_artifact(small_run / POLICY_FILE)
     assert artifact.checkpoint_seal == checkpoint_seal(small_run) and len(artifact.checkpoint_seal) == 64
@@ -151,12 +152,12 @@ def test_runs_without_an_artifact_build_it_once_from_the_checkpoint(
 ) -> None:
     import shutil
 
-    from embodied.run_policy import policy_artifact
+    from embodied.training.run_policy import policy_artifact
 
     old = tmp_path / "old"
     shutil.copytree(small_run, old)
     (old / POLICY_FILE).unlink()
-    with caplog.at_level(logging.INFO, logger="embodied.run_policy"):
+    with caplog.at_level(logging.INFO, logger="embodied.training.run_policy"):
         built = policy_artifact(old)
     assert "building it from the checkpoint once" in caplog.text
     assert (old / POLICY_FILE).is_file()
@@ -166,14 +167,14 @@ def test_runs_without_an_artifact_build_it_once_from_the_checkpoint(
     stale = PolicyArtifact(built.kind, built.description, built.io_spec, 0, "0" * 64)
     (old / POLICY_FILE).write_bytes(stale.to_bytes())
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="embodied.run_policy"):
+    with caplog.at_level(logging.WARNING, logger="embodied.training.run_policy"):
         assert policy_artifact(old).checkpoint_seal != "0" * 64
     assert "was taken from another checkpoint" in caplog.text
 
 
 def test_the_exporter_table_drives_the_cli_choices() -> None:
     from embodied.cli import build_parser
-    from embodied.evaluate import policy_choices
+    from embodied.training.evaluate import policy_choices
 
     assert format_choices() == (*EXPORTERS, "all")
     assert policy_choices() == ("torch", *EXPORTERS)

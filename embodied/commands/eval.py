@@ -38,10 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from embodied import registry
     from embodied.errors import EmbodiedError
-    from embodied.evaluate import evaluate, load_policy
     from embodied.experiment import load_experiment
-    from embodied.run import CONFIG_FILE
-    from embodied.run_policy import policy_artifact
+    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.run import CONFIG_FILE
+    from embodied.training.run_policy import policy_artifact
 
     if not (args.run_dir / CONFIG_FILE).is_file():
         raise EmbodiedError(

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from embodied.run_policy import export_run
+    from embodied.training.run_policy import export_run
 
     report = export_run(args.run_dir, args.fmt, record=not args.no_record)
     print(f"model_sha256: {report.model_sha256}")

@@ -44,7 +44,7 @@ def ensure_c_export(run_dir: Path) -> Path:
     """``RUN_DIR/export/c``, exported first from the run's policy artifact when it is missing
     or holds other weights."""
     from embodied.export.bundle import c_dir
-    from embodied.run_policy import ensure_export
+    from embodied.training.run_policy import ensure_export
 
     ensure_export(run_dir, "c")
     return c_dir(run_dir)

@@ -100,7 +100,7 @@ def _run_batch(policy: PolicyFn, env: Any, seed: int) -> tuple[torch.Tensor, tor
 
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
     """The run's policy artifact as a torch module (deterministic actions), without its algorithm."""
-    from embodied.run_policy import policy_artifact
+    from embodied.training.run_policy import policy_artifact
 
     module = policy_artifact(run_dir).module().to(env.device)
 
@@ -126,7 +126,7 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
     from embodied.export.formats import EXPORTERS
     from embodied.export.policy_io import read_policy_io
-    from embodied.run_policy import ensure_export
+    from embodied.training.run_policy import ensure_export
 
     if kind not in policy_choices():
         raise ConfigError(unknown_choice_message("policy kind", kind, policy_choices()))

@@ -20,7 +20,7 @@ from embodied.export.bundle import ExportReport, export_artifact, export_dir, re
 from embodied.export.formats import selected
 from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io, weights_sha256
 from embodied.io_spec import IOSpec
-from embodied.run import CHECKPOINT_FILE, CONFIG_FILE, atomic_write_bytes
+from embodied.training.run import CHECKPOINT_FILE, CONFIG_FILE, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
         log.warning("%s was taken from another checkpoint than %s: rebuilding it", path, run_dir / CHECKPOINT_FILE)
     else:
         log.info("%s has no %s (older runs wrote none): building it from the checkpoint once", run_dir, POLICY_FILE)
-    from embodied.run import load_run
+    from embodied.training.run import load_run
 
     run = load_run(run_dir)
     env_steps = int(run.checkpoint.get("trainer", {}).get("env_steps", 0))

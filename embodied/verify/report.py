@@ -69,7 +69,7 @@ def ensure_export(run_dir: Path) -> None:
     otherwise check that the export holds the run's current weights."""
     from embodied.export.bundle import export_dir
     from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io, weights_sha256
-    from embodied.run_policy import export_run, policy_artifact
+    from embodied.training.run_policy import export_run, policy_artifact
 
     out = export_dir(run_dir)
     if not (out / POLICY_IO_FILENAME).exists() and not (out / ONNX_FILENAME).exists():
@@ -88,9 +88,9 @@ def ensure_export(run_dir: Path) -> None:
 def _torch_task_eval(run_dir: Path, kind: str, episodes: int, seed: int) -> dict[str, float]:
     """``embodied eval RUN_DIR --policy KIND`` as a dict."""
     from embodied import registry
-    from embodied.evaluate import evaluate, load_policy
     from embodied.experiment import load_experiment
-    from embodied.run import CONFIG_FILE
+    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.run import CONFIG_FILE
 
     cfg = load_experiment(run_dir / CONFIG_FILE)
     result = evaluate(
@@ -118,8 +118,8 @@ def run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None 
 
 def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None) -> dict[str, Any]:
     from embodied.export.bundle import export_dir
-    from embodied.run import CONFIG_FILE, load_checkpoint
     from embodied.sim.mujoco_crazyflie import Perturbation
+    from embodied.training.run import CONFIG_FILE, load_checkpoint
     from embodied.verify.episodes import run_episodes
     from embodied.verify.policy import load_exported_policy
 
