@@ -202,3 +202,25 @@ def test_c_format_flies_any_policy_on_the_host(tmp_path: Path) -> None:
     write_io(random_policy(obs_dim=6, hidden=(16,), action_dim=2, seed=4), generic_io_spec(6, 2), tmp_path / "export")
     with pytest.raises(EmbodiedError, match="generated for another model"):
         EXPORTERS["c"].load_policy(tmp_path, env)
+
+
+def test_ensure_export_keeps_a_current_export_and_redoes_a_stale_one(small_run: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from embodied.training.run_policy import ensure_export
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    shutil.rmtree(run_dir / "export", ignore_errors=True)
+    ensure_export(run_dir, "onnx")
+    io_path = run_dir / "export" / "policy_io.json"
+    written = io_path.stat().st_mtime_ns
+    ensure_export(run_dir, "onnx")
+    assert io_path.stat().st_mtime_ns == written  # current: left alone
+    # An export from before extra.vehicle existed: same weights, older interface.
+    data = json.loads(io_path.read_text())
+    del data["extra"]["vehicle"]
+    io_path.write_text(json.dumps(data))
+    ensure_export(run_dir, "onnx")
+    assert json.loads(io_path.read_text())["extra"]["vehicle"] == "crazyflie"

@@ -6,6 +6,7 @@ See :mod:`embodied.export.artifact` for the file itself.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -100,9 +101,16 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     return export_artifact(artifact, export_dir(run_dir), fmt, recorded, source_run=str(run_dir.resolve()))
 
 
+def _plain(spec: IOSpec) -> object:
+    """``spec`` as JSON would hold it (tuples become lists), for comparing an artifact's
+    interface with the one ``policy_io.json`` was written with."""
+    return json.loads(json.dumps(spec.to_dict()))
+
+
 def ensure_export(run_dir: Path, fmt: str = "all") -> None:
-    """Export ``fmt`` when ``RUN_DIR/export`` lacks one of its files or holds other weights than
-    the run's policy artifact."""
+    """Export ``fmt`` when ``RUN_DIR/export`` lacks one of its files; export every format again
+    when the folder holds other weights or another interface than the run's policy artifact
+    (e.g. an export from before ``extra.vehicle`` was written)."""
     out = export_dir(run_dir)
     files = [POLICY_IO_FILENAME, *(f for exporter in selected(fmt) for f in exporter.files)]
     missing = [f for f in files if not (out / f).is_file()]
@@ -110,10 +118,13 @@ def ensure_export(run_dir: Path, fmt: str = "all") -> None:
         log.info("%s lacks %s: exporting %s", out, ", ".join(missing), fmt)
         export_run(run_dir, fmt)
         return
-    current = weights_sha256(policy_artifact(run_dir).module())
-    if read_policy_io(out).model_sha256 != current:
-        # Every format again, so no file of the folder keeps the old weights beside the new policy_io.json.
-        log.info("%s holds other weights than the run's checkpoint: exporting it again", out)
+    artifact = policy_artifact(run_dir)
+    exported = read_policy_io(out)
+    if exported.model_sha256 != weights_sha256(artifact.module()) or _plain(exported.io_spec) != _plain(
+        artifact.io_spec
+    ):
+        # Every format again, so no file of the folder keeps the old policy beside the new policy_io.json.
+        log.info("%s holds another policy or interface than the run's checkpoint: exporting it again", out)
         export_run(run_dir, "all")
 
 
