@@ -204,23 +204,31 @@ def test_c_format_flies_any_policy_on_the_host(tmp_path: Path) -> None:
         EXPORTERS["c"].load_policy(tmp_path, env)
 
 
-def test_ensure_export_keeps_a_current_export_and_redoes_a_stale_one(small_run: Path, tmp_path: Path) -> None:
+def test_eval_exports_a_run_once_and_names_an_export_older_than_extra_vehicle(small_run: Path, tmp_path: Path) -> None:
     import json
     import shutil
 
-    from embodied.training.run_policy import ensure_export
+    from embodied import registry
+    from embodied.training.evaluate import load_policy
 
     run_dir = tmp_path / "run"
     shutil.copytree(small_run, run_dir)
     shutil.rmtree(run_dir / "export", ignore_errors=True)
-    ensure_export(run_dir, "onnx")
-    io_path = run_dir / "export" / "policy_io.json"
-    written = io_path.stat().st_mtime_ns
-    ensure_export(run_dir, "onnx")
-    assert io_path.stat().st_mtime_ns == written  # current: left alone
-    # An export from before extra.vehicle existed: same weights, older interface.
-    data = json.loads(io_path.read_text())
-    del data["extra"]["vehicle"]
-    io_path.write_text(json.dumps(data))
-    ensure_export(run_dir, "onnx")
-    assert json.loads(io_path.read_text())["extra"]["vehicle"] == "crazyflie"
+    env = registry.make_env("quad-hover", registry.task_cfg("quad-hover"), 2, "cpu", 0)
+    try:
+        load_policy("onnx", run_dir, env)  # never exported: exported first
+        io_path = run_dir / "export" / "policy_io.json"
+        written = io_path.stat().st_mtime_ns
+        load_policy("onnx", run_dir, env)
+        assert io_path.stat().st_mtime_ns == written  # an existing export is used as it is
+        data = json.loads(io_path.read_text())
+        del data["extra"]["vehicle"]  # as written before extra.vehicle existed
+        io_path.write_text(json.dumps(data))
+        with pytest.raises(EmbodiedError, match=r"extra\.vehicle is '' but the run's policy says 'crazyflie'"):
+            load_policy("onnx", run_dir, env)
+        (run_dir / "export" / "policy.onnx").unlink()
+        io_path.write_text(json.dumps(data | {"extra": data["extra"] | {"vehicle": "crazyflie"}}))
+        with pytest.raises(EmbodiedError, match=r"policy\.onnx not found"):
+            load_policy("onnx", run_dir, env)
+    finally:
+        env.close()

@@ -6,6 +6,7 @@ is unbiased (short failing episodes cannot crowd out long ones).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ PolicyFn = Callable[[ObsDict], torch.Tensor]
 
 TORCH = "torch"
 """``--policy torch``: the policy artifact's torch module; every other name is an export format."""
+
+log = logging.getLogger(__name__)
 
 MAX_PARALLEL_EPISODES = 4096
 
@@ -118,22 +121,34 @@ def policy_choices() -> tuple[str, ...]:
 
 
 def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
-    """``--policy KIND``: ``torch`` or an export format of :data:`~embodied.export.formats.EXPORTERS`
-    (exported first when its files are missing). A policy whose ``policy_io.json`` names a
-    vehicle with its own loader for KIND (the Crazyflie: ``c`` is the firmware controller in the
-    loop) flies with that loader."""
+    """``--policy KIND``: ``torch`` or an export format of :data:`~embodied.export.formats.EXPORTERS`.
+
+    A run never exported is exported first; an existing ``RUN_DIR/export`` is used as it is
+    (the format's loader checks it). A policy whose ``policy_io.json`` names a vehicle with its
+    own loader for KIND (the Crazyflie: ``c`` is the firmware controller in the loop) flies
+    with that loader."""
     from embodied.crazyflie import sil
     from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
-    from embodied.export.formats import EXPORTERS
-    from embodied.export.policy_io import read_policy_io
-    from embodied.training.run_policy import ensure_export
+    from embodied.errors import EmbodiedError
+    from embodied.export.formats import EXPORT_SUBDIR, EXPORTERS
+    from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io
+    from embodied.training.run_policy import export_run, policy_artifact
 
     if kind not in policy_choices():
         raise ConfigError(unknown_choice_message("policy kind", kind, policy_choices()))
     if kind == TORCH:
         return load_torch_policy(run_dir, env)
-    ensure_export(run_dir, kind)
+    export = Path(run_dir) / EXPORT_SUBDIR
+    if not (export / POLICY_IO_FILENAME).is_file():
+        log.info("%s has no export yet: exporting %s", run_dir, kind)
+        export_run(run_dir, kind)
+    exported = read_policy_io(export)
+    trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")
+    if vehicle_name(exported) != trained:
+        raise EmbodiedError(
+            f"{exported.path}: extra.vehicle is {vehicle_name(exported)!r} but the run's policy says "
+            f"{trained!r} (exported by an older version); re-export with `embodied export {run_dir}`"
+        )
     vehicle_loaders = {VEHICLE: sil.EVAL_LOADERS}
-    loaders = vehicle_loaders.get(vehicle_name(read_policy_io(Path(run_dir) / "export")), {})
-    loader = loaders.get(kind, EXPORTERS[kind].load_policy)
+    loader = vehicle_loaders.get(vehicle_name(exported), {}).get(kind, EXPORTERS[kind].load_policy)
     return loader(run_dir, env)

@@ -6,22 +6,21 @@ See :mod:`embodied.export.artifact` for the file itself.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 from torch import nn
 
 from embodied import registry
-from embodied.checkpoint_seal import MAGIC
+from embodied.checkpoint_seal import MAGIC, SealError, verify_file
 from embodied.errors import EmbodiedError
 from embodied.experiment import load_experiment
 from embodied.export.artifact import POLICY_FILE, PolicyArtifact, PolicyArtifactError, read_policy_artifact
 from embodied.export.bundle import ExportReport, export_artifact, export_dir, record_observations
 from embodied.export.formats import selected
-from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io, weights_sha256
+from embodied.export.policy_io import POLICY_IO_FILENAME
 from embodied.io_spec import IOSpec
-from embodied.training.run import CHECKPOINT_FILE, CONFIG_FILE, atomic_write_bytes
+from embodied.training.run import CHECKPOINT_FILE, CONFIG_FILE, CheckpointError, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +57,29 @@ def write_policy_artifact(run_dir: Path, module: nn.Module, io_spec: IOSpec, env
 def policy_artifact(run_dir: Path) -> PolicyArtifact:
     """The run's policy artifact, without rebuilding its algorithm.
 
-    Runs saved before artifacts existed, or whose artifact does not belong to the current
-    checkpoint (a crash between the two writes), get it built from the checkpoint once
-    (this loads the whole run one time) and saved for next time.
+    The checkpoint's seal is verified first (its bytes hashed, nothing unpickled), so a damaged
+    or missing ``ckpt/latest.pt`` is a :class:`CheckpointError` here as everywhere else. Runs
+    saved before artifacts existed, or whose artifact does not belong to the current checkpoint
+    (a crash between the two writes), get it built from the checkpoint once (this loads the
+    whole run one time) and saved for next time.
     """
     run_dir = Path(run_dir)
     path = run_dir / POLICY_FILE
-    seal = checkpoint_seal(run_dir)
+    checkpoint = run_dir / CHECKPOINT_FILE
+    if not checkpoint.is_file():
+        raise CheckpointError(
+            f"{run_dir}: no checkpoint at {checkpoint} (the run was not trained long enough to save one, "
+            "or this is not a run directory)"
+        )
+    try:
+        seal = verify_file(checkpoint)
+    except SealError as err:
+        raise CheckpointError(str(err)) from None
+    except OSError as err:
+        raise CheckpointError(f"{checkpoint}: cannot read the checkpoint: {err.strerror or err}") from None
     if path.is_file():
         artifact = read_policy_artifact(path)
-        if not seal or artifact.checkpoint_seal == seal:
+        if artifact.checkpoint_seal == seal:
             return artifact
         log.warning("%s was taken from another checkpoint than %s: rebuilding it", path, run_dir / CHECKPOINT_FILE)
     else:
@@ -101,31 +113,15 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     return export_artifact(artifact, export_dir(run_dir), fmt, recorded, source_run=str(run_dir.resolve()))
 
 
-def _plain(spec: IOSpec) -> object:
-    """``spec`` as JSON would hold it (tuples become lists), for comparing an artifact's
-    interface with the one ``policy_io.json`` was written with."""
-    return json.loads(json.dumps(spec.to_dict()))
-
-
 def ensure_export(run_dir: Path, fmt: str = "all") -> None:
-    """Export ``fmt`` when ``RUN_DIR/export`` lacks one of its files; export every format again
-    when the folder holds other weights or another interface than the run's policy artifact
-    (e.g. an export from before ``extra.vehicle`` was written)."""
+    """Export ``fmt`` when ``RUN_DIR/export`` lacks one of its files; an existing export is
+    left as it is (its readers check it against ``policy_io.json`` and name what differs)."""
     out = export_dir(run_dir)
     files = [POLICY_IO_FILENAME, *(f for exporter in selected(fmt) for f in exporter.files)]
     missing = [f for f in files if not (out / f).is_file()]
     if missing:
         log.info("%s lacks %s: exporting %s", out, ", ".join(missing), fmt)
         export_run(run_dir, fmt)
-        return
-    artifact = policy_artifact(run_dir)
-    exported = read_policy_io(out)
-    if exported.model_sha256 != weights_sha256(artifact.module()) or _plain(exported.io_spec) != _plain(
-        artifact.io_spec
-    ):
-        # Every format again, so no file of the folder keeps the old policy beside the new policy_io.json.
-        log.info("%s holds another policy or interface than the run's checkpoint: exporting it again", out)
-        export_run(run_dir, "all")
 
 
 __all__ = [
