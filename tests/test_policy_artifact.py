@@ -232,3 +232,21 @@ def test_eval_exports_a_run_once_and_names_an_export_older_than_extra_vehicle(sm
             load_policy("onnx", run_dir, env)
     finally:
         env.close()
+
+
+def test_streamed_seal_check_agrees_with_the_in_memory_one(tmp_path: Path) -> None:
+    from embodied.checkpoint_seal import SealError, unseal, verify_file
+
+    data = PolicyArtifact.from_module(random_policy(), quad_io_spec()).to_bytes()
+    path = tmp_path / "sealed.pt"
+    path.write_bytes(data)
+    assert verify_file(path, chunk_bytes=1000) == data[-64:].decode()
+    unseal(data, "mem")
+    damaged = bytearray(data)
+    damaged[123] ^= 0x10
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(SealError, match="checksum mismatch"):
+        verify_file(path, chunk_bytes=1000)
+    path.write_bytes(data[:-10])
+    with pytest.raises(SealError, match="no integrity seal"):
+        verify_file(path)
