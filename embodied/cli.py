@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "train",
     "eval",
     "play",
+    "sweep",
     "list",
     "bench",
     "export",

@@ -245,8 +245,31 @@ def test_bf16_on_cpu_warns_only_without_native_support(
     """bf16 autocast is emulated (slower) on CPUs without AVX-512 BF16 / AMX: say so at start."""
     for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         monkeypatch.setattr(torch.cpu, name, lambda: native, raising=False)
-    with caplog.at_level("WARNING", logger="embodied.algos.offpolicy"):
+    with caplog.at_level("WARNING", logger="embodied.precision"):
         algo = SAC(dataclasses.replace(PENDULUM_SAC, bf16=True, learning_starts=8, batch_size=8), TorchPendulum(2))
         train(algo, TorchPendulum(2), 32)  # the bf16 gradient steps run on either kind of CPU
-    warned = any("algo.bf16=false" in r.getMessage() for r in caplog.records)
+    warned = any("algo.bf16=auto or false" in r.getMessage() for r in caplog.records)
     assert warned is not native
+    assert algo.use_bf16
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_auto_follows_the_cpu(
+    native: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``algo.bf16=auto`` turns autocast on exactly where the CPU has native bf16, and logs why."""
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, name, lambda: native, raising=False)
+    with caplog.at_level("INFO", logger="embodied.precision"):
+        algo = SAC(dataclasses.replace(PENDULUM_SAC, bf16="auto", learning_starts=8, batch_size=8), TorchPendulum(2))
+    assert algo.use_bf16 is native
+    said = [r.getMessage() for r in caplog.records if "algo.bf16=auto" in r.getMessage()]
+    assert len(said) == 1 and ("bfloat16 autocast on" in said[0]) is native
+
+
+def test_bf16_setting_is_checked_by_name() -> None:
+    """A typo in the precision setting is a config error naming the key, not a silent float32."""
+    from embodied.config import ConfigError, apply_overrides
+
+    with pytest.raises(ConfigError, match="bf16"):
+        apply_overrides(PENDULUM_SAC, {"bf16": "fast"}, "cli")

@@ -25,6 +25,7 @@ from embodied.env import VecEnv, require_box_actions
 from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.distributional import CriticEnsemble
+from embodied.precision import Bf16Setting, resolve_bf16
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,10 @@ class OffPolicyCfg:
     init_action_mean: tuple[float, ...] | str | None = None
     """Initial (pre-noise) action of the actor: ``action_dim`` values, or the name of a key of
     the env's ``io_spec().extra`` that holds one (e.g. ``hover_action``); null: 0."""
-    bf16: bool = False
-    """bfloat16 autocast in the gradient steps. Pays off on GPUs and on CPUs with native bf16
-    matmuls (AVX-512 BF16 or AMX: ~1.4x per SAC update at batch 256 on the reference machine);
-    on other CPUs it is emulated and slower (a warning says so at start)."""
+    bf16: Bf16Setting = False
+    """bfloat16 autocast in the gradient steps: ``true``, ``false`` or ``auto`` (on exactly where the
+    device computes bf16 natively: CUDA, or a CPU with AVX-512 BF16 / AMX, where it is ~1.4x per
+    SAC update at batch 256; elsewhere it is emulated and ~10x slower). The decision is logged."""
     compile: bool = False
     """``torch.compile`` the gradient steps (cold compile costs tens of seconds)."""
     save_replay: bool = True
@@ -132,16 +133,6 @@ class TrainBatch:
     discount: torch.Tensor
 
 
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU runs bfloat16 matmuls natively (AVX-512 BF16 or AMX tiles).
-
-    torch exposes the check only privately; a torch without it counts as "unknown" (True), so
-    the caller does not warn on a guess."""
-    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    known = [check for check in checks if callable(check)]
-    return not known or any(bool(check()) for check in known)
-
-
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """``target <- (1 - tau) * target + tau * source`` for every parameter (in place)."""
     with torch.no_grad():
@@ -178,11 +169,7 @@ class OffPolicyBase:
         require_box_actions(env, algo_name)
         self.cfg = cfg
         self.device = torch.device(env.device)
-        if cfg.bf16 and self.device.type == "cpu" and not cpu_has_native_bf16():
-            log.warning(
-                "algo.bf16=true on a CPU without native bfloat16 matmuls (AVX-512 BF16 or AMX): "
-                "the gradient steps will be slower than float32; set algo.bf16=false"
-            )
+        self.use_bf16 = resolve_bf16(cfg.bf16, self.device)
         self.num_envs = int(env.num_envs)
         self.action_dim = int(env.action_dim)
         self.obs_spec = {k: tuple(v) for k, v in env.obs_spec.items()}
@@ -269,7 +256,7 @@ class OffPolicyBase:
             return torch.optim.AdamW(params, lr=lr, weight_decay=self.cfg.weight_decay)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16)
 
     # --- Algorithm protocol pieces --------------------------------------------------------
 

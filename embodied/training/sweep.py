@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 CURVE_KEYS = ("eval/mean_return", "eval/success_rate")
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
+def mean_std(values: list[float]) -> tuple[float, float]:
     mean = sum(values) / len(values)
     var = sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)
     return mean, math.sqrt(var)
@@ -36,7 +36,7 @@ def aggregate(run_dirs: list[Path], out_dir: Path) -> Path:
     fig, axes = plt.subplots(1, len(CURVE_KEYS), figsize=(5 * len(CURVE_KEYS), 3.5))
     for ax, key in zip(axes, CURVE_KEYS):
         steps = [evals[0][i]["env_steps"] for i in range(n_points)]
-        stats = [_mean_std([e[i][key] for e in evals]) for i in range(n_points)]
+        stats = [mean_std([e[i][key] for e in evals]) for i in range(n_points)]
         means = [m for m, _ in stats]
         stds = [s for _, s in stats]
         ax.plot(steps, means, marker="o")
@@ -57,9 +57,9 @@ def aggregate(run_dirs: list[Path], out_dir: Path) -> Path:
             f"{row['eval/success_rate']:.3f} | {row['eval/mean_return']:.2f} |"
         )
     if finals:
-        sr = _mean_std([r["eval/success_rate"] for r in finals])
-        ret = _mean_std([r["eval/mean_return"] for r in finals])
-        tt = _mean_std([r.get("eval/train_time_s", float("nan")) for r in finals])
+        sr = mean_std([r["eval/success_rate"] for r in finals])
+        ret = mean_std([r["eval/mean_return"] for r in finals])
+        tt = mean_std([r.get("eval/train_time_s", float("nan")) for r in finals])
         lines.append(
             f"| **mean ± std** | | {tt[0]:.2f} ± {tt[1]:.2f} | {sr[0]:.3f} ± {sr[1]:.3f} | {ret[0]:.2f} ± {ret[1]:.2f} |"
         )
