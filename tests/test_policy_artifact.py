@@ -250,3 +250,18 @@ def test_streamed_seal_check_agrees_with_the_in_memory_one(tmp_path: Path) -> No
     path.write_bytes(data[:-10])
     with pytest.raises(SealError, match="no integrity seal"):
         verify_file(path)
+
+
+def test_a_format_for_one_vehicle_refuses_other_policies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from embodied.export import formats
+    from embodied.export.bundle import export_module
+
+    class QuadOnly(formats.OnnxExporter):
+        name = "quad-only"
+        vehicle = "crazyflie"
+
+    monkeypatch.setitem(formats.EXPORTERS, "quad-only", QuadOnly())
+    with pytest.raises(EmbodiedError, match="format 'quad-only' needs a 'crazyflie' policy"):
+        export_module(random_policy(obs_dim=6, hidden=(8,), action_dim=2), generic_io_spec(6, 2), tmp_path, "quad-only")
+    report = export_module(random_policy(), quad_io_spec(), tmp_path, "quad-only")
+    assert report.onnx_max_abs_err is None and report.max_abs_err("quad-only") is not None

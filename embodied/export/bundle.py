@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from embodied.errors import EmbodiedError
 from embodied.export.artifact import PolicyArtifact
 from embodied.export.formats import C_SUBDIR, EXPORT_SUBDIR, HOST_SUBDIR, FormatResult, selected
 from embodied.export.onnx import probe_observations
@@ -97,6 +98,13 @@ def export_artifact(
     """Export ``artifact`` into ``out_dir``: ``policy_io.json`` always, then each format ``fmt``
     names (a :data:`~embodied.export.formats.EXPORTERS` key or ``all``)."""
     exporters = selected(fmt)  # an unknown format fails before anything is written
+    vehicle = artifact.io_spec.extra.get("vehicle", "")
+    for exporter in exporters:
+        if exporter.vehicle is not None and exporter.vehicle != vehicle:
+            raise EmbodiedError(
+                f"format {exporter.name!r} needs a {exporter.vehicle!r} policy (policy_io extra.vehicle), "
+                f"this one is {vehicle or 'for no vehicle'!r}"
+            )
     module = artifact.module()
     out_dir = Path(out_dir)
     report = ExportReport(model_sha256=weights_sha256(module), num_macs=artifact.description.num_macs)
