@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.run import CHECKPOINT_FILE, load_checkpoint, read_metrics
+from embodied.training.run import CHECKPOINT_FILE, load_checkpoint, read_metrics
 
 RUN_ARGS = [
     "quad-hover", "--no-progress", "--seed", "0", "num_envs=16", "algo.num_steps_per_env=16",

@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied.run import read_metrics
 from embodied.stop import EXIT_TERMINATED, Terminated, raise_terminated
+from embodied.training.run import read_metrics
 
 TASKS = {"halfcheetah": ("mujoco-halfcheetah", "HalfCheetah-v5"), "ant": ("mujoco-ant", "Ant-v5")}
 OURS_ALGOS = ("sac", "fasttd3", "ppo")

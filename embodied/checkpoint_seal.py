@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from pathlib import Path
 
 from embodied.errors import EmbodiedError
 
@@ -35,20 +36,50 @@ def seal(archive: bytes) -> bytes:
     return body + MAGIC + hashlib.sha256(body).hexdigest().encode()
 
 
-def unseal(data: bytes, name: str) -> bytes:
-    """Verify ``data``'s seal; return it unchanged. Raise :class:`SealError` naming ``name``."""
-    if len(data) < _EOCD_SIZE + _COMMENT_LEN or data[-_COMMENT_LEN:-64] != MAGIC:
+def _stored_seal(tail: bytes, size: int, name: str) -> bytes:
+    """The stored hex digest from a file's last ``_EOCD_SIZE + _COMMENT_LEN`` bytes (``tail``)."""
+    if size < _EOCD_SIZE + _COMMENT_LEN or tail[-_COMMENT_LEN:-64] != MAGIC:
         raise SealError(
             f"{name}: no integrity seal at its end: truncated, damaged, or not a sealed embodied checkpoint (older versions wrote none)"
         )
-    body, stored = data[:-_COMMENT_LEN], data[-64:]
-    eocd = body[-_EOCD_SIZE:]
+    eocd = tail[-_COMMENT_LEN - _EOCD_SIZE : -_COMMENT_LEN]
     if eocd[:4] != _EOCD or eocd[-2:] != struct.pack("<H", _COMMENT_LEN):
         raise SealError(f"{name}: damaged ZIP end record before its seal; the file is corrupt")
-    actual = hashlib.sha256(body).hexdigest().encode()
+    return tail[-64:]
+
+
+def _mismatch(name: str, stored: bytes, actual: bytes) -> SealError:
+    return SealError(
+        f"{name}: checksum mismatch (sealed {stored[:12].decode('ascii', 'replace')}, "
+        f"contents {actual[:12].decode()}): the file is corrupt"
+    )
+
+
+def verify_file(path: Path, chunk_bytes: int = 1 << 24) -> str:
+    """Verify the seal of the file at ``path`` without holding it in memory; return the sealed
+    digest (hex). Raise :class:`SealError` naming the file, ``OSError`` when it cannot be read."""
+    with Path(path).open("rb") as fh:
+        size = fh.seek(0, 2)
+        fh.seek(max(0, size - _EOCD_SIZE - _COMMENT_LEN))
+        stored = _stored_seal(fh.read(), size, str(path))
+        fh.seek(0)
+        digest, remaining = hashlib.sha256(), size - _COMMENT_LEN
+        while remaining > 0:
+            chunk = fh.read(min(chunk_bytes, remaining))
+            if not chunk:
+                break
+            digest.update(chunk)
+            remaining -= len(chunk)
+    actual = digest.hexdigest().encode()
     if actual != stored:
-        raise SealError(
-            f"{name}: checksum mismatch (sealed {stored[:12].decode('ascii', 'replace')}, "
-            f"contents {actual[:12].decode()}): the file is corrupt"
-        )
+        raise _mismatch(str(path), stored, actual)
+    return actual.decode()
+
+
+def unseal(data: bytes, name: str) -> bytes:
+    """Verify ``data``'s seal; return it unchanged. Raise :class:`SealError` naming ``name``."""
+    stored = _stored_seal(data[-_EOCD_SIZE - _COMMENT_LEN :], len(data), name)
+    actual = hashlib.sha256(data[:-_COMMENT_LEN]).hexdigest().encode()
+    if actual != stored:
+        raise _mismatch(name, stored, actual)
     return data

@@ -154,7 +154,7 @@ def resolve_experiment(
 
 
 def load_experiment(config_path: Path, allow: Collection[str] = ()) -> ExperimentCfg:
-    """Rebuild a saved ``config.yaml`` (as written by :func:`embodied.run.write_config`).
+    """Rebuild a saved ``config.yaml`` (as written by :func:`embodied.training.run.write_config`).
 
     ``allow``: keys whose range bound the run was started with ``--i-know-what-im-doing`` for
     (saved in the file as ``i_know_what_im_doing``)."""

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from embodied.experiment import resolve_experiment
-from embodied.trainer import Trainer
+from embodied.training.trainer import Trainer
 
 SOLVED_RETURN = -200.0
 

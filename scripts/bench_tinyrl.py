@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.export import firmware_build as fb
+from embodied.crazyflie import firmware_build as fb
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.layers import mlp_arrays
@@ -50,7 +50,7 @@ def main() -> None:
         ),
         (ActionField("motor_rpm", 4),),
         0.01,
-        extra={"action_history": args.history},
+        extra={"vehicle": "crazyflie", "action_history": args.history},
     )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

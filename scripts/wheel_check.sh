@@ -2,7 +2,8 @@
 # Build the wheel, install it (not editable) into a fresh venv and use it the way a user of
 # `pip install embodied` would, from a folder outside the checkout: train a tiny quad-hover run,
 # export every format (ONNX, C, host library: needs the firmware sources as package data),
-# emulate the firmware on QEMU when qemu-system-arm is present, and run the deployment node
+# emulate the firmware on QEMU and build the Crazyflie app when the ARM toolchain is present,
+# evaluate the policy artifact and the firmware controller in the loop, and run the deployment node
 # for a moment over Cyclone DDS on loopback plus its ros2-launch dry run.
 #
 # The fresh venv borrows its third-party dependencies (torch, onnxruntime, cyclonedds, ...)
@@ -50,9 +51,13 @@ run="$out/work/run"
 "$cli" export "$run" --format all
 if command -v qemu-system-arm >/dev/null 2>&1 && command -v arm-none-eabi-gcc >/dev/null 2>&1; then
   "$cli" firmware emulate "$run"
+  "$cli" firmware build "$run"
 else
   echo "firmware emulate: skipped (qemu-system-arm or arm-none-eabi-gcc not installed)"
 fi
+# The policy artifact (ckpt/policy.pt) in torch, and the firmware controller in the loop.
+"$cli" eval "$run" --policy torch --episodes 4
+"$cli" eval "$run" --policy c --episodes 4
 "$cli" deploy "$run" --robot crazyflie_sim --print-launch
 "$cli" deploy "$run" --robot crazyflie_sim --loopback --domain-id 87 --duration 1 --no-live
 echo "wheel check passed"

@@ -1,4 +1,5 @@
-"""Throughput of the built-in quadrotor: the bare physics step and the full quad-hover task step.
+"""Throughput of the built-in quadrotor's bare physics step, and the timing helpers the task
+benchmarks of ``embodied bench env`` share (:mod:`embodied.commands.bench`).
 
 ``steps_per_s`` counts env steps summed over envs (``num_envs * steps / seconds``), the median
 of several timed repeats after a warm-up (which includes any ``torch.compile`` time, reported
@@ -79,35 +80,3 @@ def bench_quadrotor(
 
     warmup_s, blocks, cpus = time_repeats(step, steps, repeats, warmup=max(20, steps // 5))
     return summarize(num_envs, steps, warmup_s, blocks, cpus, bench="sim quadrotor", device=str(dev), compile=compile)
-
-
-def bench_task_env(
-    task: str, num_envs: int, device: str = "cpu", steps: int = 200, compile: bool = False, repeats: int = 5
-) -> dict[str, Any]:
-    """Full ``step`` of a registered task (physics, observation, reward, termination, auto-reset)
-    under uniform random actions in [-1, 1]."""
-    from embodied.config import ConfigError, apply_overrides
-    from embodied.registry import make_env, task_cfg
-
-    cfg = task_cfg(task)
-    if compile:
-        try:
-            cfg = apply_overrides(cfg, {"sim": {"compile": True}}, f"bench env {task}")
-        except ConfigError as err:
-            raise ConfigError(f"task {task!r} has no sim.compile option; run it with --no-compile ({err})") from err
-    dev = torch.device(device)
-    env = make_env(task, cfg, num_envs, dev, seed=0)
-    gen = torch.Generator(dev).manual_seed(1)
-    actions = [torch.rand(num_envs, env.action_dim, generator=gen, device=dev) * 2 - 1 for _ in range(16)]
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-
-    def step(i: int) -> None:
-        env.step(actions[i % len(actions)])
-        if i == steps - 1:
-            sync()
-
-    try:
-        warmup_s, blocks, cpus = time_repeats(step, steps, repeats, warmup=max(20, steps // 5))
-    finally:
-        env.close()
-    return summarize(num_envs, steps, warmup_s, blocks, cpus, bench=f"env {task}", device=str(dev), compile=compile)

@@ -506,6 +506,8 @@ class QuadHover:
             ),
         )
         extra: dict[str, Any] = {
+            # Selects the Crazyflie tooling (firmware build, software-in-the-loop, flash): embodied.crazyflie.
+            "vehicle": "crazyflie",
             "action_history": cfg.action_history,
             "prev_actions_at_reset": p.hover_action,
             "max_rpm": p.max_rpm,

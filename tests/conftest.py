@@ -71,8 +71,8 @@ def trained_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
     def build(task: str, algo: str, seed: int, overrides: Sequence[str] = ()) -> Path:
         from embodied.experiment import replace_trainer, resolve_experiment
-        from embodied.run import CHECKPOINT_FILE
-        from embodied.trainer import Trainer
+        from embodied.training.run import CHECKPOINT_FILE
+        from embodied.training.trainer import Trainer
 
         spec = "\0".join([task, algo, str(seed), *overrides])
         name = f"{sources}-{hashlib.sha256(spec.encode()).hexdigest()[:16]}"

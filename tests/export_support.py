@@ -37,6 +37,7 @@ def quad_io_spec(
     position-error integral, whose constants go into ``extra`` as the task writes them)."""
     integral = (ObsField("pos_err_int_h", 3, "m*s", "heading"),) if pos_err_integral else ()
     extra: dict[str, object] = {
+        "vehicle": "crazyflie",
         "action_history": history,
         "max_thrust_per_motor_n": MAX_THRUST_N,
         "min_thrust_per_motor_n": MIN_THRUST_N,

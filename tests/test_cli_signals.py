@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from embodied.cli import main
-from embodied.run import load_checkpoint, read_metrics
 from embodied.stop import EXIT_TERMINATED, Terminated, deferred_stop
+from embodied.training.run import load_checkpoint, read_metrics
 
 
 def _logged_env_steps(run_dir: Path) -> int:

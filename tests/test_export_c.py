@@ -13,9 +13,9 @@ import torch
 from export_support import generic_io_spec, needs_arm, needs_gcc, quad_io_spec, random_policy, write_io
 from torch import nn
 
+from embodied.crazyflie.firmware_build import ARM_CFLAGS, STRICT_CFLAGS, build_host_library
 from embodied.errors import EmbodiedError
 from embodied.export.c_header import generate_c
-from embodied.export.firmware_build import ARM_CFLAGS, STRICT_CFLAGS, build_host_library
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.layers import mlp_arrays
 from embodied.export.onnx import probe_observations

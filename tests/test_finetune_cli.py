@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from embodied.cli import main
-from embodied.run import CHECKPOINT_FILE, load_run
+from embodied.training.run import CHECKPOINT_FILE, load_run
 
 FLOW = ["algo.policy.hidden=[32,32]", "algo.policy.chunk=2", "algo.policy.denoise_steps=2"]
 QUICK = ["trainer.eval_episodes=4", "trainer.torch_threads=1"]

@@ -14,8 +14,8 @@ import pytest
 import torch
 from export_support import generic_io_spec, needs_arm, needs_gcc, needs_qemu, quad_io_spec, random_policy, write_io
 
+from embodied.crazyflie import firmware_build as fb
 from embodied.errors import EmbodiedError
-from embodied.export import firmware_build as fb
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.policies.mlp import ExportedPolicy
@@ -215,7 +215,7 @@ def test_crazyflie_tree_older_by_its_tag_is_refused(tmp_path: Path) -> None:
 def test_c_observation_equals_the_quad_hover_task(tmp_path: Path) -> None:
     """Same raw states in the task and in the firmware's C: identical policy observations
     (heading frame of every env's own setpoint yaw)."""
-    from embodied.export.sil import packed_state
+    from embodied.crazyflie.sil import packed_state
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
     cfg = QuadHoverCfg(action_history=3)
@@ -251,7 +251,7 @@ def test_c_pos_err_integral_equals_the_task_in_closed_loop(tmp_path: Path) -> No
     """With ``pos_err_integral`` the firmware integrates the position error itself: over a
     rollout flown by the C controller (episodes end and restart), every observation it feeds
     the network equals the task's, the integral bit for bit."""
-    from embodied.export.sil import packed_state
+    from embodied.crazyflie.sil import packed_state
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
     n = 16
@@ -307,7 +307,7 @@ def test_qemu_and_crazyflie_app_with_pos_err_integral(tmp_path: Path) -> None:
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (briefly trained) quad-hover PPO run directory."""
     from embodied.experiment import replace_trainer, resolve_experiment
-    from embodied.trainer import Trainer
+    from embodied.training.trainer import Trainer
 
     cfg = resolve_experiment("quad-hover", "ppo", None, ["trainer.total_env_steps=4096"], seed=0, num_envs=64)
     cfg = replace_trainer(cfg, progress=False, tensorboard=False, eval_every_env_steps=0, eval_episodes=16)
@@ -319,9 +319,9 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @needs_gcc
 def test_run_export_and_software_in_the_loop_matches_torch(tiny_run: Path) -> None:
-    from embodied.evaluate import evaluate, load_policy
-    from embodied.export.bundle import export_run
-    from embodied.run import load_run
+    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.run import load_run
+    from embodied.training.run_policy import export_run
 
     report = export_run(tiny_run, "all")
     assert report.onnx_max_abs_err is not None and report.onnx_max_abs_err <= 1e-5
@@ -346,13 +346,15 @@ def test_firmware_commands_on_a_run(tiny_run: Path, capsys: pytest.CaptureFixtur
     import json
 
     from embodied.commands import firmware
+    from embodied.crazyflie.vehicle import flies_thrust
+    from embodied.policy_io import read_policy_io
 
     assert firmware.run_emulate(argparse.Namespace(run_dir=tiny_run, json=True)) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["selftest_passed"] is True
     assert out["instructions_per_forward"] > 0 and out["instructions_per_mac"] > 1.0
     build = argparse.Namespace(run_dir=tiny_run, crazyflie_base=None)
-    if not fb.flies_thrust(tiny_run / "export" / "c"):
+    if not flies_thrust(read_policy_io(tiny_run / "export")):
         # A task still exporting the rpm action (before the command chain of docs/conventions.md): refused with the reason.
         with pytest.raises(EmbodiedError, match="no motor_thrust action"):
             firmware.run_build(build)

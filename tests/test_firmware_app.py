@@ -29,8 +29,8 @@ from export_support import (
     write_io,
 )
 
+from embodied.crazyflie import firmware_build as fb
 from embodied.errors import EmbodiedError
-from embodied.export import firmware_build as fb
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.policy_io import read_policy_io
@@ -363,7 +363,7 @@ def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) 
     turned back from normalizedForces (via the firmware's THRUST_MAX) into the action, equals the
     network's output on the task's own observation (units, frames, decimation, history); an
     episode end re-arms the app (a fresh engagement, history reset like the task's)."""
-    from embodied.export.sil import packed_state
+    from embodied.crazyflie.sil import packed_state
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
     cfg = QuadHoverCfg(action_history=4, obs_noise_std=(0.0,) * 4, episode_steps=40, init_level_fraction=1.0)

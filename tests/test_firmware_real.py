@@ -38,8 +38,8 @@ from export_support import (
     write_io,
 )
 
+from embodied.crazyflie import firmware_build as fb
 from embodied.errors import EmbodiedError
-from embodied.export import firmware_build as fb
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 

@@ -15,7 +15,7 @@ from embodied.algo import Transition
 from embodied.experiment import replace_trainer, resolve_experiment
 from embodied.registry import make_algo, make_env, task_cfg
 from embodied.sim.quadrotor import POS, QUAT, RPM, Quadrotor, QuadrotorCfg, RandomizationCfg
-from embodied.trainer import Trainer
+from embodied.training.trainer import Trainer
 
 pytestmark = pytest.mark.gpu
 

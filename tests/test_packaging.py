@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from embodied.export.firmware_build import firmware_dir
+from embodied.export.c_build import firmware_dir
 
 REPO = Path(__file__).resolve().parent.parent
 tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 reads pyproject.toml with tomllib")

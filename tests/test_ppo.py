@@ -344,9 +344,9 @@ def test_ppo_beats_untrained_policy_on_quad_hover(
     """A short run of the shipped quad-hover defaults through the shared trainer (trained once
     per source state by the cached ``trained_run`` fixture)."""
     from embodied import registry
-    from embodied.evaluate import evaluate as evaluate_policy
-    from embodied.run import load_run
-    from embodied.trainer import Trainer
+    from embodied.training.evaluate import evaluate as evaluate_policy
+    from embodied.training.run import load_run
+    from embodied.training.trainer import Trainer
 
     if variant == "shipped":
         run_dir = hover_ppo_run

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from embodied.config import ConfigError
-from embodied.evaluate import evaluate
+from embodied.training.evaluate import evaluate
 from embodied.registry import make_env, task_cfg
 from embodied.tasks.quad_terms import heading_cos_sin, vec_w_to_h
 from embodied.tasks.quad_track import (

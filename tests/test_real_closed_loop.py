@@ -22,7 +22,7 @@ from real_support import free_domain_id, quad_robot, write_robot_variant
 from embodied import registry
 from embodied.export.bundle import export_module
 from embodied.real.runner import PolicyRunner
-from embodied.run import load_run
+from embodied.training.run import load_run
 
 CLI = [sys.executable, "-m", "embodied.cli"]
 EPISODES = 8

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from embodied import run
-from embodied.run import (
+from embodied.training import run
+from embodied.training.run import (
     CHECKPOINT_FILE,
     METRICS_FILE,
     MetricsLogger,
@@ -46,7 +46,7 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temp_file(tmp_path: Path)
 
 def test_every_changed_byte_of_a_checkpoint_is_refused(tmp_path: Path) -> None:
     """torch.load alone checks no CRC: the seal must catch flips anywhere, headers included."""
-    from embodied.run import CheckpointError
+    from embodied.training.run import CheckpointError
 
     save_checkpoint(tmp_path, {"weights": torch.arange(1000.0), "step": 7})
     path = tmp_path / CHECKPOINT_FILE

@@ -14,8 +14,8 @@ import pytest
 
 from embodied.errors import EmbodiedError
 from embodied.experiment import resolve_experiment
-from embodied.run import new_run_dir, read_metrics
-from embodied.run_lock import LOCK_FILE, RunLock, RunLockedError
+from embodied.training.run import new_run_dir, read_metrics
+from embodied.training.run_lock import LOCK_FILE, RunLock, RunLockedError
 
 
 def test_a_second_holder_is_refused_naming_the_first(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_simultaneous_run_dirs_never_collide(tmp_path: Path) -> None:
 
 
 def test_a_run_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
-    from embodied.run import make_run_dir
+    from embodied.training.run import make_run_dir
 
     (tmp_path / "afile").write_text("x")
     with pytest.raises(EmbodiedError, match="afile: exists and is not a directory"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from embodied.sweep import aggregate
+from embodied.training.sweep import aggregate
 
 
 def _fake_run(root: Path, name: str, successes: list[float]) -> Path:

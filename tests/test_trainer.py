@@ -11,8 +11,8 @@ import torch
 from embodied.env import StepResult
 from embodied.errors import NonFiniteError
 from embodied.experiment import ExperimentCfg, replace_trainer, resolve_experiment
-from embodied.run import load_checkpoint
-from embodied.trainer import Trainer
+from embodied.training.run import load_checkpoint
+from embodied.training.trainer import Trainer
 
 
 def _tiny_cfg(total_env_steps: int) -> ExperimentCfg:
@@ -110,7 +110,7 @@ def test_read_metrics_skips_only_a_torn_last_line(tmp_path: Path) -> None:
     """A run killed mid-write leaves a partial last line: the rows before it are still read;
     a bad line elsewhere is corruption and raises naming the file and line."""
     from embodied.errors import EmbodiedError
-    from embodied.run import METRICS_FILE, read_metrics
+    from embodied.training.run import METRICS_FILE, read_metrics
 
     path = tmp_path / METRICS_FILE
     path.write_text('{"env_steps": 1}\n{"env_steps": 2}\n{"env_steps": 3, "eval/succ')
@@ -128,7 +128,7 @@ def _comparable(rows: list[dict]) -> list[dict]:
 
 
 def test_resume_after_a_mid_rollout_stop_logs_the_rows_of_an_uninterrupted_run(tmp_path: Path) -> None:
-    from embodied.run import read_metrics
+    from embodied.training.run import read_metrics
 
     straight = Trainer(_tiny_cfg(4 * 64), tmp_path / "straight")
     straight.train()
@@ -142,7 +142,7 @@ def test_resume_after_a_mid_rollout_stop_logs_the_rows_of_an_uninterrupted_run(t
 
 
 def test_a_stop_during_the_final_evaluation_keeps_the_last_step(tmp_path: Path) -> None:
-    from embodied.run import read_metrics
+    from embodied.training.run import read_metrics
 
     cfg = replace_trainer(_tiny_cfg(2 * 64), eval_episodes=8, checkpoint_every_updates=1000)
     straight = Trainer(cfg, tmp_path / "straight")
@@ -185,7 +185,7 @@ def test_a_signal_during_a_checkpoint_write_is_honoured_after_it(tmp_path: Path)
 
 def test_a_run_whose_episodes_all_end_at_step_one_stops(tmp_path: Path) -> None:
     from embodied.experiment import resolve_experiment
-    from embodied.trainer import DegenerateRunError
+    from embodied.training.trainer import DegenerateRunError
 
     cfg = resolve_experiment(
         "quad-hover", overrides=["algo.num_steps_per_env=8", "env.disturbance_force_std_n=1e6"], num_envs=8
@@ -197,7 +197,7 @@ def test_a_run_whose_episodes_all_end_at_step_one_stops(tmp_path: Path) -> None:
 
 def test_a_second_trainer_on_a_held_run_dir_is_refused(tmp_path: Path) -> None:
     from embodied.errors import EmbodiedError
-    from embodied.run_lock import RunLockedError
+    from embodied.training.run_lock import RunLockedError
 
     first = Trainer(_tiny_cfg(64), tmp_path / "run")
     with pytest.raises(RunLockedError, match="in use by another process"):

@@ -39,7 +39,7 @@ LENIENT = [
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real, briefly trained quad-hover PPO run (no export yet)."""
     from embodied.experiment import replace_trainer, resolve_experiment
-    from embodied.trainer import Trainer
+    from embodied.training.trainer import Trainer
 
     cfg = resolve_experiment("quad-hover", "ppo", None, ["trainer.total_env_steps=2048"], seed=0, num_envs=32)
     cfg = replace_trainer(cfg, progress=False, tensorboard=False, eval_every_env_steps=0, eval_episodes=8)

@@ -9,9 +9,9 @@ from typing import Any
 
 SIM_BENCHES: dict[str, str] = {
     "quadrotor": "embodied.sim.quadrotor_bench:bench_quadrotor",
-    "mujoco-ant": "embodied.sim.mujoco_bench:bench_ant",
-    "mujoco-halfcheetah": "embodied.sim.mujoco_bench:bench_halfcheetah",
-    "mujoco-humanoid": "embodied.sim.mujoco_bench:bench_humanoid",
+    "mujoco-ant": "embodied.commands.bench_mujoco:bench_ant",
+    "mujoco-halfcheetah": "embodied.commands.bench_mujoco:bench_halfcheetah",
+    "mujoco-humanoid": "embodied.commands.bench_mujoco:bench_humanoid",
 }
 """Bench name -> ``"module:function"``; the function takes ``(num_envs, device, steps)`` (plus
 optional ``compile``/``repeats`` keywords) and returns a dict with at least ``steps_per_s``."""
@@ -99,8 +99,6 @@ def _bench_fn(kind: str, name: str) -> Any:
             raise ConfigError(unknown_choice_message("sim bench", name, SIM_BENCHES))
         return _load(SIM_BENCHES[name])
     task_entry(name)  # validates the task name with closest-match suggestions
-    from embodied.sim.quadrotor_bench import bench_task_env
-
     return lambda num_envs, device, steps, **kw: bench_task_env(name, num_envs, device, steps, **kw)
 
 
@@ -149,3 +147,38 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
     return 0
+
+
+def bench_task_env(
+    task: str, num_envs: int, device: str = "cpu", steps: int = 200, compile: bool = False, repeats: int = 5
+) -> dict[str, Any]:
+    """Full ``step`` of a registered task (physics, observation, reward, termination, auto-reset)
+    under uniform random actions in [-1, 1]."""
+    import torch
+
+    from embodied.config import ConfigError, apply_overrides
+    from embodied.registry import make_env, task_cfg
+    from embodied.sim.quadrotor_bench import summarize, time_repeats
+
+    cfg = task_cfg(task)
+    if compile:
+        try:
+            cfg = apply_overrides(cfg, {"sim": {"compile": True}}, f"bench env {task}")
+        except ConfigError as err:
+            raise ConfigError(f"task {task!r} has no sim.compile option; run it with --no-compile ({err})") from err
+    dev = torch.device(device)
+    env = make_env(task, cfg, num_envs, dev, seed=0)
+    gen = torch.Generator(dev).manual_seed(1)
+    actions = [torch.rand(num_envs, env.action_dim, generator=gen, device=dev) * 2 - 1 for _ in range(16)]
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def step(i: int) -> None:
+        env.step(actions[i % len(actions)])
+        if i == steps - 1:
+            sync()
+
+    try:
+        warmup_s, blocks, cpus = time_repeats(step, steps, repeats, warmup=max(20, steps // 5))
+    finally:
+        env.close()
+    return summarize(num_envs, steps, warmup_s, blocks, cpus, bench=f"env {task}", device=str(dev), compile=compile)

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         act = expert.act
         label = "scripted"
     else:
-        from embodied.run import load_run
+        from embodied.training.run import load_run
 
         loaded = load_run(Path(source))
         task = loaded.cfg.task_name

@@ -23,7 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--episodes", type=int_in_range(1, 1_000_000), default=1000, help="number of episodes (default: 1000)"
     )
     p.add_argument("--seed", type=int_in_range(0, 2**31 - 1), default=12345, help="evaluation seed (default: 12345)")
-    p.add_argument("--policy", default="torch", help="torch (default), onnx or c (firmware software-in-the-loop)")
+    p.add_argument(
+        "--policy",
+        default="torch",
+        help="torch (default: the run's policy artifact ckpt/policy.pt), or an export format: onnx "
+        "(onnxruntime), c (the generated C on the host; for Crazyflie policies the firmware controller "
+        "in the loop, which builds its own observation). Missing exports are written first.",
+    )
     p.add_argument("--device", type=device_flag, default="cpu", help="cpu or cuda")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=run)
@@ -32,16 +38,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from embodied import registry
     from embodied.errors import EmbodiedError
-    from embodied.evaluate import evaluate, load_policy
     from embodied.experiment import load_experiment
-    from embodied.run import CONFIG_FILE, load_checkpoint
+    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.run import CONFIG_FILE
+    from embodied.training.run_policy import policy_artifact
 
     if not (args.run_dir / CONFIG_FILE).is_file():
         raise EmbodiedError(
             f"{args.run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
         )
     cfg = load_experiment(args.run_dir / CONFIG_FILE)
-    load_checkpoint(args.run_dir)  # fail early and clearly when there is no checkpoint
+    policy_artifact(args.run_dir)  # fail early and clearly when there is no checkpoint
     device = registry.resolve_device(args.device)
     result = evaluate(
         lambda env: load_policy(args.policy, args.run_dir, env),

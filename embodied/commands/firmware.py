@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "prints its flash/RAM use. `emulate` runs the policy self-test and a timed loop of forward "
         "passes on QEMU's netduinoplus2 (STM32F405, the Crazyflie's MCU) and reports instructions "
         "per forward pass and per multiply-accumulate. Both export the C policy first if "
-        "RUN_DIR/export/c/ is missing.",
+        "RUN_DIR/export/c/ is missing. `build` needs a Crazyflie policy (policy_io.json "
+        "extra.vehicle = crazyflie, written by the quadrotor tasks); `emulate` takes any policy.",
     )
     sub = p.add_subparsers(dest="firmware_command", metavar="ACTION", required=True)
     b = sub.add_parser("build", help="cross-compile the Crazyflie app; print flash/RAM use")
@@ -40,18 +41,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def ensure_c_export(run_dir: Path) -> Path:
-    """``RUN_DIR/export/c``, exporting the C policy first when it is missing."""
-    from embodied.export.bundle import c_dir, export_run
+    """``RUN_DIR/export/c``, exported first from the run's policy artifact when it is missing
+    or holds other weights."""
+    from embodied.export.bundle import c_dir
+    from embodied.training.run_policy import ensure_export
 
-    out = c_dir(run_dir)
-    if not (out / "policy.h").is_file():
-        print(f"{out} missing: exporting the C policy first")
-        export_run(run_dir, "c")
-    return out
+    ensure_export(run_dir, "c")
+    return c_dir(run_dir)
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from embodied.export import firmware_build as fb
+    from embodied.crazyflie import firmware_build as fb
     from embodied.export.bundle import export_dir
 
     version = fb.check_crazyflie_tree(args.crazyflie_base) if args.crazyflie_base is not None else ""
@@ -79,7 +79,7 @@ def run_build(args: argparse.Namespace) -> int:
 def run_emulate(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from embodied.export import firmware_build as fb
+    from embodied.crazyflie import firmware_build as fb
     from embodied.export.bundle import export_dir
 
     c_out = ensure_c_export(args.run_dir)

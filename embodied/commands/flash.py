@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     import shutil
 
     from embodied.commands.firmware import ensure_c_export
-    from embodied.export import firmware_build as fb
+    from embodied.crazyflie import firmware_build as fb
     from embodied.export.bundle import export_dir
 
     if args.force:

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     from embodied.env import PhysicalStateEnv
     from embodied.errors import EmbodiedError
-    from embodied.run import load_run
+    from embodied.training.run import load_run
 
     loaded = load_run(args.run_dir)
     env = loaded.make_env(1, args.seed)

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         from embodied.experiment import load_experiment
-        from embodied.run import CONFIG_FILE
+        from embodied.training.run import CONFIG_FILE
 
         run_cfg = load_experiment(Path(args.run) / CONFIG_FILE)
         if run_cfg.task_name != args.task:

@@ -177,7 +177,7 @@ RESUME_FIXED_FLAGS: tuple[tuple[str, str], ...] = (
 
 def run(args: argparse.Namespace) -> int:
     from embodied.experiment import check_allow_keys, resolve_experiment
-    from embodied.run import CONFIG_FILE, make_run_dir, new_run_dir
+    from embodied.training.run import CONFIG_FILE, make_run_dir, new_run_dir
 
     overrides = list(args.overrides)
     if args.resume is not None:
@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         _train_one(cfg, run_dir, resume=False, allow=args.allow)
         run_dirs.append(run_dir)
     if len(run_dirs) > 1:
-        from embodied.sweep import aggregate
+        from embodied.training.sweep import aggregate
 
         out = aggregate(run_dirs, run_dirs[0].parent / f"sweep_{run_dirs[0].name.split('_', 1)[1].rsplit('_s', 1)[0]}")
         print(f"sweep summary: {out}")
@@ -268,7 +268,7 @@ def _resume(run_dir: Path, overrides: list[str], no_progress: bool, print_config
     from embodied.config import apply_overrides, parse_dotted
     from embodied.errors import EmbodiedError
     from embodied.experiment import check_allow_keys, load_experiment, saved_allow
-    from embodied.run import CONFIG_FILE
+    from embodied.training.run import CONFIG_FILE
 
     if not (run_dir / CONFIG_FILE).is_file():
         raise EmbodiedError(
@@ -305,7 +305,7 @@ def _print_config(cfg: ExperimentCfg) -> None:
 
 
 def _train_one(cfg: ExperimentCfg, run_dir: Path, resume: bool, allow: list[str]) -> None:
-    from embodied.trainer import Trainer
+    from embodied.training.trainer import Trainer
 
     trainer = Trainer(cfg, run_dir, resume=resume, allow=sorted(set(allow)))
     state = trainer.train()

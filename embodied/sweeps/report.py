@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied.run import read_metrics
-from embodied.sweep import mean_std
+from embodied.training.run import read_metrics
+from embodied.training.sweep import mean_std
 
 
 def summarize_evals(run_dir: Path) -> dict[str, Any]:

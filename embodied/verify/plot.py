@@ -39,7 +39,7 @@ def _torch_trajectories(
 
     from embodied import registry
     from embodied.experiment import load_experiment
-    from embodied.run import CONFIG_FILE
+    from embodied.training.run import CONFIG_FILE
 
     cfg = load_experiment(run_dir / CONFIG_FILE)
     k = starts.position_w.shape[0]

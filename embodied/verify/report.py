@@ -67,9 +67,9 @@ class VerifyOptions:
 def ensure_export(run_dir: Path) -> None:
     """Export the run (ONNX + C) when ``RUN_DIR/export`` lacks ``policy_io.json`` or ``policy.onnx``;
     otherwise check that the export holds the run's current weights."""
-    from embodied.export.bundle import export_dir, export_run
+    from embodied.export.bundle import export_dir
     from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io, weights_sha256
-    from embodied.run import load_run
+    from embodied.training.run_policy import export_run, policy_artifact
 
     out = export_dir(run_dir)
     if not (out / POLICY_IO_FILENAME).exists() and not (out / ONNX_FILENAME).exists():
@@ -77,7 +77,7 @@ def ensure_export(run_dir: Path) -> None:
         export_run(run_dir, "all")
         return
     policy_io = read_policy_io(out)
-    current = weights_sha256(load_run(run_dir).policy.export_module())
+    current = weights_sha256(policy_artifact(run_dir).module())
     if current != policy_io.model_sha256:
         raise EmbodiedError(
             f"{policy_io.path}: exported from other weights ({policy_io.model_sha256[:12]}) than the run's checkpoint "
@@ -88,9 +88,9 @@ def ensure_export(run_dir: Path) -> None:
 def _torch_task_eval(run_dir: Path, kind: str, episodes: int, seed: int) -> dict[str, float]:
     """``embodied eval RUN_DIR --policy KIND`` as a dict."""
     from embodied import registry
-    from embodied.evaluate import evaluate, load_policy
     from embodied.experiment import load_experiment
-    from embodied.run import CONFIG_FILE
+    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.run import CONFIG_FILE
 
     cfg = load_experiment(run_dir / CONFIG_FILE)
     result = evaluate(
@@ -118,8 +118,8 @@ def run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None 
 
 def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None) -> dict[str, Any]:
     from embodied.export.bundle import export_dir
-    from embodied.run import CONFIG_FILE, load_checkpoint
     from embodied.sim.mujoco_crazyflie import Perturbation
+    from embodied.training.run import CONFIG_FILE, load_checkpoint
     from embodied.verify.episodes import run_episodes
     from embodied.verify.policy import load_exported_policy
 

@@ -1,6 +1,6 @@
 /*
  * Host (software-in-the-loop) entry points around the portable controller, loaded with ctypes
- * by embodied/export/sil.py. Batched over n vehicles: states are packed [n][13] floats
+ * by embodied/crazyflie/sil.py. Batched over n vehicles: states are packed [n][13] floats
  * (pos_w, quat_wb (w,x,y,z), lin_vel_w, ang_vel_b), setpoints [n][4] (x, y, z in m, world;
  * yaw in rad), contexts [n].
  */

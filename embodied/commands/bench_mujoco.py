@@ -9,7 +9,8 @@ Each bench times three things on the same model and thread count, interleaved an
   ten control steps per call (``ratio_vs_raw_chunked``: an upper bound no env can reach);
 - gymnasium's ``SyncVectorEnv`` of the matching ``*-v5`` env (a Python loop over envs).
 
-``steps_per_s`` counts env steps (``frame_skip`` substeps each) summed over envs.
+``steps_per_s`` counts env steps (``frame_skip`` substeps each) summed over envs. It builds
+tasks by name, so it lives with the bench command, above the simulators.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def bench_humanoid(num_envs: int, device: str, steps: int, repeats: int = 3) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m embodied.sim.mujoco_bench mujoco-ant --num-envs 1024 --steps 20``: JSON to stdout."""
+    """``python -m embodied.commands.bench_mujoco mujoco-ant --num-envs 1024 --steps 20``: JSON to stdout."""
     import argparse
     import json
 

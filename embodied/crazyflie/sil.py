@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from embodied.crazyflie.firmware_build import build_host_library
+from embodied.crazyflie.vehicle import require_crazyflie
 from embodied.env import ObsDict, PhysicalStateEnv
 from embodied.errors import EmbodiedError
-from embodied.export.bundle import c_dir, export_dir, export_run, host_dir
-from embodied.export.firmware_build import build_host_library, is_quad_policy
+from embodied.export.bundle import c_dir, export_dir, host_dir
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.policy_io import read_policy_io
 
@@ -51,15 +52,10 @@ def packed_state(env: object) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_sil_library(run_dir: Path) -> HostPolicyLib:
-    """Build (once per model hash) and load the host library of ``RUN_DIR/export/c``."""
-    if not (c_dir(run_dir) / "policy.h").is_file():
-        log.info("%s has no C export yet: exporting it", run_dir)
-        export_run(run_dir, "c")
+    """Build (once per model hash) and load the host library of ``RUN_DIR/export/c``
+    (``embodied export RUN_DIR --format c`` writes it)."""
     policy_io = read_policy_io(export_dir(run_dir))
-    if not is_quad_policy(c_dir(run_dir)):
-        raise EmbodiedError(
-            f"{c_dir(run_dir)} is not a quadrotor policy; `--policy c` flies quad-hover and quad-track only"
-        )
+    require_crazyflie(policy_io, "software-in-the-loop with the firmware controller")
     # One folder per model hash: ctypes cannot reload a path it already opened in this process.
     build = host_dir(run_dir) / f"sil-{policy_io.model_sha256[:12]}"
     path = build / "libembodied_policy.so"
@@ -95,3 +91,8 @@ def load_sil_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tensor
         return torch.from_numpy(lib.step(ctxs, states, setpoints)).to(device)
 
     return act
+
+
+EVAL_LOADERS: dict[str, Callable[[Path, Any], Callable[[ObsDict], torch.Tensor]]] = {"c": load_sil_policy}
+"""``embodied eval --policy NAME`` for Crazyflie policies, in place of the format's own loader:
+``c`` flies the firmware controller (observation assembly included), not the bare network."""

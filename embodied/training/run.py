@@ -2,7 +2,7 @@
 
 Layout: ``runs/<task>/<stamp>_<algo>_s<seed>/`` with ``config.yaml``, ``git.txt``,
 ``metrics.jsonl``, ``tb/`` (TensorBoard events), ``ckpt/latest.pt``, ``export/``, ``videos/``
-and ``.lock`` (see :mod:`embodied.run_lock`). ``play``, ``eval``, ``export`` and ``deploy`` take
+and ``.lock`` (see :mod:`embodied.training.run_lock`). ``play``, ``eval``, ``export`` and ``deploy`` take
 a run directory.
 
 Nothing here damages what is already on disk: checkpoints and the config are replaced
@@ -154,7 +154,7 @@ TEMP_GLOB = ".*.tmp"
 def clean_temp_files(run_dir: Path) -> list[Path]:
     """Delete temp files a killed writer left in ``run_dir``, ``ckpt/`` and ``export/``.
 
-    Call only while holding the run's lock (:mod:`embodied.run_lock`): then no writer is live."""
+    Call only while holding the run's lock (:mod:`embodied.training.run_lock`): then no writer is live."""
     removed = []
     for folder in (Path(run_dir), Path(run_dir) / CHECKPOINT_FILE.parent, Path(run_dir) / "export"):
         if folder.is_dir():

@@ -6,7 +6,7 @@ is unbiased (short failing episodes cannot crowd out long ones).
 
 from __future__ import annotations
 
-import importlib
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,12 +20,10 @@ from embodied.env import ObsDict
 PolicyFn = Callable[[ObsDict], torch.Tensor]
 """``obs -> action [N, A]`` in [-1, 1], deterministic."""
 
-POLICY_LOADERS: dict[str, str] = {
-    "torch": "embodied.evaluate:load_torch_policy",
-    "onnx": "embodied.export.onnx:load_onnx_policy",
-    "c": "embodied.export.sil:load_sil_policy",
-}
-"""``embodied eval --policy NAME``: ``module:function(run_dir, env) -> PolicyFn``."""
+TORCH = "torch"
+"""``--policy torch``: the policy artifact's torch module; every other name is an export format."""
+
+log = logging.getLogger(__name__)
 
 MAX_PARALLEL_EPISODES = 4096
 
@@ -120,21 +118,53 @@ def _run_batch(
 
 
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
-    """The trained torch policy of a run (deterministic actions)."""
-    from embodied.run import load_run
+    """The run's policy artifact as a torch module (deterministic actions), without its algorithm."""
+    from embodied.training.run_policy import policy_artifact
 
-    policy = load_run(run_dir, device=env.device).policy
+    module = policy_artifact(run_dir).module().to(env.device)
 
     def act(obs: ObsDict) -> torch.Tensor:
-        return policy.act(obs, deterministic=True)
+        return module(obs["policy"].float())
 
     return act
 
 
+def policy_choices() -> tuple[str, ...]:
+    """``--policy`` names: ``torch`` and every export format."""
+    from embodied.export.formats import EXPORTERS
+
+    return (TORCH, *EXPORTERS)
+
+
 def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
-    """Resolve ``--policy KIND`` through :data:`POLICY_LOADERS`."""
-    if kind not in POLICY_LOADERS:
-        raise ConfigError(unknown_choice_message("policy kind", kind, POLICY_LOADERS))
-    module, _, attr = POLICY_LOADERS[kind].partition(":")
-    loader: Callable[[Path, Any], PolicyFn] = getattr(importlib.import_module(module), attr)
+    """``--policy KIND``: ``torch`` or an export format of :data:`~embodied.export.formats.EXPORTERS`.
+
+    A run never exported is exported first; an existing ``RUN_DIR/export`` is used as it is
+    (the format's loader checks it). A policy whose ``policy_io.json`` names a vehicle with its
+    own loader for KIND (the Crazyflie: ``c`` is the firmware controller in the loop) flies
+    with that loader."""
+    from embodied.crazyflie import sil
+    from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
+    from embodied.errors import EmbodiedError
+    from embodied.export.formats import EXPORT_SUBDIR, EXPORTERS
+    from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io
+    from embodied.training.run_policy import export_run, policy_artifact
+
+    if kind not in policy_choices():
+        raise ConfigError(unknown_choice_message("policy kind", kind, policy_choices()))
+    if kind == TORCH:
+        return load_torch_policy(run_dir, env)
+    export = Path(run_dir) / EXPORT_SUBDIR
+    if not (export / POLICY_IO_FILENAME).is_file():
+        log.info("%s has no export yet: exporting %s", run_dir, kind)
+        export_run(run_dir, kind)
+    exported = read_policy_io(export)
+    trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")
+    if vehicle_name(exported) != trained:
+        raise EmbodiedError(
+            f"{exported.path}: extra.vehicle is {vehicle_name(exported)!r} but the run's policy says "
+            f"{trained!r} (exported by an older version); re-export with `embodied export {run_dir}`"
+        )
+    vehicle_loaders = {VEHICLE: sil.EVAL_LOADERS}
+    loader = vehicle_loaders.get(vehicle_name(exported), {}).get(kind, EXPORTERS[kind].load_policy)
     return loader(run_dir, env)

@@ -1,15 +1,15 @@
-"""Compile the generated policy and the firmware sources: host library, QEMU target, Crazyflie app.
+"""Crazyflie firmware builds: the host library with the controller and the app on the shim,
+the QEMU STM32F405 target, the out-of-tree app against a shim or a real firmware checkout.
 
-The C sources live in ``firmware/`` at the repository root (``common/`` portable controller,
-``host/`` ctypes entry points, ``shim/`` stand-ins for the Crazyflie firmware interface,
-``qemu/`` bare-metal STM32F405 target, ``crazyflie_app/`` the out-of-tree app). Every build
-uses the strict flags below so what CI compiles is what flies.
+The C sources live in package ``embodied.firmware`` (``common/`` portable controller, ``host/``
+ctypes entry points, ``shim/`` stand-ins for the Crazyflie firmware interface, ``qemu/``
+bare-metal STM32F405 target, ``crazyflie_app/`` the out-of-tree app). Which policies get the
+Crazyflie parts is read from ``policy_io.json`` (:mod:`embodied.crazyflie.vehicle`).
 """
 
 from __future__ import annotations
 
 import codecs
-import importlib.resources
 import logging
 import os
 import re
@@ -18,77 +18,38 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from embodied.crazyflie.vehicle import c_policy_io, flies_thrust, is_crazyflie, require_crazyflie, require_thrust
 from embodied.errors import EmbodiedError
+from embodied.export.c_build import (
+    ARM_CFLAGS,
+    FLIGHT_CFLAGS,
+    HOST_LIBRARY,
+    STRICT_CFLAGS,
+    build_policy_library,
+    firmware_dir,
+    require_generated,
+    require_tool,
+    run_checked,
+)
 
 log = logging.getLogger(__name__)
 
-FLIGHT_CFLAGS: tuple[str, ...] = ("-std=gnu11", "-Os")
-"""What crazyflie-firmware's Kbuild compiles apps with; float contraction stays at GCC's default
-(fused multiply-adds on the Cortex-M4F), so every build here is the flown build."""
-STRICT_CFLAGS: tuple[str, ...] = (*FLIGHT_CFLAGS, "-Wall", "-Wextra", "-Werror", "-Wdouble-promotion")
-ARM_CFLAGS: tuple[str, ...] = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
-HOST_LIBRARY = "libembodied_policy.so"
+__all__ = [
+    "ARM_CFLAGS",
+    "FLIGHT_CFLAGS",
+    "HOST_LIBRARY",
+    "STRICT_CFLAGS",
+    "firmware_dir",
+    "require_tool",
+    "run_checked",
+]
+
 SHIM_FIRMWARES = (202512, 202604, 202608)
 """crazyflie-firmware releases (YYYYMM) whose motor constants firmware/shim models."""
 SHIM_FIRMWARE_DEFAULT = 202512
 QEMU_ELF = "policy_bench.elf"
 QEMU_MACHINE = "netduinoplus2"
 QEMU_FORWARD_PASSES = 20
-INSTALL_HINT = (
-    "install the embedded toolchain: apt-get install -y --no-install-recommends "
-    "gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm"
-)
-
-
-def firmware_dir() -> Path:
-    """The firmware C sources: package ``embodied.firmware`` (``firmware/`` of a checkout, or the
-    copy a wheel installs as package data)."""
-    path = Path(str(importlib.resources.files("embodied.firmware")))
-    if not (path / "common" / "quad_ctrl.c").is_file():
-        raise EmbodiedError(f"firmware sources not found at {path}; reinstall embodied (they ship as package data)")
-    return path
-
-
-def require_tool(name: str) -> str:
-    """Absolute path of executable ``name`` or an error saying how to install it."""
-    found = shutil.which(name)
-    if found is None:
-        hint = INSTALL_HINT if ("arm" in name or "qemu" in name) else "install a C compiler (gcc)"
-        raise EmbodiedError(f"{name} not found on PATH; {hint}")
-    return found
-
-
-def run_checked(
-    cmd: list[str], cwd: Path | None = None, timeout_s: float = 300.0, env: dict[str, str] | None = None
-) -> str:
-    """Run ``cmd``; return stdout; raise :class:`EmbodiedError` with its output when it fails."""
-    log.debug("running %s", " ".join(cmd))
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
-    except subprocess.TimeoutExpired:
-        raise EmbodiedError(f"{cmd[0]} did not finish within {timeout_s:g} s") from None
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip()[-3000:]
-        raise EmbodiedError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}:\n{tail}")
-    return proc.stdout
-
-
-def is_quad_policy(c_dir: Path) -> bool:
-    """Whether the generated header carries the quad-hover observation layout."""
-    header = Path(c_dir) / "policy.h"
-    return header.is_file() and "POLICY_OBS_POS_ERR_H_START" in header.read_text()
-
-
-def flies_thrust(c_dir: Path) -> bool:
-    """Whether the generated policy commands per-motor thrust (``motor_thrust``, the command chain of docs/conventions.md),
-    the only action the Crazyflie app flies."""
-    return "POLICY_ACTION_MOTOR_THRUST_START" in (Path(c_dir) / "policy.h").read_text()
-
-
-def _require_generated(c_dir: Path) -> None:
-    for name in ("policy.h", "policy.c"):
-        if not (Path(c_dir) / name).is_file():
-            raise EmbodiedError(f"{Path(c_dir) / name} not found; run `embodied export RUN_DIR --format c` first")
 
 
 def build_host_library(
@@ -108,38 +69,33 @@ def build_host_library(
     """
     if firmware not in SHIM_FIRMWARES:
         raise EmbodiedError(f"firmware={firmware}: the shim models crazyflie-firmware {sorted(SHIM_FIRMWARES)} only")
-    _require_generated(c_dir)
+    require_generated(c_dir)
     fw = firmware_dir()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sources = [Path(c_dir) / "policy.c", fw / "host" / "policy_api.c"]
-    includes = [Path(c_dir), fw / "common"]
-    if is_quad_policy(c_dir):
+    sources: list[Path] = []
+    includes: list[Path] = []
+    policy_io = c_policy_io(c_dir)
+    if is_crazyflie(policy_io):
+        require_crazyflie(policy_io, "the firmware controller")
         sources += [fw / "common" / "quad_ctrl.c", fw / "host" / "sil_api.c"]
-    if is_quad_policy(c_dir) and flies_thrust(c_dir):
-        # The Crazyflie app on the shim; it needs the thrust action (the command chain of docs/conventions.md).
-        app = fw / "crazyflie_app" / "src" / "controller_policy.c"
-        sources += [app, fw / "shim" / "shim.c", fw / "host" / "cf_harness.c"]
-        includes += [Path(platform_dir)] if platform_dir is not None else []
-        includes.append(fw / "shim")
-    out = out_dir / HOST_LIBRARY
-    cmd = [require_tool(cc), *STRICT_CFLAGS, f"-DSHIM_CF_FIRMWARE={firmware}", "-fPIC", "-shared"]
-    cmd += ["-fvisibility=default"]
-    cmd += [f"-I{p}" for p in includes] + [str(s) for s in sources] + ["-o", str(out), "-lm"]
-    run_checked(cmd)
-    return out
+        if flies_thrust(policy_io):
+            # The Crazyflie app on the shim; it needs the thrust action (the command chain of docs/conventions.md).
+            app = fw / "crazyflie_app" / "src" / "controller_policy.c"
+            sources += [app, fw / "shim" / "shim.c", fw / "host" / "cf_harness.c"]
+            includes += [Path(platform_dir)] if platform_dir is not None else []
+            includes.append(fw / "shim")
+    return build_policy_library(c_dir, out_dir, cc, sources, includes, [f"-DSHIM_CF_FIRMWARE={firmware}"])
 
 
 def build_qemu_elf(c_dir: Path, out_dir: Path, passes: int = QEMU_FORWARD_PASSES) -> Path:
     """Bare-metal STM32F405 image running the self-test and ``passes`` timed forward passes."""
-    _require_generated(c_dir)
+    require_generated(c_dir)
     fw = firmware_dir()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / QEMU_ELF
     sources = [fw / "qemu" / "startup.c", fw / "qemu" / "main.c", Path(c_dir) / "policy.c"]
     defines = [f"-DBENCH_FORWARD_PASSES={int(passes)}"]
-    if is_quad_policy(c_dir):
+    if is_crazyflie(c_policy_io(c_dir)):
         sources.append(fw / "common" / "quad_ctrl.c")
         defines.append("-DBENCH_QUAD_CTRL")
     cmd = [require_tool("arm-none-eabi-gcc"), *ARM_CFLAGS, *STRICT_CFLAGS, *defines]
@@ -228,18 +184,10 @@ def arm_size(obj: Path) -> Footprint:
 
 def stage_crazyflie_app(c_dir: Path, dest: Path) -> Path:
     """Copy the app template, the portable controller and the generated policy into ``dest``."""
-    _require_generated(c_dir)
-    if not is_quad_policy(c_dir):
-        raise EmbodiedError(
-            f"{c_dir}/policy.h has no quad-hover observation layout (pos_err_h, rot_hb, lin_vel_h, "
-            "ang_vel_b); the Crazyflie app flies quad-hover policies only"
-        )
-    if not flies_thrust(c_dir):
-        raise EmbodiedError(
-            f"{c_dir}/policy.h has no motor_thrust action: the Crazyflie app flies per-motor thrust commands "
-            "(policy_io.json action motor_thrust with extra max/min_thrust_per_motor_n); retrain with a "
-            "task that exports them"
-        )
+    require_generated(c_dir)
+    policy_io = c_policy_io(c_dir)
+    require_crazyflie(policy_io, "the Crazyflie app")
+    require_thrust(policy_io)
     fw = firmware_dir()
     dest = Path(dest)
     if dest.exists():

@@ -6,7 +6,7 @@ import logging
 import math
 from pathlib import Path
 
-from embodied.run import read_metrics
+from embodied.training.run import read_metrics
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Never typed to one algorithm: it drives anything that satisfies ``embodied.algo.
 Training wall time (``train_time_s``) excludes evaluation and checkpoint writing, which are
 timed separately, so speed targets measure learning alone.
 
-A trainer holds its run directory's lock (:mod:`embodied.run_lock`) from construction to the
+A trainer holds its run directory's lock (:mod:`embodied.training.run_lock`) from construction to the
 end of :meth:`Trainer.train`. Every stop path keeps the last completed step: Ctrl-C/SIGTERM are
 deferred to a whole state (loop top, or after the final save), the final evaluation runs after
 a checkpoint of the last step, and a full disk stops with one line naming what was kept.
@@ -27,10 +27,11 @@ from embodied import registry
 from embodied.algo import PreloadSource, Transition, preload_algorithm
 from embodied.env import ObsDict, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
-from embodied.evaluate import EvalResult, evaluate
 from embodied.experiment import ExperimentCfg
 from embodied.progress import TrainProgress
-from embodied.run import (
+from embodied.stop import StopRequest, deferred_stop
+from embodied.training.evaluate import EvalResult, evaluate
+from embodied.training.run import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     METRICS_FILE,
@@ -43,8 +44,8 @@ from embodied.run import (
     save_checkpoint,
     write_config,
 )
-from embodied.run_lock import RunLock
-from embodied.stop import StopRequest, deferred_stop
+from embodied.training.run_lock import RunLock
+from embodied.training.run_policy import write_policy_artifact
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +260,8 @@ class Trainer:
 
     def save(self) -> Path:
         path = save_checkpoint(self.run_dir, self.checkpoint_state())
+        # The policy alone beside it (ckpt/policy.pt): what export, eval and deploy read.
+        write_policy_artifact(self.run_dir, self.algo.policy.export_module(), self.env.io_spec(), self.state.env_steps)
         self._saved_steps = self.state.env_steps
         return path
 

@@ -1,0 +1,252 @@
+"""The policy artifact: a trained policy alone (its plain-array description + its IOSpec).
+
+Every checkpoint writes one beside it (``ckpt/policy.pt``). Exporters, ``eval --policy``,
+``deploy`` and the firmware tools read this file instead of rebuilding the run's algorithm,
+replay buffer and optimizer. The file is a ``torch.save`` archive of plain containers and
+tensors only (loaded with ``weights_only=True``), sealed like checkpoints
+(:mod:`embodied.checkpoint_seal`)::
+
+    {"artifact_version": 1, "kind": "mlp", "policy": {...}, "io_spec": IOSpec.to_dict(),
+     "env_steps": int, "checkpoint_seal": str}
+
+``kind`` names an entry of :data:`POLICY_KINDS`, which turns an exported module into its
+description and back. A new policy family (e.g. a flow-matching policy) adds one entry; a
+file naming a kind this version does not know fails with :class:`UnknownPolicyKindError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import pickle
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.checkpoint_seal import SealError, seal, unseal
+from embodied.errors import EmbodiedError
+from embodied.export.layers import DenseLayer, MlpArrays, mlp_arrays
+from embodied.io_spec import IOSpec
+
+ARTIFACT_VERSION = 1
+POLICY_FILE = Path("ckpt") / "policy.pt"
+"""Where a run keeps its policy artifact, beside ``ckpt/latest.pt``."""
+
+
+class PolicyArtifactError(EmbodiedError):
+    """A policy artifact is missing, damaged, or not one this version reads."""
+
+
+class UnknownPolicyKindError(PolicyArtifactError):
+    """The artifact names a policy kind missing from :data:`POLICY_KINDS`."""
+
+
+@dataclass(frozen=True)
+class PolicyKind:
+    """How one policy family travels as plain data.
+
+    ``describe(module)`` validates an exported module and returns its description (a frozen
+    dataclass of arrays and numbers); ``build(description)`` returns the float32 CPU torch
+    module computing the same ``obs [B, obs_dim] -> action [B, action_dim]``.
+    """
+
+    name: str
+    description_type: type
+    nested_types: tuple[type, ...]
+    """Dataclasses that may appear inside the description (encoded by name)."""
+    describe: Callable[[nn.Module], Any]
+    build: Callable[[Any], nn.Module]
+
+
+_MLP_REBUILT = frozenset({"obs_mean", "obs_std", "obs_clip", "layers"})
+"""MlpArrays fields :func:`_build_mlp` turns back into torch; any other field must hold its default."""
+
+
+def _build_mlp(arrays: MlpArrays) -> nn.Module:
+    """The ExportedPolicy whose :func:`mlp_arrays` is ``arrays``."""
+    from embodied.policies.mlp import ExportedPolicy
+
+    for f in dataclasses.fields(arrays):
+        if f.name in _MLP_REBUILT or f.default is dataclasses.MISSING:
+            continue
+        if getattr(arrays, f.name) is not f.default and getattr(arrays, f.name) != f.default:
+            # A stage added to MlpArrays after this rebuild was written: refuse rather than drop it.
+            raise PolicyArtifactError(f"MlpArrays.{f.name} is set but not rebuilt into a torch module")
+
+    activations: dict[str, Callable[[DenseLayer], nn.Module]] = {
+        "tanh": lambda _: nn.Tanh(),
+        "relu": lambda _: nn.ReLU(),
+        "elu": lambda layer: nn.ELU(alpha=layer.elu_alpha),
+    }
+    modules: list[nn.Module] = []
+    for index, layer in enumerate(arrays.layers):
+        linear = nn.Linear(layer.in_dim, layer.out_dim)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(np.array(layer.weight, dtype=np.float32)))
+            linear.bias.copy_(torch.from_numpy(np.array(layer.bias, dtype=np.float32)))
+        modules.append(linear)
+        if layer.activation != "none":
+            if layer.activation not in activations:
+                raise PolicyArtifactError(f"layers[{index}]: unknown activation {layer.activation!r}")
+            modules.append(activations[layer.activation](layer))
+    return ExportedPolicy(
+        nn.Sequential(*modules),
+        torch.from_numpy(np.array(arrays.obs_mean, dtype=np.float32)),
+        torch.from_numpy(np.array(arrays.obs_std, dtype=np.float32)),
+        arrays.obs_clip,
+    )
+
+
+POLICY_KINDS: dict[str, PolicyKind] = {
+    "mlp": PolicyKind("mlp", MlpArrays, (MlpArrays, DenseLayer), mlp_arrays, _build_mlp),
+}
+"""Policy families an artifact can hold, by the name stored in the file."""
+
+
+def policy_kind(name: str) -> PolicyKind:
+    """The :data:`POLICY_KINDS` entry ``name``, or :class:`UnknownPolicyKindError`."""
+    if name not in POLICY_KINDS:
+        raise UnknownPolicyKindError(
+            f"policy kind {name!r} is not known to this version of embodied (known: {', '.join(POLICY_KINDS)}); "
+            "upgrade embodied or re-export with the version that trained it"
+        )
+    return POLICY_KINDS[name]
+
+
+def _encode(value: Any, types: dict[str, type]) -> Any:
+    """Plain containers + tensors for ``value``: every field of a dataclass travels, so fields
+    added to a description later are saved without changes here."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = type(value).__name__
+        if name not in types:
+            raise PolicyArtifactError(f"cannot store a {name} in a policy artifact (not a field type of its kind)")
+        fields = {f.name: _encode(getattr(value, f.name), types) for f in dataclasses.fields(value)}
+        return {"__dataclass__": name, "fields": fields}
+    if isinstance(value, np.ndarray):
+        return {"__array__": torch.from_numpy(np.ascontiguousarray(value).copy())}
+    if isinstance(value, tuple | list):
+        return {"__tuple__" if isinstance(value, tuple) else "__list__": [_encode(v, types) for v in value]}
+    if isinstance(value, dict):
+        return {"__dict__": {str(k): _encode(v, types) for k, v in value.items()}}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise PolicyArtifactError(f"cannot store a {type(value).__name__} in a policy artifact")
+
+
+def _decode(value: Any, types: dict[str, type], where: str) -> Any:
+    if isinstance(value, dict):
+        if "__dataclass__" in value:
+            name = value["__dataclass__"]
+            if name not in types:
+                raise PolicyArtifactError(f"{where}: unknown description type {name!r}")
+            fields = {k: _decode(v, types, f"{where}.{k}") for k, v in dict(value.get("fields", {})).items()}
+            try:
+                return types[name](**fields)
+            except TypeError as err:
+                raise PolicyArtifactError(f"{where}: {name} does not take these fields ({err})") from None
+        if "__array__" in value:
+            tensor = value["__array__"]
+            if not isinstance(tensor, torch.Tensor):
+                raise PolicyArtifactError(f"{where}: expected a tensor")
+            return np.ascontiguousarray(tensor.numpy())
+        if "__tuple__" in value or "__list__" in value:
+            raw = value["__tuple__"] if "__tuple__" in value else value["__list__"]
+            items = [_decode(v, types, f"{where}[{i}]") for i, v in enumerate(raw)]
+            return tuple(items) if "__tuple__" in value else items
+        if "__dict__" in value:
+            return {k: _decode(v, types, f"{where}.{k}") for k, v in value["__dict__"].items()}
+        raise PolicyArtifactError(f"{where}: unrecognized entry with keys {sorted(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class PolicyArtifact:
+    """A policy without its training machinery: ``description`` (of ``kind``) and its interface."""
+
+    kind: str
+    description: Any
+    io_spec: IOSpec
+    env_steps: int = 0
+    checkpoint_seal: str = ""
+    """The seal (SHA-256) of the checkpoint this policy was taken from, "" when unknown."""
+
+    @classmethod
+    def from_module(
+        cls, module: nn.Module, io_spec: IOSpec, kind: str = "mlp", env_steps: int = 0, checkpoint_seal: str = ""
+    ) -> PolicyArtifact:
+        """Describe an exported module (``Policy.export_module()``); validates it."""
+        description = policy_kind(kind).describe(module)
+        if description.obs_dim != io_spec.obs_dim or description.action_dim != io_spec.action_dim:
+            raise PolicyArtifactError(
+                f"policy maps {description.obs_dim} -> {description.action_dim} but its IOSpec describes "
+                f"{io_spec.obs_dim} -> {io_spec.action_dim}"
+            )
+        return cls(kind, description, io_spec, env_steps, checkpoint_seal)
+
+    def module(self) -> nn.Module:
+        """The float32 CPU torch module of the policy (``obs [B, D] -> action [B, A]``)."""
+        return policy_kind(self.kind).build(self.description)
+
+    def to_bytes(self) -> bytes:
+        """The sealed ``torch.save`` archive of this artifact."""
+        kind = policy_kind(self.kind)
+        types = {t.__name__: t for t in kind.nested_types}
+        payload = {
+            "artifact_version": ARTIFACT_VERSION,
+            "kind": self.kind,
+            "policy": _encode(self.description, types),
+            "io_spec": _encode(self.io_spec.to_dict(), {}),
+            "env_steps": int(self.env_steps),
+            "checkpoint_seal": self.checkpoint_seal,
+        }
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        return seal(buffer.getvalue())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str) -> PolicyArtifact:
+        """Verify the seal and read an artifact (``name`` is used in errors)."""
+        try:
+            payload = torch.load(io.BytesIO(unseal(data, name)), map_location="cpu", weights_only=True)
+        except SealError as err:
+            raise PolicyArtifactError(str(err)) from None
+        except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, KeyError) as err:
+            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+            raise PolicyArtifactError(f"{name}: corrupt or not a policy artifact ({first})") from None
+        if not isinstance(payload, dict) or "kind" not in payload or "policy" not in payload:
+            raise PolicyArtifactError(f"{name}: not a policy artifact (expected a mapping with 'kind' and 'policy')")
+        version = payload.get("artifact_version")
+        if version != ARTIFACT_VERSION:
+            raise PolicyArtifactError(
+                f"{name}: artifact_version {version!r}, this version of embodied reads {ARTIFACT_VERSION}"
+            )
+        kind = policy_kind(str(payload["kind"]))
+        types = {t.__name__: t for t in kind.nested_types}
+        description = _decode(payload["policy"], types, f"{name}: policy")
+        if not isinstance(description, kind.description_type):
+            raise PolicyArtifactError(f"{name}: policy is not a {kind.description_type.__name__}")
+        try:
+            io_spec = IOSpec.from_dict(_decode(payload["io_spec"], {}, f"{name}: io_spec"))
+        except (KeyError, TypeError, ValueError) as err:
+            raise PolicyArtifactError(f"{name}: io_spec is malformed ({err})") from None
+        return cls(
+            kind.name, description, io_spec, int(payload.get("env_steps", 0)), str(payload.get("checkpoint_seal", ""))
+        )
+
+
+def read_policy_artifact(path: Path) -> PolicyArtifact:
+    """Load ``path`` (a ``policy.pt``); raise :class:`PolicyArtifactError` naming it."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise PolicyArtifactError(f"{path}: no policy artifact there") from None
+    except OSError as err:
+        raise PolicyArtifactError(f"{path}: cannot read it: {err.strerror or err}") from None
+    return PolicyArtifact.from_bytes(data, str(path))

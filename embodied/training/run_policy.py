@@ -1,0 +1,134 @@
+"""A run's policy artifact (``ckpt/policy.pt``): written beside each checkpoint, read by every
+consumer of the trained policy, and built once from the checkpoint for runs that predate it.
+
+See :mod:`embodied.export.artifact` for the file itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from torch import nn
+
+from embodied import registry
+from embodied.checkpoint_seal import MAGIC, SealError, verify_file
+from embodied.errors import EmbodiedError
+from embodied.experiment import load_experiment
+from embodied.export.artifact import POLICY_FILE, PolicyArtifact, PolicyArtifactError, read_policy_artifact
+from embodied.export.bundle import ExportReport, export_artifact, export_dir, record_observations
+from embodied.export.formats import selected
+from embodied.export.policy_io import POLICY_IO_FILENAME
+from embodied.io_spec import IOSpec
+from embodied.training.run import CHECKPOINT_FILE, CONFIG_FILE, CheckpointError, atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_seal(run_dir: Path) -> str:
+    """The SHA-256 sealed into ``ckpt/latest.pt`` (its last 64 bytes), "" when it has none.
+
+    Reads only the file's tail: an artifact records it to show which checkpoint it came from."""
+    path = Path(run_dir) / CHECKPOINT_FILE
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            tail_len = len(MAGIC) + 64
+            if size < tail_len:
+                return ""
+            fh.seek(size - tail_len)
+            tail = fh.read(tail_len)
+    except OSError:
+        return ""
+    return tail[len(MAGIC) :].decode("ascii", "replace") if tail.startswith(MAGIC) else ""
+
+
+def write_policy_artifact(run_dir: Path, module: nn.Module, io_spec: IOSpec, env_steps: int) -> Path:
+    """Write ``ckpt/policy.pt`` for the exported ``module`` of the checkpoint just saved."""
+    artifact = PolicyArtifact.from_module(
+        module, io_spec, env_steps=env_steps, checkpoint_seal=checkpoint_seal(run_dir)
+    )
+    path = Path(run_dir) / POLICY_FILE
+    atomic_write_bytes(path, artifact.to_bytes())
+    return path
+
+
+def policy_artifact(run_dir: Path) -> PolicyArtifact:
+    """The run's policy artifact, without rebuilding its algorithm.
+
+    The checkpoint's seal is verified first (its bytes hashed, nothing unpickled), so a damaged
+    or missing ``ckpt/latest.pt`` is a :class:`CheckpointError` here as everywhere else. Runs
+    saved before artifacts existed, or whose artifact does not belong to the current checkpoint
+    (a crash between the two writes), get it built from the checkpoint once (this loads the
+    whole run one time) and saved for next time.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / POLICY_FILE
+    checkpoint = run_dir / CHECKPOINT_FILE
+    if not checkpoint.is_file():
+        raise CheckpointError(
+            f"{run_dir}: no checkpoint at {checkpoint} (the run was not trained long enough to save one, "
+            "or this is not a run directory)"
+        )
+    try:
+        seal = verify_file(checkpoint)
+    except SealError as err:
+        raise CheckpointError(str(err)) from None
+    except OSError as err:
+        raise CheckpointError(f"{checkpoint}: cannot read the checkpoint: {err.strerror or err}") from None
+    if path.is_file():
+        artifact = read_policy_artifact(path)
+        if artifact.checkpoint_seal == seal:
+            return artifact
+        log.warning("%s was taken from another checkpoint than %s: rebuilding it", path, run_dir / CHECKPOINT_FILE)
+    else:
+        log.info("%s has no %s (older runs wrote none): building it from the checkpoint once", run_dir, POLICY_FILE)
+    from embodied.training.run import load_run
+
+    run = load_run(run_dir)
+    env_steps = int(run.checkpoint.get("trainer", {}).get("env_steps", 0))
+    write_policy_artifact(run_dir, run.policy.export_module(), run.io_spec, env_steps)
+    return read_policy_artifact(path)
+
+
+def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportReport:
+    """Export the run's policy artifact to ``RUN_DIR/export/`` (``fmt``: a format name or ``all``).
+
+    ``record``: also check parity on observations of a short rollout of the policy in the run's
+    own task (besides random probes)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise EmbodiedError(
+            f"{run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
+        )
+    selected(fmt)  # an unknown format fails before the artifact is read
+    artifact = policy_artifact(run_dir)
+    recorded = None
+    if record:
+        cfg = load_experiment(run_dir / CONFIG_FILE)
+        recorded = record_observations(
+            artifact.module(), lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, "cpu", seed)
+        )
+    return export_artifact(artifact, export_dir(run_dir), fmt, recorded, source_run=str(run_dir.resolve()))
+
+
+def ensure_export(run_dir: Path, fmt: str = "all") -> None:
+    """Export ``fmt`` when ``RUN_DIR/export`` lacks one of its files; an existing export is
+    left as it is (its readers check it against ``policy_io.json`` and name what differs)."""
+    out = export_dir(run_dir)
+    files = [POLICY_IO_FILENAME, *(f for exporter in selected(fmt) for f in exporter.files)]
+    missing = [f for f in files if not (out / f).is_file()]
+    if missing:
+        log.info("%s lacks %s: exporting %s", out, ", ".join(missing), fmt)
+        export_run(run_dir, fmt)
+
+
+__all__ = [
+    "PolicyArtifactError",
+    "checkpoint_seal",
+    "ensure_export",
+    "export_run",
+    "policy_artifact",
+    "write_policy_artifact",
+]
