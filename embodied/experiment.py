@@ -216,7 +216,11 @@ def _fill_keys_added_later(cfg: Any, data: dict[str, Any], config_path: Path) ->
                 continue
             default = getattr(node, name)
             if value is _TODAYS_DEFAULT:
-                value = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
+                value = (
+                    dataclasses.asdict(default)
+                    if dataclasses.is_dataclass(default) and not isinstance(default, type)
+                    else default
+                )
             holder[name] = value
             log.info("%s predates key %s: using %r, the behaviour the run was saved with", config_path, dotted, value)
 

@@ -132,7 +132,7 @@ class MujocoVecEnv(ABC):
         self._nominal_mass = model.body_mass.copy()
         self._nominal_inertia = model.body_inertia.copy()
         self._nominal_friction = model.geom_friction.copy()
-        self.obs_spec = {"policy": (self.obs_dim(),)}
+        self.obs_spec: dict[str, tuple[int, ...]] = {"policy": (self.obs_dim(),)}
         self.reset(seed)
 
     # ----------------------------------------------------------------------------- task hooks

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import mujoco
 import numpy as np
 import pytest
@@ -51,7 +53,7 @@ def test_random_actions_do_not() -> None:
 
 
 @pytest.mark.parametrize("reward", ["sparse", "dense"])
-def test_reward_variants(reward: str) -> None:
+def test_reward_variants(reward: Literal["sparse", "dense"]) -> None:
     env = ArmPush(ArmPushCfg(reward=reward), num_envs=8, device="cpu", seed=0)
     env.reset(seed=0)
     _, r, _, _, info = env.step(torch.zeros(8, 3))

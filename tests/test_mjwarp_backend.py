@@ -161,7 +161,7 @@ def test_ant_and_humanoid_share_the_mujoco_terms(task: str) -> None:
     mujoco_env = registry.make_env(task, registry.task_cfg(task), 2, "cpu", seed=0)
     warp_env = registry.make_env(task, registry.task_cfg(task, "mjwarp"), 2, "cpu", seed=0)
     assert isinstance(warp_env, MjwarpVecEnv) and warp_env.obs_spec == mujoco_env.obs_spec
-    warp_env.set_state(mujoco_env.qpos.copy(), mujoco_env.qvel.copy(), torch.arange(2))  # type: ignore[attr-defined]
+    warp_env.set_state(mujoco_env.qpos.copy(), mujoco_env.qvel.copy(), torch.arange(2))
     rng = np.random.default_rng(1)
     for t in range(3):
         action = torch.as_tensor(rng.uniform(-1, 1, (2, mujoco_env.action_dim)), dtype=torch.float32)

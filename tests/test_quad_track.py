@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from embodied.config import ConfigError
-from embodied.training.evaluate import evaluate
 from embodied.registry import make_env, task_cfg
 from embodied.tasks.quad_terms import heading_cos_sin, vec_w_to_h
 from embodied.tasks.quad_track import (
@@ -22,6 +21,7 @@ from embodied.tasks.quad_track import (
     figure8_paths,
     random_paths,
 )
+from embodied.training.evaluate import evaluate
 
 CPU = torch.device("cpu")
 

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from export_support import near_hover_policy, needs_gcc, write_io
 
-from embodied.export import firmware_build as fb
+from embodied.crazyflie import firmware_build as fb
+from embodied.crazyflie.sil import packed_state
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
-from embodied.crazyflie.sil import packed_state
 from embodied.policies.mlp import ExportedPolicy
 from embodied.tasks.quad_hover import QuadHover
 from embodied.tasks.quad_terms import heading_cos_sin, vec_w_to_h

@@ -161,6 +161,6 @@ def test_ros2_lifecycle_services_over_dds(tmp_path: Path) -> None:
     finally:
         stop.set()
         for client in (change, get, listing):
-            client.participant = None
+            client.participant = None  # type: ignore[assignment]
         watch.close()
         transport.close()

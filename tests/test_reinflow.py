@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -26,12 +27,12 @@ def env() -> ArmPush:
     return ArmPush(ArmPushCfg(), num_envs=4, device="cpu", seed=0)
 
 
-def _algo(env: ArmPush, **kw: object) -> ReinFlow:
+def _algo(env: ArmPush, **kw: Any) -> ReinFlow:
     torch.manual_seed(0)
     algo = ReinFlow(
         ReinFlowCfg(policy=FLOW, num_steps_per_env=6, num_minibatches=2, num_epochs=2, critic_warmup_updates=0, **kw),
         env,
-    )  # type: ignore[arg-type]
+    )
     base = FlowPolicy(18, 3, FLOW)
     base.set_obs_stats(torch.zeros(18), torch.full((18,), 0.3))
     algo.preload(PreloadSource(base_policy=base))

@@ -9,7 +9,7 @@ from embodied.data.gae import compute_gae
 from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 
 
-def _gae_loop(rewards, values, dones, last_values, gamma, lam):  # type: ignore[no-untyped-def]
+def _gae_loop(rewards, values, dones, last_values, gamma, lam):  # type: ignore[no-untyped-def,unused-ignore]
     steps, n = rewards.shape
     adv = torch.zeros(steps, n)
     for e in range(n):
