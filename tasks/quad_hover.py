@@ -67,6 +67,9 @@ from embodied.tasks.quad_terms import (
     tilt_cost,
     vec_w_to_h,
     yaw_cost,
+    yaw_flip_action,
+    yaw_flip_obs,
+    yaw_symmetry_tables,
 )
 
 POLICY_STATE_DIM = STATE_DIM
@@ -158,6 +161,13 @@ class QuadHoverCfg:
     """Width r of the precision bonus (m)."""
     orientation_weight: float = 5.0
     """Weight of the tilt cost q_x^2 + q_y^2 of R_hb ((1 - cos tilt) / 2: 0 level, 1 upside down)."""
+    yaw_symmetry: bool = True
+    """Use the X quadrotor's exact 180° yaw symmetry (docs/conventions.md): when the body x axis
+    points away from the setpoint heading (``R_hb[0][0] < 0``) the policy sees the observation of
+    the body turned by π with motors relabelled M1<->M3, M2<->M4, and its action is relabelled
+    back before it reaches the motors. The policy then only meets heading errors within ±90°.
+    ``policy_io.json`` declares it (``extra.yaw_symmetry``) and the exported ONNX/C policy
+    contains it, so deployments feed the physical observation unchanged."""
     yaw_weight: float = 5.0
     """Weight of the heading error to the setpoint yaw, ``q_z²`` of R_hb (0 aligned, 1 at 180°).
     Equal to ``orientation_weight`` this is L2F's ``1 - q_w²`` cost."""
@@ -380,6 +390,16 @@ class QuadHover:
         self.yaw_sp_rad = torch.zeros(self.num_envs, dtype=f32, device=self.device)
         """``[N]`` setpoint yaw of each env's episode (rad, world)."""
         self.heading = heading_cos_sin(self.yaw_sp_rad)
+        self._yaw_sym = yaw_symmetry_tables(self._terms) if cfg.yaw_symmetry else None
+        self._flip_source = torch.tensor(
+            [] if self._yaw_sym is None else self._yaw_sym["obs_source"], dtype=torch.long, device=self.device
+        )
+        self._flip_sign = torch.tensor(
+            [] if self._yaw_sym is None else self._yaw_sym["obs_sign"], dtype=f32, device=self.device
+        )
+        self.yaw_flip = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        """``[N, 1]``: the policy's last observation was relabelled (``cfg.yaw_symmetry``), so its
+        next action is relabelled back before the motors."""
         self.gaps = (
             QuadGaps(
                 cfg.gaps, self.num_envs, cfg.episode_steps, STATE_DIM, self.hover_action, self.device, self.generator
@@ -412,7 +432,10 @@ class QuadHover:
         where truncated after a full episode and close to the setpoint and level).
         """
         obs_noise = self._draw_obs_noise()
-        action = self.in_layout(action.to(self.device, torch.float32))
+        action = action.to(self.device, torch.float32)
+        if self._yaw_sym is not None:  # the policy acted on the relabelled body: back to M1..M4
+            action = yaw_flip_action(action, self.yaw_flip)
+        action = self.in_layout(action)
         physics = self.sim.physics_inputs()
         gaps, motor_action, rpm_limits = self.gaps, None, None
         if gaps is not None:
@@ -469,8 +492,21 @@ class QuadHover:
             obs = self._observe(obs_noise)
             if gaps is not None:  # restarted envs see their fresh state; the others keep theirs
                 obs["policy"] = torch.where(done.unsqueeze(1), gaps.view(obs["policy"], STATE_DIM), policy)
+        if self._yaw_sym is not None:
+            final_canonical = self._canonical(final_obs["policy"], update=False)
+            obs = {**obs, "policy": self._canonical(obs["policy"], update=True)}
+            final_obs = {**final_obs, "policy": final_canonical}
         info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success}
         return obs, reward, terminated, truncated, info
+
+    def _canonical(self, policy: torch.Tensor, update: bool) -> torch.Tensor:
+        """``policy [N, D]`` under the 180° yaw symmetry (``quad_terms.yaw_symmetry_tables``);
+        ``update`` records which envs were flipped, for the next action."""
+        assert self._yaw_sym is not None
+        canonical, flip = yaw_flip_obs(policy, self._flip_source, self._flip_sign, self._yaw_sym["select_index"])
+        if update:
+            self.yaw_flip = flip
+        return canonical
 
     def io_spec(self) -> IOSpec:
         """Policy observation/action fields, control period, conventions and on-board constants."""
@@ -505,6 +541,7 @@ class QuadHover:
             "gravity_mps2": p.gravity_mps2,
             "setpoint_w": list(cfg.setpoint_w),
             "heading_frame": "setpoint_yaw",
+            **({} if self._yaw_sym is None else {"yaw_symmetry": self._yaw_sym}),
             "envelope": {
                 "pos_err_m": cfg.position_bound_m,
                 "tilt_rad": ENVELOPE_MAX_TILT_RAD,
@@ -533,6 +570,7 @@ class QuadHover:
             "episode_step": self.episode_step.clone(),
             "pos_err_int_h": self.pos_err_int_h.clone(),
             "yaw_sp_rad": self.yaw_sp_rad.clone(),
+            "yaw_flip": self.yaw_flip.clone(),
             "gaps": {} if self.gaps is None else self.gaps.state_dict(),
             "rng": self.generator.get_state(),
             "init_pool": self._pool[self._pool_cursor :].clone(),
@@ -552,6 +590,7 @@ class QuadHover:
         self.pos_err_int_h = integral.to(self.device, torch.float32).clone()
         self.yaw_sp_rad = state.get("yaw_sp_rad", torch.zeros_like(self.yaw_sp_rad)).to(self.device, torch.float32)
         self.heading = heading_cos_sin(self.yaw_sp_rad)
+        self.yaw_flip = state.get("yaw_flip", torch.zeros_like(self.yaw_flip)).to(self.device, torch.bool).clone()
         if self.gaps is not None:
             self.gaps.load_state_dict(state.get("gaps", {}))
         self.generator.set_state(state["rng"])
@@ -569,6 +608,8 @@ class QuadHover:
         obs = self._observe(self._draw_obs_noise() if noise else None)
         if self.gaps is not None:
             obs["policy"] = self.gaps.view(obs["policy"], STATE_DIM)
+        if self._yaw_sym is not None:
+            obs["policy"] = self._canonical(obs["policy"], update=True)
         return obs
 
     def _observe(self, obs_noise: torch.Tensor | None) -> ObsDict:

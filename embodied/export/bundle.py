@@ -22,8 +22,8 @@ from torch import nn
 
 from embodied.errors import EmbodiedError
 from embodied.export.c_header import generate_c
-from embodied.export.layers import mlp_arrays
-from embodied.export.onnx import PARITY_TOL, export_onnx, probe_observations
+from embodied.export.layers import mlp_arrays, with_io_symmetry
+from embodied.export.onnx import PARITY_TOL, export_onnx, probe_observations, symmetry_twin
 from embodied.export.policy_io import weights_sha256, write_policy_io
 from embodied.io_spec import IOSpec
 
@@ -102,6 +102,7 @@ def export_module(
     """Export ``module`` into ``out_dir`` (``policy_io.json`` always, then ONNX and/or C)."""
     if fmt not in FORMATS:
         raise EmbodiedError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    module = with_io_symmetry(module, io_spec)  # the task's symmetry travels inside the export
     arrays = mlp_arrays(module)  # validates the architecture before anything is written
     out_dir = Path(out_dir)
     report = ExportReport(model_sha256=weights_sha256(module), num_macs=arrays.num_macs)
@@ -109,6 +110,8 @@ def export_module(
     checks = [probe_observations(arrays)]
     if recorded_obs is not None and len(recorded_obs):
         checks.append(np.asarray(recorded_obs, dtype=np.float32))
+        if arrays.symmetry is not None:  # a task's observations are canonical: check the mirror images too
+            checks.append(symmetry_twin(arrays, checks[-1]))
     observations = np.concatenate(checks)
     if fmt in ("onnx", "all"):
         onnx_report = export_onnx(module, io_spec, out_dir, recorded_obs)

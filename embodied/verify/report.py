@@ -68,6 +68,7 @@ def ensure_export(run_dir: Path) -> None:
     """Export the run (ONNX + C) when ``RUN_DIR/export`` lacks ``policy_io.json`` or ``policy.onnx``;
     otherwise check that the export holds the run's current weights."""
     from embodied.export.bundle import export_dir, export_run
+    from embodied.export.layers import with_io_symmetry
     from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io, weights_sha256
     from embodied.run import load_run
 
@@ -77,7 +78,8 @@ def ensure_export(run_dir: Path) -> None:
         export_run(run_dir, "all")
         return
     policy_io = read_policy_io(out)
-    current = weights_sha256(load_run(run_dir).policy.export_module())
+    run = load_run(run_dir)
+    current = weights_sha256(with_io_symmetry(run.policy.export_module(), run.io_spec))
     if current != policy_io.model_sha256:
         raise EmbodiedError(
             f"{policy_io.path}: exported from other weights ({policy_io.model_sha256[:12]}) than the run's checkpoint "
