@@ -67,6 +67,7 @@ from embodied.tasks.quad_terms import (
     tilt_cost,
     vec_w_to_h,
     yaw_cost,
+    yaw_cost_mod_pi,
     yaw_flip_action,
     yaw_flip_obs,
     yaw_symmetry_tables,
@@ -170,7 +171,9 @@ class QuadHoverCfg:
     contains it, so deployments feed the physical observation unchanged."""
     yaw_weight: float = 5.0
     """Weight of the heading error to the setpoint yaw, ``q_z²`` of R_hb (0 aligned, 1 at 180°).
-    Equal to ``orientation_weight`` this is L2F's ``1 - q_w²`` cost."""
+    Equal to ``orientation_weight`` this is L2F's ``1 - q_w²`` cost. With ``yaw_symmetry`` the
+    heading error counts modulo 180° (``quad_terms.yaw_cost_mod_pi``): the policy cannot tell
+    the two ends of the body x axis apart, and physically they are the same vehicle."""
     lin_vel_weight: float = 0.1
     """Weight of ||lin_vel_w||^2."""
     action_weight: float = 0.1
@@ -359,6 +362,7 @@ class QuadHover:
             pos_bonus_inv_2r2=1.0 / (2.0 * cfg.pos_bonus_radius_m**2),
             k_ori=k * cfg.orientation_weight,
             k_yaw=k * cfg.yaw_weight,
+            yaw_mod_pi=cfg.yaw_symmetry,
             k_vel=k * cfg.lin_vel_weight,
             k_act=k * cfg.action_weight,
             alive=cfg.reward_constant,
@@ -800,6 +804,7 @@ class CoreConsts(NamedTuple):
     pos_bonus_inv_2r2: float
     k_ori: float
     k_yaw: float
+    yaw_mod_pi: bool
     k_vel: float
     k_act: float
     alive: float
@@ -916,7 +921,7 @@ def step_core(
     reward_terms = {
         "position": pos_err_h.square().sum(dim=1) * c.k_pos,
         "orientation": tilt_cost(rot_hb) * c.k_ori,
-        "yaw": yaw_cost(rot_hb) * c.k_yaw,
+        "yaw": (yaw_cost_mod_pi(rot_hb) if c.yaw_mod_pi else yaw_cost(rot_hb)) * c.k_yaw,
         "velocity": state[:, LIN_VEL].square().sum(dim=1) * c.k_vel,
         "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,
         "alive": torch.full_like(episode_step, c.alive, dtype=state.dtype),

@@ -141,6 +141,14 @@ def yaw_cost(rot_hb: torch.Tensor) -> torch.Tensor:
     return (1.0 + rot_hb[:, 8] - rot_hb[:, 0] - rot_hb[:, 4]) * 0.25
 
 
+def yaw_cost_mod_pi(rot_hb: torch.Tensor) -> torch.Tensor:
+    """``[N]``: :func:`yaw_cost` of ``R_hb`` or of the relabelled body ``R_hb Rz(π)``, whichever is
+    smaller: ``(1 + r22 - |r00 + r11|) / 4``, i.e. ``(1 - |cos ψ|) / 2`` for a pure heading error ψ
+    (0 with either end of the body x axis on the setpoint heading, 1/2 at ±90°). The reward of a
+    policy under the 180° yaw symmetry, which cannot tell the two ends apart."""
+    return (1.0 + rot_hb[:, 8] - (rot_hb[:, 0] + rot_hb[:, 4]).abs()) * 0.25
+
+
 # ---------------------------------------------------------------------------- 180° yaw symmetry
 MOTOR_FLIP: tuple[int, int, int, int] = (2, 3, 0, 1)
 """Motor relabelling of the X quadrotor turned by π about body z: the rotor in M1's place

@@ -4,6 +4,7 @@ policy (torch, ONNX, C) apply the same flip from one table, and the flip is idem
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from embodied.export.layers import mlp_arrays, with_io_symmetry
 from embodied.export.onnx import export_onnx, probe_observations
 from embodied.policies.mlp import ExportedPolicy
 from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg, quat_multiply
-from embodied.tasks.quad_terms import MOTOR_FLIP, policy_terms, yaw_symmetry_tables
+from embodied.tasks.quad_terms import MOTOR_FLIP, policy_terms, yaw_cost, yaw_cost_mod_pi, yaw_symmetry_tables
 from tests.export_support import needs_gcc, random_policy, write_io
 
 CPU = torch.device("cpu")
@@ -70,7 +71,9 @@ def test_simulator_dynamics_commute_with_the_relabelling() -> None:
     e, o = even[alive], even[alive] + 1
     torch.testing.assert_close(s["position_w"][o], s["position_w"][e], atol=2e-5, rtol=0)
     torch.testing.assert_close(s["lin_vel_w"][o], s["lin_vel_w"][e], atol=1e-4, rtol=0)
-    torch.testing.assert_close(s["ang_vel_b"][o], s["ang_vel_b"][e] * torch.tensor([-1.0, -1.0, 1.0]), atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        s["ang_vel_b"][o], s["ang_vel_b"][e] * torch.tensor([-1.0, -1.0, 1.0]), atol=1e-3, rtol=0
+    )
     torch.testing.assert_close(s["motor_rpm"][o], s["motor_rpm"][e][:, list(MOTOR_FLIP)], atol=0.5, rtol=1e-5)
     want = quat_multiply(s["quat_wb"][e], QUAT_Z_PI.expand(len(e), 4))
     sign = torch.sign((want * s["quat_wb"][o]).sum(dim=1, keepdim=True))
@@ -80,7 +83,9 @@ def test_simulator_dynamics_commute_with_the_relabelling() -> None:
     actions2 = set_twins(env2)
     for _ in range(20):
         env2.step(actions2)
-    gap = (env2.physical_state()["ang_vel_b"][o] - env2.physical_state()["ang_vel_b"][e] * torch.tensor([-1.0, -1.0, 1.0]))
+    gap = env2.physical_state()["ang_vel_b"][o] - env2.physical_state()["ang_vel_b"][e] * torch.tensor(
+        [-1.0, -1.0, 1.0]
+    )
     assert float(gap.abs().max()) > 0.1
 
 
@@ -98,13 +103,28 @@ def test_task_sees_twins_alike_and_relabels_the_action() -> None:
     for _ in range(10):
         canonical = torch.rand(env.num_envs, 4, generator=gen) * 1.2 - 0.6
         canonical[even + 1] = canonical[even]  # one policy, same input -> same output
-        obs, *_ = env.step(canonical)
+        obs, reward, *_ = env.step(canonical)
     alive = env.episode_step[even] == 10
     e = even[alive]
     torch.testing.assert_close(obs["policy"][e + 1], obs["policy"][e], atol=5e-4, rtol=0)
+    # The reward is symmetric too (heading error modulo 180°, action cost over all motors).
+    torch.testing.assert_close(reward[e + 1], reward[e], atol=1e-4, rtol=0)
     # Physical action history differs by the relabelling where exactly one twin is flipped.
     hist = env.action_hist
     assert not torch.equal(hist[e + 1], hist[e])
+
+
+def test_yaw_cost_mod_pi_is_the_smaller_of_the_two_labellings() -> None:
+    yaw = torch.tensor([0.0, math.pi, math.pi / 2, -math.pi / 2, 0.3, math.pi - 0.3])
+    c, s = torch.cos(yaw), torch.sin(yaw)
+    zero, one = torch.zeros_like(yaw), torch.ones_like(yaw)
+    rot = torch.stack((c, -s, zero, s, c, zero, zero, zero, one), dim=1)  # Rz(yaw), row-major
+    cost = yaw_cost_mod_pi(rot)
+    torch.testing.assert_close(cost, (1.0 - torch.cos(yaw).abs()) / 2.0, atol=1e-6, rtol=0)
+    assert float(yaw_cost(rot)[1]) == pytest.approx(1.0) and float(cost[1]) == pytest.approx(0.0, abs=1e-6)
+    flipped = rot * torch.tensor([-1.0, -1.0, 1.0] * 3)
+    torch.testing.assert_close(yaw_cost_mod_pi(flipped), cost)
+    torch.testing.assert_close(cost, torch.minimum(yaw_cost(rot), yaw_cost(flipped)))
 
 
 def test_tables_follow_the_term_table() -> None:
