@@ -318,6 +318,12 @@ class QuadHover:
     heading = LayoutTensor()
     """``[N, 2]`` (cos, sin) of each env's setpoint yaw (``quad_terms.heading_cos_sin``)."""
 
+    physical_actions: bool = False
+    """Set True by drivers whose actions come from a controller that builds its own observation
+    from :meth:`physical_state` (firmware software-in-the-loop, sim-robot): they are already in
+    M1..M4 labels, so ``step`` applies them as given instead of undoing the yaw-symmetry flip of
+    the observation it returned."""
+
     def __init__(self, cfg: QuadHoverCfg, num_envs: int, device: torch.device, seed: int) -> None:
         self.cfg = cfg
         self.num_envs = int(num_envs)
@@ -437,7 +443,7 @@ class QuadHover:
         """
         obs_noise = self._draw_obs_noise()
         action = action.to(self.device, torch.float32)
-        if self._yaw_sym is not None:  # the policy acted on the relabelled body: back to M1..M4
+        if self._yaw_sym is not None and not self.physical_actions:  # acted on the relabelled body: to M1..M4
             action = yaw_flip_action(action, self.yaw_flip)
         action = self.in_layout(action)
         physics = self.sim.physics_inputs()

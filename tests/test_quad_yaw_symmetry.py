@@ -223,3 +223,39 @@ def test_export_module_carries_the_task_symmetry(tmp_path: Path) -> None:
     from embodied.export.policy_io import weights_sha256
 
     assert report.model_sha256 == weights_sha256(module) != weights_sha256(bare)
+
+
+@needs_gcc
+def test_firmware_controller_on_physical_state_equals_the_task_policy(tmp_path: Path) -> None:
+    """quad_ctrl.c builds the physical observation from the raw state and runs the exported C
+    policy (flip inside); its motor commands equal the task's: the bare network on the task's
+    canonical observation, relabelled back where the task flipped. Closed loop, physical actions."""
+    from embodied.export.sil import packed_state
+    from embodied.tasks.quad_terms import yaw_flip_action
+
+    n = 32
+    cfg = QuadHoverCfg(action_history=2, obs_noise_std=(0.0,) * 4, episode_steps=30)
+    env = QuadHover(cfg, n, CPU, seed=5)
+    env.physical_actions = True
+    spec = env.io_spec()
+    bare = random_policy(obs_dim=spec.obs_dim, hidden=(32, 32), seed=2)
+    with torch.no_grad():  # near hover, so it flies instead of tumbling
+        last = [m for m in bare.modules() if isinstance(m, torch.nn.Linear)][-1]
+        last.weight.mul_(0.05)
+        last.bias.fill_(env.hover_action)
+    module = with_io_symmetry(bare, spec)
+    generate_c(module, write_io(module, spec, tmp_path), tmp_path / "c")
+    lib = HostPolicyLib(build_host_library(tmp_path / "c", tmp_path / "build"))
+    ctxs = lib.new_contexts(n, initial_action=env.hover_action)
+    obs = env.observe(noise=False)["policy"]
+    flipped_seen = 0
+    for _ in range(40):
+        lib.reset(ctxs, (env.episode_step == 0).numpy(), env.hover_action)
+        states, setpoints = packed_state(env)
+        actions = lib.step(ctxs, states, setpoints)
+        with torch.no_grad():
+            want = yaw_flip_action(bare(obs), env.yaw_flip).numpy()
+        np.testing.assert_allclose(actions, want, atol=1e-5, rtol=0)
+        flipped_seen += int(env.yaw_flip.sum())
+        obs = env.step(torch.from_numpy(actions))[0]["policy"]
+    assert flipped_seen > 100
