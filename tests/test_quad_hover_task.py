@@ -188,7 +188,8 @@ def test_setpoint_and_initial_yaw_cover_the_circle() -> None:
 
 
 def test_observation_noise_levels() -> None:
-    env = QuadHover(QuadHoverCfg(), 4096, CPU, seed=0)
+    # Physical observation: with the yaw symmetry, noise near R_hb[0][0] = 0 also flips a few rows.
+    env = QuadHover(QuadHoverCfg(yaw_symmetry=False), 4096, CPU, seed=0)
     clean = env.observe(noise=False)["policy"]
     noisy = env.observe()["policy"]
     std = (noisy - clean)[:, :18].std(dim=0)
