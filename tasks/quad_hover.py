@@ -307,6 +307,9 @@ class QuadHover:
     scales - 1 6, disturbance force and torque divided by their σ 6). Actions ``[N, 4]`` in [-1, 1].
     With ``pos_err_integral`` both groups get ``pos_err_int_h`` (3, noise-free) right after the
     18 state entries: policy ``[N, 21 + 4H]``, critic ``[N, 37]``.
+    With ``yaw_symmetry`` (default) the policy group is the canonical observation (relabelled
+    where ``R_hb[0][0] < 0``, :attr:`yaw_flip`) and actions are taken in the same labels; the
+    critic group stays physical.
     """
 
     action_hist = LayoutTensor()
