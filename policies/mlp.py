@@ -7,7 +7,8 @@ C exporter can walk them layer by layer.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -89,10 +90,21 @@ class ExportedPolicy(nn.Module):
     ``net`` is an ``nn.Sequential`` of ``nn.Linear`` and activations (see :func:`mlp`); a
     deterministic head (e.g. a Gaussian mean or tanh actor) is already part of it. Buffers are
     float32 copies, detached from training.
+
+    With a symmetry (:meth:`with_symmetry`, the task's ``policy_io.json`` ``extra.yaw_symmetry``)
+    the module first maps the observation to the canonical half of the symmetry and maps the
+    action back, so it takes and returns physical quantities::
+
+        flip = obs[:, select_index] < 0
+        obs' = where(flip, obs[:, obs_source] * obs_sign, obs)
+        action = where(flip, out[:, action_source], out),   out = the expression above on obs'
     """
 
     obs_mean: torch.Tensor
     obs_std: torch.Tensor
+    sym_obs_source: torch.Tensor
+    sym_obs_sign: torch.Tensor
+    sym_action_source: torch.Tensor
 
     def __init__(self, net: nn.Sequential, obs_mean: torch.Tensor, obs_std: torch.Tensor, obs_clip: float) -> None:
         super().__init__()
@@ -102,6 +114,11 @@ class ExportedPolicy(nn.Module):
         self.register_buffer("obs_mean", obs_mean.detach().float().cpu().clone())
         self.register_buffer("obs_std", obs_std.detach().float().cpu().clone())
         self.obs_clip = float(obs_clip)
+        self.sym_select_index: int | None = None
+        """Observation entry whose sign selects the symmetry flip; None: no symmetry."""
+        self.register_buffer("sym_obs_source", torch.zeros(0, dtype=torch.long), persistent=False)
+        self.register_buffer("sym_obs_sign", torch.zeros(0), persistent=False)
+        self.register_buffer("sym_action_source", torch.zeros(0, dtype=torch.long), persistent=False)
 
     @classmethod
     def from_normalizer(cls, net: nn.Sequential, normalizer: RunningNormalizer | None, obs_dim: int) -> ExportedPolicy:
@@ -111,6 +128,47 @@ class ExportedPolicy(nn.Module):
         std = torch.sqrt(normalizer.var + normalizer.eps)
         return cls(net, normalizer.mean, std, normalizer.clip)
 
+    def with_symmetry(self, tables: Mapping[str, Any] | None) -> ExportedPolicy:
+        """This module with the symmetry ``tables`` (keys ``select_index``, ``obs_source``,
+        ``obs_sign``, ``action_source``: ``policy_io.json`` ``extra.yaw_symmetry``) around it;
+        ``None`` leaves it unchanged. Raises ``ValueError`` naming a key of the wrong form."""
+        if tables is None:
+            return self
+        dim = int(self.obs_mean.shape[0])
+        try:
+            select = int(tables["select_index"])
+            source = torch.tensor([int(i) for i in tables["obs_source"]], dtype=torch.long)
+            sign = torch.tensor([float(v) for v in tables["obs_sign"]], dtype=torch.float32)
+            action_source = torch.tensor([int(i) for i in tables["action_source"]], dtype=torch.long)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(
+                f"symmetry tables need select_index (int), obs_source, obs_sign and action_source (lists): {err}"
+            ) from None
+        out_dim = int(self.net[-1].out_features) if isinstance(self.net[-1], nn.Linear) else len(action_source)
+        checks = {
+            "select_index": 0 <= select < dim,
+            "obs_source": source.shape == (dim,) and bool(((source >= 0) & (source < dim)).all()),
+            "obs_sign": sign.shape == (dim,) and bool((sign.abs() == 1.0).all()),
+            "action_source": sorted(action_source.tolist()) == list(range(out_dim)),
+        }
+        for key, ok in checks.items():
+            if not ok:
+                raise ValueError(
+                    f"symmetry table {key!r} does not fit a policy with {dim} observations and {out_dim} actions "
+                    "(indices in range, signs +-1, action_source a permutation)"
+                )
+        module = copy.deepcopy(self)
+        module.sym_select_index = select
+        module.sym_obs_source, module.sym_obs_sign, module.sym_action_source = source, sign, action_source
+        return module
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        flip = None
+        if self.sym_select_index is not None:
+            flip = obs[:, self.sym_select_index : self.sym_select_index + 1] < 0.0
+            obs = torch.where(flip, obs[:, self.sym_obs_source] * self.sym_obs_sign, obs)
         x = torch.clamp((obs - self.obs_mean) / self.obs_std, -self.obs_clip, self.obs_clip)
-        return torch.clamp(self.net(x), -1.0, 1.0)
+        action = torch.clamp(self.net(x), -1.0, 1.0)
+        if flip is not None:
+            action = torch.where(flip, action[:, self.sym_action_source], action)
+        return action

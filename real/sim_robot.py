@@ -110,6 +110,8 @@ class SimRobot:
                 "(position_w, quat_wb, lin_vel_w, ang_vel_b) that tasks on the quadrotor backend provide"
             )
         self.env = env
+        if hasattr(env, "physical_actions"):  # commands arrive in M1..M4 labels (no task-side yaw flip)
+            env.physical_actions = True
         self.robot = robot
         self._check_setpoint()
         self.actions = ActionMap.from_io_spec(env.io_spec())

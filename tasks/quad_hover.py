@@ -67,6 +67,10 @@ from embodied.tasks.quad_terms import (
     tilt_cost,
     vec_w_to_h,
     yaw_cost,
+    yaw_cost_mod_pi,
+    yaw_flip_action,
+    yaw_flip_obs,
+    yaw_symmetry_tables,
 )
 
 POLICY_STATE_DIM = STATE_DIM
@@ -158,9 +162,18 @@ class QuadHoverCfg:
     """Width r of the precision bonus (m)."""
     orientation_weight: float = 5.0
     """Weight of the tilt cost q_x^2 + q_y^2 of R_hb ((1 - cos tilt) / 2: 0 level, 1 upside down)."""
+    yaw_symmetry: bool = True
+    """Use the X quadrotor's exact 180° yaw symmetry (docs/conventions.md): when the body x axis
+    points away from the setpoint heading (``R_hb[0][0] < 0``) the policy sees the observation of
+    the body turned by π with motors relabelled M1<->M3, M2<->M4, and its action is relabelled
+    back before it reaches the motors. The policy then only meets heading errors within ±90°.
+    ``policy_io.json`` declares it (``extra.yaw_symmetry``) and the exported ONNX/C policy
+    contains it, so deployments feed the physical observation unchanged."""
     yaw_weight: float = 5.0
     """Weight of the heading error to the setpoint yaw, ``q_z²`` of R_hb (0 aligned, 1 at 180°).
-    Equal to ``orientation_weight`` this is L2F's ``1 - q_w²`` cost."""
+    Equal to ``orientation_weight`` this is L2F's ``1 - q_w²`` cost. With ``yaw_symmetry`` the
+    heading error counts modulo 180° (``quad_terms.yaw_cost_mod_pi``): the policy cannot tell
+    the two ends of the body x axis apart, and physically they are the same vehicle."""
     lin_vel_weight: float = 0.1
     """Weight of ||lin_vel_w||^2."""
     action_weight: float = 0.1
@@ -294,6 +307,9 @@ class QuadHover:
     scales - 1 6, disturbance force and torque divided by their σ 6). Actions ``[N, 4]`` in [-1, 1].
     With ``pos_err_integral`` both groups get ``pos_err_int_h`` (3, noise-free) right after the
     18 state entries: policy ``[N, 21 + 4H]``, critic ``[N, 37]``.
+    With ``yaw_symmetry`` (default) the policy group is the canonical observation (relabelled
+    where ``R_hb[0][0] < 0``, :attr:`yaw_flip`) and actions are taken in the same labels; the
+    critic group stays physical.
     """
 
     action_hist = LayoutTensor()
@@ -304,6 +320,12 @@ class QuadHover:
     ``cfg.pos_err_integral``."""
     heading = LayoutTensor()
     """``[N, 2]`` (cos, sin) of each env's setpoint yaw (``quad_terms.heading_cos_sin``)."""
+
+    physical_actions: bool = False
+    """Set True by drivers whose actions come from a controller that builds its own observation
+    from :meth:`physical_state` (firmware software-in-the-loop, sim-robot): they are already in
+    M1..M4 labels, so ``step`` applies them as given instead of undoing the yaw-symmetry flip of
+    the observation it returned."""
 
     def __init__(self, cfg: QuadHoverCfg, num_envs: int, device: torch.device, seed: int) -> None:
         self.cfg = cfg
@@ -349,6 +371,7 @@ class QuadHover:
             pos_bonus_inv_2r2=1.0 / (2.0 * cfg.pos_bonus_radius_m**2),
             k_ori=k * cfg.orientation_weight,
             k_yaw=k * cfg.yaw_weight,
+            yaw_mod_pi=cfg.yaw_symmetry,
             k_vel=k * cfg.lin_vel_weight,
             k_act=k * cfg.action_weight,
             alive=cfg.reward_constant,
@@ -380,6 +403,16 @@ class QuadHover:
         self.yaw_sp_rad = torch.zeros(self.num_envs, dtype=f32, device=self.device)
         """``[N]`` setpoint yaw of each env's episode (rad, world)."""
         self.heading = heading_cos_sin(self.yaw_sp_rad)
+        self._yaw_sym = yaw_symmetry_tables(self._terms) if cfg.yaw_symmetry else None
+        self._flip_source = torch.tensor(
+            [] if self._yaw_sym is None else self._yaw_sym["obs_source"], dtype=torch.long, device=self.device
+        )
+        self._flip_sign = torch.tensor(
+            [] if self._yaw_sym is None else self._yaw_sym["obs_sign"], dtype=f32, device=self.device
+        )
+        self.yaw_flip = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        """``[N, 1]``: the policy's last observation was relabelled (``cfg.yaw_symmetry``), so its
+        next action is relabelled back before the motors."""
         self.gaps = (
             QuadGaps(
                 cfg.gaps, self.num_envs, cfg.episode_steps, STATE_DIM, self.hover_action, self.device, self.generator
@@ -412,7 +445,10 @@ class QuadHover:
         where truncated after a full episode and close to the setpoint and level).
         """
         obs_noise = self._draw_obs_noise()
-        action = self.in_layout(action.to(self.device, torch.float32))
+        action = action.to(self.device, torch.float32)
+        if self._yaw_sym is not None and not self.physical_actions:  # acted on the relabelled body: to M1..M4
+            action = yaw_flip_action(action, self.yaw_flip)
+        action = self.in_layout(action)
         physics = self.sim.physics_inputs()
         gaps, motor_action, rpm_limits = self.gaps, None, None
         if gaps is not None:
@@ -468,6 +504,10 @@ class QuadHover:
             obs = self._observe(obs_noise)
             if gaps is not None:  # restarted envs see their fresh state; the others keep theirs
                 obs["policy"] = torch.where(done.unsqueeze(1), gaps.view(obs["policy"], STATE_DIM), policy)
+        if self._yaw_sym is not None:
+            final_canonical = self._canonical(final_obs["policy"], update=False)
+            obs = {**obs, "policy": self._canonical(obs["policy"], update=True)}
+            final_obs = {**final_obs, "policy": final_canonical}
         info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success} | step_info
         return obs, reward, terminated, truncated, info
 
@@ -489,6 +529,15 @@ class QuadHover:
             & (pos_err_h.square().sum(dim=1) < self.cfg.success_radius_m**2)
             & (rot_hb[:, 8] > self._cos_success_tilt)
         )
+
+    def _canonical(self, policy: torch.Tensor, update: bool) -> torch.Tensor:
+        """``policy [N, D]`` under the 180° yaw symmetry (``quad_terms.yaw_symmetry_tables``);
+        ``update`` records which envs were flipped, for the next action."""
+        assert self._yaw_sym is not None
+        canonical, flip = yaw_flip_obs(policy, self._flip_source, self._flip_sign, self._yaw_sym["select_index"])
+        if update:
+            self.yaw_flip = flip
+        return canonical
 
     def io_spec(self) -> IOSpec:
         """Policy observation/action fields, control period, conventions and on-board constants."""
@@ -525,6 +574,7 @@ class QuadHover:
             "gravity_mps2": p.gravity_mps2,
             "setpoint_w": list(cfg.setpoint_w),
             "heading_frame": "setpoint_yaw",
+            **({} if self._yaw_sym is None else {"yaw_symmetry": self._yaw_sym}),
             "envelope": {
                 "pos_err_m": cfg.position_bound_m,
                 "tilt_rad": ENVELOPE_MAX_TILT_RAD,
@@ -553,6 +603,7 @@ class QuadHover:
             "episode_step": self.episode_step.clone(),
             "pos_err_int_h": self.pos_err_int_h.clone(),
             "yaw_sp_rad": self.yaw_sp_rad.clone(),
+            "yaw_flip": self.yaw_flip.clone(),
             "gaps": {} if self.gaps is None else self.gaps.state_dict(),
             "rng": self.generator.get_state(),
             "init_pool": self._pool[self._pool_cursor :].clone(),
@@ -572,6 +623,7 @@ class QuadHover:
         self.pos_err_int_h = integral.to(self.device, torch.float32).clone()
         self.yaw_sp_rad = state.get("yaw_sp_rad", torch.zeros_like(self.yaw_sp_rad)).to(self.device, torch.float32)
         self.heading = heading_cos_sin(self.yaw_sp_rad)
+        self.yaw_flip = state.get("yaw_flip", torch.zeros_like(self.yaw_flip)).to(self.device, torch.bool).clone()
         if self.gaps is not None:
             self.gaps.load_state_dict(state.get("gaps", {}))
         self.generator.set_state(state["rng"])
@@ -589,6 +641,8 @@ class QuadHover:
         obs = self._observe(self._draw_obs_noise() if noise else None)
         if self.gaps is not None:
             obs["policy"] = self.gaps.view(obs["policy"], STATE_DIM)
+        if self._yaw_sym is not None:
+            obs["policy"] = self._canonical(obs["policy"], update=True)
         return obs
 
     def _observe(self, obs_noise: torch.Tensor | None) -> ObsDict:
@@ -782,6 +836,7 @@ class CoreConsts(NamedTuple):
     pos_bonus_inv_2r2: float
     k_ori: float
     k_yaw: float
+    yaw_mod_pi: bool
     k_vel: float
     k_act: float
     alive: float
@@ -910,7 +965,7 @@ def step_core(
     reward_terms = {
         "position": pos_err_h.square().sum(dim=1) * c.k_pos,
         "orientation": tilt_cost(rot_hb) * c.k_ori,
-        "yaw": yaw_cost(rot_hb) * c.k_yaw,
+        "yaw": (yaw_cost_mod_pi(rot_hb) if c.yaw_mod_pi else yaw_cost(rot_hb)) * c.k_yaw,
         "velocity": (state[:, LIN_VEL] if vel_sp_w is None else state[:, LIN_VEL] - vel_sp_w).square().sum(dim=1)
         * c.k_vel,
         "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,

@@ -16,6 +16,7 @@ tasks' fused step (``env.sim.compile=true``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -166,3 +167,87 @@ def yaw_cost(rot_hb: torch.Tensor) -> torch.Tensor:
     for a pure heading error ψ (0 aligned with the setpoint yaw, 1 at 180°). With
     :func:`tilt_cost` it sums to ``1 - q_w²``, L2F's orientation cost."""
     return (1.0 + rot_hb[:, 8] - rot_hb[:, 0] - rot_hb[:, 4]) * 0.25
+
+
+def yaw_cost_mod_pi(rot_hb: torch.Tensor) -> torch.Tensor:
+    """``[N]``: :func:`yaw_cost` of ``R_hb`` or of the relabelled body ``R_hb Rz(π)``, whichever is
+    smaller: ``(1 + r22 - |r00 + r11|) / 4``, i.e. ``(1 - |cos ψ|) / 2`` for a pure heading error ψ
+    (0 with either end of the body x axis on the setpoint heading, 1/2 at ±90°). The reward of a
+    policy under the 180° yaw symmetry, which cannot tell the two ends apart."""
+    return (1.0 + rot_hb[:, 8] - (rot_hb[:, 0] + rot_hb[:, 4]).abs()) * 0.25
+
+
+# ---------------------------------------------------------------------------- 180° yaw symmetry
+MOTOR_FLIP: tuple[int, int, int, int] = (2, 3, 0, 1)
+"""Motor relabelling of the X quadrotor turned by π about body z: the rotor in M1's place
+(front-right) is then M3, in M2's place (back-right) M4, and so on. M1/M3 and M2/M4 share their
+spin direction (``ROTOR_SPIN``), so the relabelled vehicle has identical physics
+(docs/conventions.md, "180° yaw symmetry"). The map is its own inverse."""
+
+YAW_FLIP_SELECT = ("rot_hb", 0)
+"""Entry (term, offset) whose sign selects the flip: ``R_hb[0][0] < 0``, body x pointing away
+from the setpoint heading."""
+
+
+def _term_flip(term: ObsTerm) -> tuple[list[int], list[float]]:
+    """Per entry of ``term``: (source offset within the term, sign) of the relabelled body
+    ``b' = b Rz(π)``."""
+    n = term.size
+    if term.name in ("pos_err_h", "lin_vel_h", "pos_err_int_h", "lin_vel_err_h", "acc_sp_h"):
+        return list(range(n)), [1.0] * n  # heading-frame vectors do not depend on the body
+    if term.name == "rot_hb":
+        # R_hb' = R_hb Rz(π) = R_hb diag(-1, -1, 1): columns 0 and 1 change sign (row-major 3x3).
+        return list(range(9)), [-1.0, -1.0, 1.0] * 3
+    if term.name == "ang_vel_b":
+        return [0, 1, 2], [-1.0, -1.0, 1.0]  # ω_b' = Rz(π)ᵀ ω_b
+    if term.name == "prev_actions":
+        return [4 * (i // 4) + MOTOR_FLIP[i % 4] for i in range(n)], [1.0] * n
+    raise ValueError(f"observation term {term.name!r} has no 180° yaw-symmetry rule (quad_terms._term_flip)")
+
+
+def yaw_symmetry_tables(terms: tuple[ObsTerm, ...]) -> dict[str, Any]:
+    """The 180° yaw symmetry of an observation laid out by ``terms``, as ``policy_io.json``
+    writes it (``extra.yaw_symmetry``)::
+
+        flip      = obs[select_index] < 0
+        obs'[i]   = obs_sign[i] * obs[obs_source[i]]      where flip, else obs[i]
+        action[j] = out[action_source[j]]                 where flip, else out[j]
+
+    ``out`` is the policy's output for ``obs'`` (relabelled motors); ``action`` goes to the motors.
+    Applied to an observation that is already canonical it changes nothing.
+    """
+    source: list[int] = []
+    sign: list[float] = []
+    start = 0
+    select = -1
+    for term in terms:
+        src, sgn = _term_flip(term)
+        source += [start + i for i in src]
+        sign += sgn
+        if term.name == YAW_FLIP_SELECT[0]:
+            select = start + YAW_FLIP_SELECT[1]
+        start += term.size
+    if select < 0:
+        raise ValueError("the 180° yaw symmetry needs the rot_hb observation term")
+    return {
+        "select_index": select,
+        "obs_source": source,
+        "obs_sign": sign,
+        "action_source": list(MOTOR_FLIP),
+        "rule": "flip = obs[select_index] < 0; obs'[i] = obs_sign[i] * obs[obs_source[i]]; "
+        "policy output out = f(obs'); action[j] = out[action_source[j]]; unflipped otherwise",
+    }
+
+
+def yaw_flip_obs(
+    obs: torch.Tensor, source: torch.Tensor, sign: torch.Tensor, select: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``obs [N, D]`` -> (canonical ``[N, D]``, flip ``[N, 1]`` bool) by :func:`yaw_symmetry_tables`
+    (``source [D]`` long, ``sign [D]``)."""
+    flip = obs[:, select : select + 1] < 0.0
+    return torch.where(flip, obs[:, source] * sign, obs), flip
+
+
+def yaw_flip_action(action: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
+    """``action [N, 4]`` with motors relabelled (:data:`MOTOR_FLIP`) where ``flip [N, 1]``."""
+    return torch.where(flip, action[:, list(MOTOR_FLIP)], action)

@@ -14,6 +14,7 @@ import yaml
 from export_support import write_io
 
 from embodied import registry
+from embodied.export.layers import with_io_symmetry
 from embodied.export.onnx import export_onnx
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.policies.mlp import ExportedPolicy, mlp
@@ -126,7 +127,8 @@ def export_policy(export_dir: Path, io_spec: IOSpec, seed: int = 0, bias: float 
     with torch.no_grad():
         net[-1].weight.mul_(gain)
         net[-1].bias.fill_(bias)
-    module = ExportedPolicy.from_normalizer(net, None, io_spec.obs_dim)
+    # With the task's yaw symmetry declared, the exported graph (and so its hash) carries the flip.
+    module = with_io_symmetry(ExportedPolicy.from_normalizer(net, None, io_spec.obs_dim), io_spec)
     export_onnx(module, io_spec, export_dir)
     write_io(module, io_spec, export_dir)
     return export_dir

@@ -218,7 +218,7 @@ def test_c_observation_equals_the_quad_hover_task(tmp_path: Path) -> None:
     from embodied.crazyflie.sil import packed_state
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
-    cfg = QuadHoverCfg(action_history=3)
+    cfg = QuadHoverCfg(action_history=3, yaw_symmetry=False)
     env = QuadHover(cfg, num_envs=32, device=torch.device("cpu"), seed=0)
     spec = env.io_spec()
     module = random_policy(obs_dim=spec.obs_dim)
@@ -256,7 +256,9 @@ def test_c_pos_err_integral_equals_the_task_in_closed_loop(tmp_path: Path) -> No
 
     n = 16
     # Short episodes so that restarts (and the firmware's resets) are part of the comparison.
-    cfg = QuadHoverCfg(pos_err_integral=True, action_history=2, obs_noise_std=(0.0,) * 4, episode_steps=30)
+    cfg = QuadHoverCfg(
+        pos_err_integral=True, action_history=2, obs_noise_std=(0.0,) * 4, episode_steps=30, yaw_symmetry=False
+    )
     env = QuadHover(cfg, num_envs=n, device=torch.device("cpu"), seed=0)
     spec = env.io_spec()
     hover = float(spec.extra["hover_action"])

@@ -366,7 +366,9 @@ def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) 
     from embodied.crazyflie.sil import packed_state
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
-    cfg = QuadHoverCfg(action_history=4, obs_noise_std=(0.0,) * 4, episode_steps=40, init_level_fraction=1.0)
+    cfg = QuadHoverCfg(
+        action_history=4, obs_noise_std=(0.0,) * 4, episode_steps=40, init_level_fraction=1.0, yaw_symmetry=False
+    )
     env = QuadHover(cfg, num_envs=1, device=torch.device("cpu"), seed=0)
     spec = env.io_spec()
     hover = float(spec.extra["hover_action"])

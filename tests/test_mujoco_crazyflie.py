@@ -186,7 +186,9 @@ def test_observation_assembly_equals_the_torch_task() -> None:
     from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
     n = 8
-    task = QuadHover(QuadHoverCfg(pos_err_integral=True, action_history=2), n, torch.device("cpu"), seed=0)
+    task = QuadHover(
+        QuadHoverCfg(pos_err_integral=True, action_history=2, yaw_symmetry=False), n, torch.device("cpu"), seed=0
+    )
     state = _random_state(n, 1)
     history = np.random.default_rng(2).uniform(-1, 1, (n, 8))
     integral = np.random.default_rng(3).uniform(-0.4, 0.4, (n, 3))

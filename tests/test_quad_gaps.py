@@ -24,6 +24,7 @@ def make(n: int = 8, setpoint_z_m: float = 1.0, **gaps: object) -> QuadHover:
         disturbance_force_std_n=0.0,
         disturbance_torque_std_nm=0.0,
         setpoint_yaw_range_rad=0.0,
+        yaw_symmetry=False,  # compared with the physical observation (_observe)
         gaps=QuadGapCfg(**gaps),  # type: ignore[arg-type]
     )
     return QuadHover(cfg, n, CPU, seed=0)

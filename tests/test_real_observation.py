@@ -189,6 +189,7 @@ def test_integrate_op_matches_the_task_in_closed_loop() -> None:
         episode_steps=25,
         setpoint_yaw_rad=0.7,
         setpoint_yaw_range_rad=0.0,
+        yaw_symmetry=False,  # the node's physical observation, compared entry by entry
     )
     env = QuadHover(cfg, 1, torch.device("cpu"), seed=2)
     params = {"setpoint_w": list(cfg.setpoint_w), "setpoint_yaw_rad": [cfg.setpoint_yaw_rad]}

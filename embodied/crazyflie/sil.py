@@ -80,6 +80,8 @@ def load_sil_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tensor
         )
     initial_action = float(spec.extra.get("hover_action", 0.0))
     ctxs = lib.new_contexts(int(env.num_envs), initial_action)
+    if hasattr(env, "physical_actions"):  # the C code's commands are in M1..M4 labels (no task-side flip)
+        env.physical_actions = True
     device = env.device
 
     def act(obs: ObsDict) -> torch.Tensor:

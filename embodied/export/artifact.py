@@ -31,7 +31,7 @@ from torch import nn
 
 from embodied.checkpoint_seal import SealError, seal, unseal
 from embodied.errors import EmbodiedError
-from embodied.export.layers import DenseLayer, MlpArrays, mlp_arrays
+from embodied.export.layers import DenseLayer, MlpArrays, SymmetryArrays, mlp_arrays, with_io_symmetry
 from embodied.io_spec import IOSpec
 
 ARTIFACT_VERSION = 1
@@ -64,7 +64,7 @@ class PolicyKind:
     build: Callable[[Any], nn.Module]
 
 
-_MLP_REBUILT = frozenset({"obs_mean", "obs_std", "obs_clip", "layers"})
+_MLP_REBUILT = frozenset({"obs_mean", "obs_std", "obs_clip", "layers", "symmetry"})
 """MlpArrays fields :func:`_build_mlp` turns back into torch; any other field must hold its default."""
 
 
@@ -95,16 +95,29 @@ def _build_mlp(arrays: MlpArrays) -> nn.Module:
             if layer.activation not in activations:
                 raise PolicyArtifactError(f"layers[{index}]: unknown activation {layer.activation!r}")
             modules.append(activations[layer.activation](layer))
-    return ExportedPolicy(
+    policy = ExportedPolicy(
         nn.Sequential(*modules),
         torch.from_numpy(np.array(arrays.obs_mean, dtype=np.float32)),
         torch.from_numpy(np.array(arrays.obs_std, dtype=np.float32)),
         arrays.obs_clip,
     )
+    sym = arrays.symmetry
+    if sym is None:
+        return policy
+    tables = {
+        "select_index": int(sym.select_index),
+        "obs_source": [int(i) for i in np.asarray(sym.obs_source)],
+        "obs_sign": [float(v) for v in np.asarray(sym.obs_sign)],
+        "action_source": [int(i) for i in np.asarray(sym.action_source)],
+    }
+    try:
+        return policy.with_symmetry(tables)
+    except ValueError as err:
+        raise PolicyArtifactError(f"symmetry: {err}") from None
 
 
 POLICY_KINDS: dict[str, PolicyKind] = {
-    "mlp": PolicyKind("mlp", MlpArrays, (MlpArrays, DenseLayer), mlp_arrays, _build_mlp),
+    "mlp": PolicyKind("mlp", MlpArrays, (MlpArrays, DenseLayer, SymmetryArrays), mlp_arrays, _build_mlp),
 }
 """Policy families an artifact can hold, by the name stored in the file."""
 
@@ -180,8 +193,10 @@ class PolicyArtifact:
     def from_module(
         cls, module: nn.Module, io_spec: IOSpec, kind: str = "mlp", env_steps: int = 0, checkpoint_seal: str = ""
     ) -> PolicyArtifact:
-        """Describe an exported module (``Policy.export_module()``); validates it."""
-        description = policy_kind(kind).describe(module)
+        """Describe an exported module (``Policy.export_module()``); validates it. A symmetry the
+        ``io_spec`` declares (``extra.yaw_symmetry``) is put around the module first, so every
+        artifact takes and returns physical quantities."""
+        description = policy_kind(kind).describe(with_io_symmetry(module, io_spec))
         if description.obs_dim != io_spec.obs_dim or description.action_dim != io_spec.action_dim:
             raise PolicyArtifactError(
                 f"policy maps {description.obs_dim} -> {description.action_dim} but its IOSpec describes "

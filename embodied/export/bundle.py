@@ -23,7 +23,7 @@ from torch import nn
 from embodied.errors import EmbodiedError
 from embodied.export.artifact import PolicyArtifact
 from embodied.export.formats import C_SUBDIR, EXPORT_SUBDIR, HOST_SUBDIR, FormatResult, selected
-from embodied.export.onnx import probe_observations
+from embodied.export.onnx import probe_observations, symmetry_twin
 from embodied.export.policy_io import weights_sha256, write_policy_io
 from embodied.io_spec import IOSpec
 
@@ -112,6 +112,9 @@ def export_artifact(
     checks = [probe_observations(artifact.description)]
     if recorded_obs is not None and len(recorded_obs):
         checks.append(np.asarray(recorded_obs, dtype=np.float32).reshape(-1, artifact.io_spec.obs_dim))
+        if getattr(artifact.description, "symmetry", None) is not None:
+            # A task's observations are canonical (one branch of the flip): check their mirror images too.
+            checks.append(symmetry_twin(artifact.description, checks[-1]))
     observations = np.concatenate(checks)
     for exporter in exporters:
         result = exporter.export(artifact, out_dir, observations)

@@ -31,7 +31,7 @@ from torch import nn
 
 from embodied.errors import EmbodiedError
 from embodied.export.layers import DenseLayer, MlpArrays, mlp_arrays
-from embodied.export.onnx import probe_observations
+from embodied.export.onnx import probe_observations, symmetry_twin
 from embodied.export.policy_io import FORMAT_VERSIONS, PolicyIO, check_hash, read_policy_io
 from embodied.io_spec import ActionField, ObsField
 
@@ -80,6 +80,10 @@ def _array_literal(values: Iterable[float], per_line: int = 6) -> str:
     items = [c_float(v) for v in values]
     lines = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
     return "{\n    " + ",\n    ".join(lines) + "\n}"
+
+
+def _int_literal(values: Iterable[int]) -> str:
+    return "{" + ", ".join(str(int(v)) for v in values) + "}"
 
 
 def _field_defines(group: str, fields: Sequence[ObsField | ActionField], floats: tuple[str, ...]) -> list[str]:
@@ -344,6 +348,16 @@ def _source(arrays: MlpArrays, example_obs: np.ndarray, example_action: np.ndarr
         f"static const float policy_obs_mean[{arrays.obs_dim}] = {_array_literal(arrays.obs_mean)};",
         f"static const float policy_obs_std[{arrays.obs_dim}] = {_array_literal(arrays.obs_std)};",
     ]
+    sym = arrays.symmetry
+    if sym is not None:
+        out += [
+            "/* Symmetry flip (policy_io.json extra.yaw_symmetry): where obs[SELECT] < 0 the network sees",
+            "   obs[source[i]] * sign[i] and the action is out[action_source[j]]. */",
+            f"#define POLICY_SYM_SELECT {sym.select_index}",
+            f"static const int policy_sym_obs_source[{arrays.obs_dim}] = {_int_literal(sym.obs_source)};",
+            f"static const float policy_sym_obs_sign[{arrays.obs_dim}] = {_array_literal(sym.obs_sign)};",
+            f"static const int policy_sym_action_source[{arrays.action_dim}] = {_int_literal(sym.action_source)};",
+        ]
     for i, layer in enumerate(arrays.layers):
         out.append(f"/* layer {i}: {layer.in_dim} -> {layer.out_dim}, {layer.activation} */")
         out.append(
@@ -365,9 +379,20 @@ def _source(arrays: MlpArrays, example_obs: np.ndarray, example_action: np.ndarr
         "void policy_step(const float *obs, float *action)",
         "{",
         "    int i;",
-        "    for (i = 0; i < POLICY_OBS_DIM; ++i) {",
-        "        float v = (obs[i] - policy_obs_mean[i]) / policy_obs_std[i];",
     ]
+    if sym is not None:
+        out += [
+            "    /* NaN compares false: an unreadable selector leaves the observation as it is. */",
+            "    const int flip = obs[POLICY_SYM_SELECT] < 0.0f;",
+            "    for (i = 0; i < POLICY_OBS_DIM; ++i) {",
+            "        const float x = flip ? policy_sym_obs_sign[i] * obs[policy_sym_obs_source[i]] : obs[i];",
+            "        float v = (x - policy_obs_mean[i]) / policy_obs_std[i];",
+        ]
+    else:
+        out += [
+            "    for (i = 0; i < POLICY_OBS_DIM; ++i) {",
+            "        float v = (obs[i] - policy_obs_mean[i]) / policy_obs_std[i];",
+        ]
     if math.isfinite(arrays.obs_clip):
         clip = c_float(arrays.obs_clip)
         out += [f"        if (v > {clip}) {{ v = {clip}; }}", f"        if (v < -{clip}) {{ v = -{clip}; }}"]
@@ -380,7 +405,9 @@ def _source(arrays: MlpArrays, example_obs: np.ndarray, example_action: np.ndarr
         src = dst
     out += [
         "    for (i = 0; i < POLICY_ACTION_DIM; ++i) {",
-        f"        float a = {src}[i];",
+        f"        float a = {src}[flip ? policy_sym_action_source[i] : i];"
+        if sym is not None
+        else f"        float a = {src}[i];",
         "        /* NaN compares false both ways and becomes 0 (a neutral command), never passes through. */",
         "        if (!(a >= -1.0f)) { a = (a != a) ? 0.0f : -1.0f; }",
         "        if (a > 1.0f) { a = 1.0f; }",
@@ -428,7 +455,8 @@ def generate_c(
         policy_io_path: the ``policy_io.json`` written for this module (its hash must match);
             every ``#define`` about the interface comes from it.
         example_obs: ``[obs_dim]`` observation embedded for ``policy_selftest`` (a random
-            probe around the normalizer mean if None).
+            probe around the normalizer mean if None); with a symmetry flip its mirror image is
+            embedded instead when it would not take the flipped branch.
         fast_tanh: rational tanh (parity checked by the tests and ``embodied export``) or libm ``tanhf``.
     """
     policy_io = read_policy_io(policy_io_path)
@@ -443,6 +471,10 @@ def generate_c(
     if example_obs is None:
         example_obs = probe_observations(arrays, num=1, seed=1)[0]
     example = np.asarray(example_obs, dtype=np.float32).reshape(arrays.obs_dim)
+    sym = arrays.symmetry
+    if sym is not None and not example[sym.select_index] < 0.0:
+        # The self-test runs the flipped branch: the mirror image of the given observation.
+        example = symmetry_twin(arrays, example[None, :])[0]
     with torch.no_grad():
         expected = module(torch.from_numpy(example).unsqueeze(0))[0].numpy().astype(np.float32)
     out_dir = Path(out_dir)

@@ -1,8 +1,9 @@
 """Read an :class:`~embodied.policies.mlp.ExportedPolicy` into plain arrays for the exporters.
 
 ONNX and C99 both express exactly this: ``clamp(net(clamp((obs - mean) / std, ±clip)), ±1)``
-where ``net`` alternates ``Linear`` layers and element-wise activations. Anything else is
-rejected here, once, with the offending layer named.
+where ``net`` alternates ``Linear`` layers and element-wise activations, optionally inside the
+module's symmetry flip (:class:`SymmetryArrays`). Anything else is rejected here, once, with
+the offending layer named.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from embodied.errors import EmbodiedError, NonFiniteError
+from embodied.io_spec import IOSpec
 
 SUPPORTED_ACTIVATIONS: dict[type[nn.Module], str] = {nn.Tanh: "tanh", nn.ELU: "elu", nn.ReLU: "relu"}
 
@@ -47,6 +49,21 @@ class DenseLayer:
 
 
 @dataclass(frozen=True)
+class SymmetryArrays:
+    """The policy's symmetry flip (``ExportedPolicy.with_symmetry``): where
+    ``obs[select_index] < 0`` the network sees ``obs[obs_source] * obs_sign`` and the action is
+    ``out[action_source]``."""
+
+    select_index: int
+    obs_source: np.ndarray
+    """``[obs_dim]`` int64."""
+    obs_sign: np.ndarray
+    """``[obs_dim]`` float32, each +-1."""
+    action_source: np.ndarray
+    """``[action_dim]`` int64, a permutation."""
+
+
+@dataclass(frozen=True)
 class MlpArrays:
     """The whole exported policy as float32 arrays (``obs_mean``/``obs_std`` [obs_dim])."""
 
@@ -54,6 +71,7 @@ class MlpArrays:
     obs_std: np.ndarray
     obs_clip: float
     layers: tuple[DenseLayer, ...]
+    symmetry: SymmetryArrays | None = None
 
     @property
     def obs_dim(self) -> int:
@@ -133,4 +151,39 @@ def mlp_arrays(module: nn.Module) -> MlpArrays:
     clip = float(module.obs_clip)  # type: ignore[arg-type]  # a float attribute of ExportedPolicy
     if math.isnan(clip) or clip <= 0:
         raise EmbodiedError(f"obs_clip must be positive (or inf), got {clip}")
-    return MlpArrays(mean, std, clip, tuple(layers))
+    return MlpArrays(mean, std, clip, tuple(layers), _symmetry(module))
+
+
+def _symmetry(module: nn.Module) -> SymmetryArrays | None:
+    """The module's symmetry flip (validated by ``ExportedPolicy.with_symmetry``), or None."""
+    select = getattr(module, "sym_select_index", None)
+    if select is None:
+        return None
+    tensors = [getattr(module, name) for name in ("sym_obs_source", "sym_obs_sign", "sym_action_source")]
+    source, sign, action_source = (t.detach().cpu().numpy() for t in tensors)
+    return SymmetryArrays(int(select), source.astype(np.int64), sign.astype(np.float32), action_source.astype(np.int64))
+
+
+SYMMETRY_EXTRA_KEY = "yaw_symmetry"
+"""``policy_io.json`` ``extra`` key of a task's symmetry tables (``tasks/quad_terms.py``)."""
+
+
+def with_io_symmetry(module: nn.Module, io_spec: IOSpec) -> nn.Module:
+    """``module`` with the symmetry flip ``io_spec`` declares (``extra.yaw_symmetry``) put around
+    it, so the exported policy takes and returns physical quantities; unchanged when the spec
+    declares none or the module already has one. Raises :class:`EmbodiedError` when the spec
+    declares one and the module cannot carry it."""
+    tables = io_spec.extra.get(SYMMETRY_EXTRA_KEY)
+    if tables is None or getattr(module, "sym_select_index", None) is not None:
+        return module
+    with_symmetry = getattr(module, "with_symmetry", None)
+    if with_symmetry is None:
+        raise EmbodiedError(
+            f"policy_io declares extra.{SYMMETRY_EXTRA_KEY} but {type(module).__name__} cannot carry it; "
+            "export Policy.export_module() (an ExportedPolicy)"
+        )
+    try:
+        out: nn.Module = with_symmetry(tables)
+    except ValueError as err:
+        raise EmbodiedError(f"policy_io extra.{SYMMETRY_EXTRA_KEY}: {err}") from None
+    return out

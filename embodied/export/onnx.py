@@ -22,7 +22,7 @@ from torch import nn
 
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
-from embodied.export.layers import MlpArrays, mlp_arrays
+from embodied.export.layers import MlpArrays, mlp_arrays, with_io_symmetry
 from embodied.export.policy_io import FORMAT_VERSIONS, ONNX_FILENAME, read_policy_io, weights_sha256
 from embodied.io_spec import IOSpec
 from embodied.policy_io import check_session_hash
@@ -57,6 +57,20 @@ def build_graph(arrays: MlpArrays) -> Any:
         return name
 
     x = "obs"
+    sym = arrays.symmetry
+    if sym is not None:
+        # flip = obs[:, select] < 0; obs' = where(flip, obs[:, source] * sign, obs)
+        inits.append(numpy_helper.from_array(np.array([sym.select_index], dtype=np.int64), "sym_select_index"))
+        inits.append(numpy_helper.from_array(sym.obs_source.astype(np.int64), "sym_obs_source"))
+        inits.append(numpy_helper.from_array(sym.action_source.astype(np.int64), "sym_action_source"))
+        nodes.append(helper.make_node("Gather", [x, "sym_select_index"], ["sym_select"], axis=1))
+        nodes.append(helper.make_node("Less", ["sym_select", const("sym_zero", np.array(0.0))], ["sym_flip"]))
+        nodes.append(helper.make_node("Gather", [x, "sym_obs_source"], ["sym_obs_gathered"], axis=1))
+        nodes.append(
+            helper.make_node("Mul", ["sym_obs_gathered", const("sym_obs_sign", sym.obs_sign)], ["sym_obs_flipped"])
+        )
+        nodes.append(helper.make_node("Where", ["sym_flip", "sym_obs_flipped", x], ["obs_canonical"]))
+        x = "obs_canonical"
     nodes.append(helper.make_node("Sub", [x, const("obs_mean", arrays.obs_mean)], ["obs_centered"]))
     nodes.append(helper.make_node("Div", ["obs_centered", const("obs_std", arrays.obs_std)], ["obs_norm"]))
     x = "obs_norm"
@@ -81,7 +95,12 @@ def build_graph(arrays: MlpArrays) -> Any:
             x = f"layer{i}.act"
     lo = const("action_low", np.array(-1.0))
     hi = const("action_high", np.array(1.0))
-    nodes.append(helper.make_node("Clip", [x, lo, hi], ["action"]))
+    if sym is None:
+        nodes.append(helper.make_node("Clip", [x, lo, hi], ["action"]))
+    else:  # motors relabelled back where the observation was flipped
+        nodes.append(helper.make_node("Clip", [x, lo, hi], ["action_canonical"]))
+        nodes.append(helper.make_node("Gather", ["action_canonical", "sym_action_source"], ["action_flipped"], axis=1))
+        nodes.append(helper.make_node("Where", ["sym_flip", "action_flipped", "action_canonical"], ["action"]))
     graph = helper.make_graph(
         nodes,
         "embodied_policy",
@@ -113,11 +132,25 @@ def probe_observations(arrays: MlpArrays, num: int = 256, seed: int = 0) -> np.n
     """``[num, obs_dim]`` float32 observations spread over ±4 std around the mean.
 
     Wide enough that tanh saturates and the observation clip engages, so parity checks
-    cover every branch of the exported graph.
+    cover every branch of the exported graph. With a symmetry flip every odd row is the mirror
+    image of the row before it (:func:`symmetry_twin`), so half the probes take each branch.
     """
     rng = np.random.default_rng(seed)
     z = rng.uniform(-4.0, 4.0, size=(num, arrays.obs_dim)).astype(np.float32)
-    return (arrays.obs_mean + z * arrays.obs_std).astype(np.float32)
+    probes = (arrays.obs_mean + z * arrays.obs_std).astype(np.float32)
+    if arrays.symmetry is not None:
+        probes[1::2] = symmetry_twin(arrays, probes[0::2][: len(probes[1::2])])
+    return probes
+
+
+def symmetry_twin(arrays: MlpArrays, obs: np.ndarray) -> np.ndarray:
+    """``obs [N, obs_dim]`` mapped through the symmetry (``obs[:, source] * sign``), whichever side
+    it is on: the same physical situation seen from the other half, taking the other branch
+    (unless ``obs[select_index]`` is 0)."""
+    sym = arrays.symmetry
+    if sym is None:
+        raise EmbodiedError("the policy has no symmetry flip")
+    return (np.asarray(obs, dtype=np.float32)[:, sym.obs_source] * sym.obs_sign).astype(np.float32)
 
 
 def check_parity(module: nn.Module, path: Path, observations: np.ndarray, tol: float = PARITY_TOL) -> float:
@@ -150,6 +183,7 @@ def export_onnx(
     import onnx
     from onnx import helper
 
+    module = with_io_symmetry(module, io_spec)
     arrays = mlp_arrays(module)
     if arrays.obs_dim != io_spec.obs_dim or arrays.action_dim != io_spec.action_dim:
         raise EmbodiedError(
@@ -168,6 +202,8 @@ def export_onnx(
     probes = [probe_observations(arrays)]
     if recorded_obs is not None:
         probes.append(np.asarray(recorded_obs, dtype=np.float32).reshape(-1, arrays.obs_dim))
+        if arrays.symmetry is not None:  # a task's observations are canonical: check the mirror images too
+            probes.append(symmetry_twin(arrays, probes[-1]))
     observations = np.concatenate(probes)
     err = check_parity(module, path, observations)
     log.info("wrote %s (max |onnx - torch| = %.2e over %d observations)", path, err, len(observations))
