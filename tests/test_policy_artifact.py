@@ -121,6 +121,7 @@ def test_every_checkpoint_writes_the_artifact_and_consumers_skip_the_algorithm(
 ) -> None:
     from embodied import registry
     from embodied.experiment import load_experiment
+    from embodied.export.layers import with_io_symmetry
     from embodied.training import run
     from embodied.training.evaluate import evaluate, load_policy
     from embodied.training.run_policy import checkpoint_seal, policy_artifact
@@ -128,7 +129,10 @@ def test_every_checkpoint_writes_the_artifact_and_consumers_skip_the_algorithm(
     artifact = read_policy_artifact(small_run / POLICY_FILE)
     assert artifact.checkpoint_seal == checkpoint_seal(small_run) and len(artifact.checkpoint_seal) == 64
     assert artifact.env_steps >= 1024 and artifact.io_spec.extra["vehicle"] == "crazyflie"
-    trained = run.load_run(small_run).policy.export_module()
+    loaded = run.load_run(small_run)
+    # the artifact carries the task's declared symmetry flip around the trained network
+    trained = with_io_symmetry(loaded.policy.export_module(), loaded.io_spec)
+    assert artifact.description.symmetry is not None
     x = torch.randn(32, artifact.io_spec.obs_dim)
     assert torch.allclose(policy_artifact(small_run).module()(x), trained(x), atol=1e-5)
 

@@ -122,6 +122,11 @@ POLICY_KINDS: dict[str, PolicyKind] = {
 """Policy families an artifact can hold, by the name stored in the file."""
 
 
+def artifact_kind_known(module: nn.Module, kind: str = "mlp") -> bool:
+    """Whether ``kind`` can describe ``module`` (today: an ``ExportedPolicy``-shaped MLP)."""
+    return all(hasattr(module, attr) for attr in ("net", "obs_mean", "obs_std", "obs_clip")) if kind == "mlp" else False
+
+
 def policy_kind(name: str) -> PolicyKind:
     """The :data:`POLICY_KINDS` entry ``name``, or :class:`UnknownPolicyKindError`."""
     if name not in POLICY_KINDS:

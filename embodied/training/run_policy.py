@@ -15,7 +15,13 @@ from embodied import registry
 from embodied.checkpoint_seal import MAGIC, SealError, verify_file
 from embodied.errors import EmbodiedError
 from embodied.experiment import load_experiment
-from embodied.export.artifact import POLICY_FILE, PolicyArtifact, PolicyArtifactError, read_policy_artifact
+from embodied.export.artifact import (
+    POLICY_FILE,
+    PolicyArtifact,
+    PolicyArtifactError,
+    artifact_kind_known,
+    read_policy_artifact,
+)
 from embodied.export.bundle import ExportReport, export_artifact, export_dir, record_observations
 from embodied.export.formats import selected
 from embodied.export.policy_io import POLICY_IO_FILENAME
@@ -44,14 +50,30 @@ def checkpoint_seal(run_dir: Path) -> str:
     return tail[len(MAGIC) :].decode("ascii", "replace") if tail.startswith(MAGIC) else ""
 
 
-def write_policy_artifact(run_dir: Path, module: nn.Module, io_spec: IOSpec, env_steps: int) -> Path:
-    """Write ``ckpt/policy.pt`` for the exported ``module`` of the checkpoint just saved."""
+def write_policy_artifact(run_dir: Path, module: nn.Module, io_spec: IOSpec, env_steps: int) -> Path | None:
+    """Write ``ckpt/policy.pt`` for the exported ``module`` of the checkpoint just saved.
+
+    A policy family no artifact kind describes yet (``export.artifact.POLICY_KINDS``; e.g. the
+    flow-matching sampler, exported through ``embodied/export/onnx_traced.py``) gets none: the
+    checkpoint is the whole record, and this returns None (logged once per run directory)."""
+    if not artifact_kind_known(module):
+        if run_dir not in _SKIPPED:
+            _SKIPPED.add(run_dir)
+            log.info(
+                "%s: no policy artifact for %s (no artifact kind for it yet); the checkpoint holds it",
+                run_dir,
+                type(module).__name__,
+            )
+        return None
     artifact = PolicyArtifact.from_module(
         module, io_spec, env_steps=env_steps, checkpoint_seal=checkpoint_seal(run_dir)
     )
     path = Path(run_dir) / POLICY_FILE
     atomic_write_bytes(path, artifact.to_bytes())
     return path
+
+
+_SKIPPED: set[Path] = set()
 
 
 def policy_artifact(run_dir: Path) -> PolicyArtifact:
@@ -88,7 +110,13 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
 
     run = load_run(run_dir)
     env_steps = int(run.checkpoint.get("trainer", {}).get("env_steps", 0))
-    write_policy_artifact(run_dir, run.policy.export_module(), run.io_spec, env_steps)
+    module = run.policy.export_module()
+    if write_policy_artifact(run_dir, module, run.io_spec, env_steps) is None:
+        raise PolicyArtifactError(
+            f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "
+            "--policy and the firmware tools cannot read it alone; evaluate it with `embodied eval` "
+            "(torch) and export it with embodied/export/onnx_traced.py"
+        )
     return read_policy_artifact(path)
 
 
