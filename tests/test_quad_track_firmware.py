@@ -39,7 +39,15 @@ def test_c_tracking_observation_equals_the_task_in_closed_loop(tmp_path: Path) -
     """The C controller flies the task along moving setpoints (all path kinds, every heading,
     restarts included): every observation it feeds the network equals the task's."""
     n = 16
-    cfg = QuadTrackCfg(path="mix", action_history=2, obs_noise_std=(0.0,) * 4, episode_steps=40, pos_err_integral=True)
+    # Physical labels on both sides (the flip itself is checked in test_quad_yaw_symmetry.py).
+    cfg = QuadTrackCfg(
+        path="mix",
+        action_history=2,
+        obs_noise_std=(0.0,) * 4,
+        episode_steps=40,
+        pos_err_integral=True,
+        yaw_symmetry=False,
+    )
     env = QuadTrack(cfg, num_envs=n, device=CPU, seed=0)
     spec = env.io_spec()
     hover = float(spec.extra["hover_action"])

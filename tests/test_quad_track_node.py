@@ -47,7 +47,15 @@ def goal_messages(position_w: Any, yaw_rad: float, vel_w: Any, acc_w: Any) -> di
 
 
 def test_node_observation_of_a_moving_goal_matches_the_task() -> None:
-    cfg = QuadTrackCfg(path="mix", action_history=1, pos_err_integral=True, obs_noise_std=(0.0,) * 4, episode_steps=30)
+    # the physical observation (the exported policy applies the yaw flip itself), as the node builds it
+    cfg = QuadTrackCfg(
+        path="mix",
+        action_history=1,
+        pos_err_integral=True,
+        obs_noise_std=(0.0,) * 4,
+        episode_steps=30,
+        yaw_symmetry=False,
+    )
     env = QuadTrack(cfg, 1, torch.device("cpu"), seed=3)
     builder = ObservationBuilder(load_robot(TRACK_ROBOT), env.io_spec())
     obs_task = env.observe(noise=False)["policy"][0].numpy()

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from embodied.crazyflie.firmware_build import build_host_library
 from embodied.export.bundle import export_module
 from embodied.export.c_header import generate_c
-from embodied.export.firmware_build import build_host_library
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.layers import mlp_arrays, with_io_symmetry
 from embodied.export.onnx import export_onnx, probe_observations
@@ -230,7 +230,7 @@ def test_firmware_controller_on_physical_state_equals_the_task_policy(tmp_path: 
     """quad_ctrl.c builds the physical observation from the raw state and runs the exported C
     policy (flip inside); its motor commands equal the task's: the bare network on the task's
     canonical observation, relabelled back where the task flipped. Closed loop, physical actions."""
-    from embodied.export.sil import packed_state
+    from embodied.crazyflie.sil import packed_state
     from embodied.tasks.quad_terms import yaw_flip_action
 
     n = 32

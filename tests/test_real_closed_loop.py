@@ -108,7 +108,10 @@ def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Pa
     summary = json.loads(sim_out.strip().splitlines()[-1])
     assert summary["episodes"] == EPISODES and summary["missed_commands"] == 0
     assert summary["safe_commands"] == 0, (summary, node_out)  # no spurious motors-off
-    assert abs(summary["success_rate"] - success_ref) <= 0.05 + 1e-9, (summary, success_ref)
+    # The node computes the observation in float64 (numpy) where the task uses float32, so an
+    # episode that ends right at the 0.1 m success radius may land on the other side: one episode
+    # either way is allowed, the episode lengths (below) must agree closely.
+    assert abs(summary["success_rate"] - success_ref) <= 1.0 / EPISODES + 1e-9, (summary, success_ref)
     assert summary["mean_episode_steps"] == pytest.approx(length_ref, rel=0.05), (summary, length_ref)
     # The node flew every step at its own rate, no bad data; it answered SIGTERM with the safe command.
     status = node_out.strip().splitlines()[-1]

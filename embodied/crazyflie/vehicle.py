@@ -15,8 +15,12 @@ from embodied.policy_io import POLICY_IO_FILENAME, PolicyIO, read_policy_io
 
 VEHICLE = "crazyflie"
 """The value of ``extra.vehicle`` this package serves."""
-OBS_LAYOUT: tuple[str, ...] = ("pos_err_h", "rot_hb", "lin_vel_h", "ang_vel_b")
-"""Observation fields ``quad_ctrl.c`` assembles (after them: the optional integral and the history)."""
+OBS_LAYOUTS: tuple[tuple[str, ...], ...] = (
+    ("pos_err_h", "rot_hb", "lin_vel_h", "ang_vel_b"),  # quad-hover
+    ("pos_err_h", "rot_hb", "lin_vel_err_h", "ang_vel_b", "acc_sp_h"),  # quad-track (moving setpoint)
+)
+"""Observation fields ``quad_ctrl.c`` assembles, one layout per quadrotor task (after them: the
+optional integral and the action history)."""
 THRUST_ACTION = "motor_thrust"
 
 
@@ -52,14 +56,14 @@ def require_crazyflie(policy_io: PolicyIO, what: str) -> None:
     if not is_crazyflie(policy_io):
         found = repr(vehicle_name(policy_io)) if vehicle_name(policy_io) else "not set"
         raise EmbodiedError(
-            f"{policy_io.path}: extra.vehicle is {found}, but {what} flies {VEHICLE!r} quad-hover policies only "
+            f"{policy_io.path}: extra.vehicle is {found}, but {what} flies {VEHICLE!r} quadrotor policies only "
             "(the quadrotor tasks write it; re-export runs exported before it existed)"
         )
-    names = [f.name for f in policy_io.io_spec.obs_fields]
-    if tuple(names[: len(OBS_LAYOUT)]) != OBS_LAYOUT:
+    names = tuple(f.name for f in policy_io.io_spec.obs_fields)
+    if not any(names[: len(layout)] == layout for layout in OBS_LAYOUTS):
         raise EmbodiedError(
-            f"{policy_io.path}: observation starts {names[: len(OBS_LAYOUT)]}, but the firmware controller "
-            f"assembles {list(OBS_LAYOUT)}; {what} flies quad-hover policies only"
+            f"{policy_io.path}: observation starts {list(names[:5])}, but the firmware controller assembles "
+            f"one of {[list(layout) for layout in OBS_LAYOUTS]}; {what} flies quad-hover and quad-track policies only"
         )
 
 
