@@ -238,13 +238,18 @@ def test_rejects_discrete_actions(algo_cls: type) -> None:
         algo_cls(PENDULUM_SAC if algo_cls is SAC else PENDULUM_TD3, DiscreteEnv(2))
 
 
+def _pretend_native_bf16(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+    """Make torch's CPU feature probes (AVX-512 BF16, AMX) answer ``native``."""
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, name, lambda: native, raising=False)
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_bf16_on_cpu_warns_only_without_native_support(
     native: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """bf16 autocast is emulated (slower) on CPUs without AVX-512 BF16 / AMX: say so at start."""
-    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        monkeypatch.setattr(torch.cpu, name, lambda: native, raising=False)
+    _pretend_native_bf16(monkeypatch, native)
     with caplog.at_level("WARNING", logger="embodied.precision"):
         algo = SAC(dataclasses.replace(PENDULUM_SAC, bf16=True, learning_starts=8, batch_size=8), TorchPendulum(2))
         train(algo, TorchPendulum(2), 32)  # the bf16 gradient steps run on either kind of CPU
@@ -258,8 +263,7 @@ def test_bf16_auto_follows_the_cpu(
     native: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``algo.bf16=auto`` turns autocast on exactly where the CPU has native bf16, and logs why."""
-    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        monkeypatch.setattr(torch.cpu, name, lambda: native, raising=False)
+    _pretend_native_bf16(monkeypatch, native)
     with caplog.at_level("INFO", logger="embodied.precision"):
         algo = SAC(dataclasses.replace(PENDULUM_SAC, bf16="auto", learning_starts=8, batch_size=8), TorchPendulum(2))
     assert algo.use_bf16 is native
