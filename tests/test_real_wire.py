@@ -38,6 +38,22 @@ def _samples() -> dict[str, Any]:
             "std_msgs/msg/Float64MultiArray", {"layout": {"data_offset": 1}, "data": [0.1, 0.2, 0.3, 0.4, 0.5]}
         ),
         ESTOP_TYPE: messages.make(ESTOP_TYPE, {"data": True}),
+        # The moving goal of quad-track (real/robots/crazyflie_track.yaml).
+        "geometry_msgs/msg/PoseStamped": messages.make(
+            "geometry_msgs/msg/PoseStamped",
+            {
+                "header": {"stamp": {"sec": 7, "nanosec": 5}, "frame_id": "world"},
+                "pose": {"position": {"x": 0.5, "y": -0.25, "z": 1.0}, "orientation": {"z": 0.6, "w": 0.8}},
+            },
+        ),
+        "geometry_msgs/msg/TwistStamped": messages.make(
+            "geometry_msgs/msg/TwistStamped",
+            {"header": {"frame_id": "w"}, "twist": {"linear": {"x": 1.25, "y": -0.5}, "angular": {"z": 0.1}}},
+        ),
+        "geometry_msgs/msg/AccelStamped": messages.make(
+            "geometry_msgs/msg/AccelStamped",
+            {"header": {"frame_id": "abc"}, "accel": {"linear": {"x": -2.0, "z": 0.3}}},
+        ),
     }
 
 
