@@ -82,6 +82,11 @@ def node_status(output: str) -> dict[str, float]:
 HANDOVER = False
 """``--handover-starts``: sim-robot and the in-process reference start as after a PID take-off."""
 
+ENV_OVERRIDES: list[str] = []
+"""``--env KEY=VALUE``: task settings for sim-robot and the in-process reference alike, e.g. the
+ones the policy was trained with (the shipped quad-hover config turns the constant disturbance
+force off: ``--env disturbance_force_std_n=0``)."""
+
 
 def demo(export: Path, mode: str, episodes: int, seed: int, n_busy: int) -> dict[str, Any]:
     domain = str(random.Random().randrange(100, 230))
@@ -95,7 +100,8 @@ def demo(export: Path, mode: str, episodes: int, seed: int, n_busy: int) -> dict
             text=True,
         )
         sim_cmd = [*CLI, "sim-robot", "quad-hover", *common, "--episodes", str(episodes), "--seed", str(seed), "--json"]
-        sim_cmd += NOISE_FREE + (["--realtime"] if mode == "realtime" else [])
+        sim_cmd += NOISE_FREE + [a for kv in ENV_OVERRIDES for a in ("--env", kv)]
+        sim_cmd += ["--realtime"] if mode == "realtime" else []
         sim_cmd += ["--handover-starts"] if HANDOVER else []
         sim = subprocess.run(sim_cmd, capture_output=True, text=True, timeout=3600)
         node.send_signal(signal.SIGTERM)
@@ -126,6 +132,10 @@ def in_process(export: Path, episodes: int, seed: int) -> float:
     cfg = apply_overrides(cfg, held_setpoint(load_robot(robot_config()).params, cfg), "robot params")
     if HANDOVER:
         cfg = apply_overrides(cfg, dict(HANDOVER_STARTS), "--handover-starts")
+    if ENV_OVERRIDES:
+        from embodied.config import parse_dotted
+
+        cfg = apply_overrides(cfg, parse_dotted(ENV_OVERRIDES, "--env"), "--env")
     env = registry.make_env("quad-hover", cfg, 1, "cpu", seed)
     obs = env.reset(seed=seed)
     done = successes = 0
@@ -221,9 +231,11 @@ def main() -> int:
         help="override an envelope limit (for policies exported without extra.envelope), e.g. ang_vel_rad_s=20",
     )
     parser.add_argument("--handover-starts", action="store_true", help="sim-robot --handover-starts (and in-process)")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="task setting (ENV_OVERRIDES)")
     args = parser.parse_args()
     global HANDOVER
     HANDOVER = args.handover_starts
+    ENV_OVERRIDES.extend(args.env)
     for item in args.envelope:
         key, _, value = item.partition("=")
         ENVELOPE_OVERRIDES[key] = float(value)
