@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from export_support import needs_gcc, random_policy, write_io
 
 from embodied.crazyflie.firmware_build import build_host_library
 from embodied.export.bundle import export_module
@@ -20,7 +21,6 @@ from embodied.export.onnx import export_onnx, probe_observations
 from embodied.policies.mlp import ExportedPolicy
 from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg, quat_multiply
 from embodied.tasks.quad_terms import MOTOR_FLIP, policy_terms, yaw_cost, yaw_cost_mod_pi, yaw_symmetry_tables
-from tests.export_support import needs_gcc, random_policy, write_io
 
 CPU = torch.device("cpu")
 QUAT_Z_PI = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
@@ -49,12 +49,12 @@ def set_twins(env: QuadHover) -> torch.Tensor:
     ang[even + 1] = ang[even] * torch.tensor([-1.0, -1.0, 1.0])
     rpm = s["motor_rpm"].clone()
     rpm[even + 1] = rpm[even][:, list(MOTOR_FLIP)]
-    copy = {k: s[k].clone() for k in ("position_w", "lin_vel_w")}
-    for v in copy.values():
+    position, lin_vel, yaw = (s[k].clone() for k in ("position_w", "lin_vel_w", "yaw_sp_rad"))
+    for v in (position, lin_vel, yaw):
         v[even + 1] = v[even]
-    yaw = s["yaw_sp_rad"].clone()
-    yaw[even + 1] = yaw[even]
-    env.set_physical_state(quat_wb=quat, ang_vel_b=ang, motor_rpm=rpm, yaw_sp_rad=yaw, **copy)
+    env.set_physical_state(
+        position_w=position, quat_wb=quat, lin_vel_w=lin_vel, ang_vel_b=ang, motor_rpm=rpm, yaw_sp_rad=yaw
+    )
     return torch.rand(env.num_envs, 4, generator=torch.Generator().manual_seed(0)) * 1.2 - 0.6
 
 
@@ -94,10 +94,10 @@ def test_task_sees_twins_alike_and_relabels_the_action() -> None:
     same canonical action keeps them twins (the task relabels it for one of them)."""
     env = twin_env(yaw_symmetry=True)
     set_twins(env)
-    obs = env.observe(noise=False)["policy"]
+    first = env.observe(noise=False)["policy"]
     even = torch.arange(0, env.num_envs, 2)
-    torch.testing.assert_close(obs[even + 1], obs[even], atol=1e-5, rtol=0)
-    assert bool((obs[:, 3] >= 0).all()), "canonical observations have R_hb[0][0] >= 0"
+    torch.testing.assert_close(first[even + 1], first[even], atol=1e-5, rtol=0)
+    assert bool((first[:, 3] >= 0).all()), "canonical observations have R_hb[0][0] >= 0"
     assert bool(env.yaw_flip[even].squeeze(1).ne(env.yaw_flip[even + 1].squeeze(1)).any())
     gen = torch.Generator().manual_seed(1)
     for _ in range(10):
