@@ -106,7 +106,7 @@ def test_stage_refuses_a_non_quad_policy(tmp_path: Path) -> None:
     module = random_policy(obs_dim=6, hidden=(8,), action_dim=2)
     io_path = write_io(module, generic_io_spec(6, 2), tmp_path)
     generate_c(module, io_path, tmp_path / "c")
-    with pytest.raises(EmbodiedError, match="quad-hover"):
+    with pytest.raises(EmbodiedError, match="quadrotor policies only"):
         fb.stage_crazyflie_app(tmp_path / "c", tmp_path / "app")
 
 
