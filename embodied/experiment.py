@@ -197,13 +197,17 @@ KEYS_ADDED_LATER: dict[str, Any] = {
     "trainer.base_run": None,
 }
 """Keys a ``config.yaml`` written by an older version lacks, with the value that keeps that run's
-meaning (not today's default where they differ). Loading fills them in and logs it once, so an old
-run still resumes, evaluates and exports as it was trained; any other missing key still means a
-damaged file."""
+meaning (not today's default where they differ). All of them arrived in one release: a saved
+config that holds none of those its task has predates them, and loading fills them in (logged),
+so an old run still resumes, evaluates and exports as it was trained. A config that holds some
+but not all of them was cut or edited, and, like any other missing key, means a damaged file.
+(A later release that adds keys makes this a list of such groups.)"""
 
 
 def _fill_keys_added_later(cfg: Any, data: dict[str, Any], config_path: Path) -> None:
-    """Put each absent :data:`KEYS_ADDED_LATER` key that ``cfg`` has into ``data`` (in place)."""
+    """Put the :data:`KEYS_ADDED_LATER` keys that ``cfg`` has into ``data`` (in place) when
+    ``data`` holds none of them."""
+    slots: list[tuple[str, Any, dict[str, Any], str, Any]] = []  # (dotted, value, holder, name, default)
     for dotted, value in KEYS_ADDED_LATER.items():
         *parents, name = dotted.split(".")
         node, holder = cfg, data
@@ -212,17 +216,19 @@ def _fill_keys_added_later(cfg: Any, data: dict[str, Any], config_path: Path) ->
                 break
             node, holder = getattr(node, part), holder[part]
         else:
-            if not hasattr(node, name) or name in holder:
-                continue
-            default = getattr(node, name)
-            if value is _TODAYS_DEFAULT:
-                value = (
-                    dataclasses.asdict(default)
-                    if dataclasses.is_dataclass(default) and not isinstance(default, type)
-                    else default
-                )
-            holder[name] = value
-            log.info("%s predates key %s: using %r, the behaviour the run was saved with", config_path, dotted, value)
+            if hasattr(node, name):
+                slots.append((dotted, value, holder, name, getattr(node, name)))
+    if not slots or any(name in holder for _, _, holder, name, _ in slots):
+        return  # a current config (or a damaged one: the missing keys are named by the caller)
+    for dotted, value, holder, name, default in slots:
+        if value is _TODAYS_DEFAULT:
+            value = (
+                dataclasses.asdict(default)
+                if dataclasses.is_dataclass(default) and not isinstance(default, type)
+                else default
+            )
+        holder[name] = value
+        log.info("%s predates key %s: using %r, the behaviour the run was saved with", config_path, dotted, value)
 
 
 def _absent_keys(cfg: Any, data: Any, prefix: str = "") -> list[str]:
