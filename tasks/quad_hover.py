@@ -505,9 +505,11 @@ class QuadHover:
             if gaps is not None:  # restarted envs see their fresh state; the others keep theirs
                 obs["policy"] = torch.where(done.unsqueeze(1), gaps.view(obs["policy"], STATE_DIM), policy)
         if self._yaw_sym is not None:
-            final_canonical = self._canonical(final_obs["policy"], update=False)
+            # Without a reset this step the two are one tensor: flip it once.
+            shared = final_obs["policy"] is obs["policy"]
+            final_policy = None if shared else self._canonical(final_obs["policy"], update=False)
             obs = {**obs, "policy": self._canonical(obs["policy"], update=True)}
-            final_obs = {**final_obs, "policy": final_canonical}
+            final_obs = {**final_obs, "policy": obs["policy"] if final_policy is None else final_policy}
         info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success} | step_info
         return obs, reward, terminated, truncated, info
 

@@ -31,7 +31,14 @@ from torch import nn
 
 from embodied.checkpoint_seal import SealError, seal, unseal
 from embodied.errors import EmbodiedError
-from embodied.export.layers import DenseLayer, MlpArrays, SymmetryArrays, mlp_arrays, with_io_symmetry
+from embodied.export.layers import (
+    EXPORTED_POLICY_ATTRS,
+    DenseLayer,
+    MlpArrays,
+    SymmetryArrays,
+    mlp_arrays,
+    with_io_symmetry,
+)
 from embodied.io_spec import IOSpec
 
 ARTIFACT_VERSION = 1
@@ -124,7 +131,7 @@ POLICY_KINDS: dict[str, PolicyKind] = {
 
 def artifact_kind_known(module: nn.Module, kind: str = "mlp") -> bool:
     """Whether ``kind`` can describe ``module`` (today: an ``ExportedPolicy``-shaped MLP)."""
-    return all(hasattr(module, attr) for attr in ("net", "obs_mean", "obs_std", "obs_clip")) if kind == "mlp" else False
+    return kind == "mlp" and all(hasattr(module, attr) for attr in EXPORTED_POLICY_ATTRS)
 
 
 def policy_kind(name: str) -> PolicyKind:

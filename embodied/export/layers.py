@@ -98,6 +98,10 @@ def _array(t: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype=np.float32)
 
 
+EXPORTED_POLICY_ATTRS: tuple[str, ...] = ("net", "obs_mean", "obs_std", "obs_clip")
+"""What an ``ExportedPolicy``-shaped module carries; :func:`mlp_arrays` reads exactly these."""
+
+
 def mlp_arrays(module: nn.Module) -> MlpArrays:
     """Validate ``module`` (an ExportedPolicy) and return its arrays.
 
@@ -105,7 +109,7 @@ def mlp_arrays(module: nn.Module) -> MlpArrays:
     ``Linear`` layers each followed by at most one supported activation, and
     :class:`NonFiniteError` when a weight, bias or normalizer entry is NaN/inf.
     """
-    for attr in ("net", "obs_mean", "obs_std", "obs_clip"):
+    for attr in EXPORTED_POLICY_ATTRS:
         if not hasattr(module, attr):
             raise EmbodiedError(
                 f"{type(module).__name__} has no {attr!r}: exporters take Policy.export_module() "
