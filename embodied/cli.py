@@ -109,6 +109,7 @@ def _run(argv: Sequence[str] | None) -> int:
     # key=value overrides may come after options (``--seed 1 algo.lr=3e-4``); argparse stops
     # collecting a positional list at the first option, so gather the stragglers here.
     args, extras = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what `train --nproc` hands to each process
     if extras:
         if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extras):
             args.overrides = list(args.overrides or []) + extras

@@ -2,12 +2,18 @@
 
 Statistics are float64 buffers so long runs do not lose precision; ``forward`` returns
 float32. The module is an ``nn.Module`` so it folds into exported policies unchanged.
+
+In multi-process training (:mod:`embodied.distributed`) every ``update`` merges the batches of
+all ranks (an all-reduce of their counts, sums and sums of squares), so every rank keeps the
+statistics one process would have over the union of the data.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from embodied import distributed
 
 
 class RunningNormalizer(nn.Module):
@@ -31,14 +37,32 @@ class RunningNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Merge the statistics of a batch ``x [B, D]``."""
+        """Merge the statistics of a batch ``x [B, D]`` (of every rank's batch in a world)."""
         x = x.reshape(-1, self.dim).to(torch.float64)
+        if distributed.current() is not None:
+            self._update_across_ranks(x)
+            return
         batch_count = x.shape[0]
         if batch_count == 0:
             return
         batch_mean = x.mean(dim=0)
         # E[x²] − E[x]² in float64: as exact as torch.var here, and much cheaper on CPU.
         batch_var = (x.square().mean(dim=0) - batch_mean.square()).clamp_min(0.0)
+        self._merge(batch_count, batch_mean, batch_var)
+
+    def _update_across_ranks(self, x: torch.Tensor) -> None:
+        """One all-reduce of ``[count, sum x [D], sum x² [D]]``: the union batch's moments."""
+        moments = torch.cat([x.new_full((1,), float(x.shape[0])), x.sum(dim=0), x.square().sum(dim=0)])
+        distributed.sum_(moments)
+        # The count stays a tensor (no host sync per step); every rank steps at least one env,
+        # so the union batch is never empty.
+        batch_count = moments[0]
+        batch_mean = moments[1 : 1 + self.dim] / batch_count
+        batch_var = (moments[1 + self.dim :] / batch_count - batch_mean.square()).clamp_min(0.0)
+        self._merge(batch_count, batch_mean, batch_var)
+
+    def _merge(self, batch_count: float | torch.Tensor, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+        """Chan's parallel merge of a batch's count, mean ``[D]`` and variance ``[D]``."""
         total = self.count + batch_count
         delta = batch_mean - self.mean
         new_mean = self.mean + delta * (batch_count / total)

@@ -62,6 +62,9 @@ class FastTD3Cfg(OffPolicyCfg):
 class FastTD3(OffPolicyBase):
     """FastTD3 for a continuous-action VecEnv (see module docstring)."""
 
+    multi_process = True
+    """Trains correctly in several processes (:mod:`embodied.algos.offpolicy`)."""
+
     cfg: FastTD3Cfg
     policy: DeterministicActor
 

@@ -3,6 +3,12 @@
 Observation groups: the actor reads ``policy``; critics read ``critic`` when the task provides
 privileged observations (asymmetric actor-critic), else ``policy``. Raw observations go into
 the replay buffer; normalization uses the current running statistics when a batch is sampled.
+
+In multi-process training (:mod:`embodied.distributed`) each rank keeps the replay of its own
+envs and samples ``batch_size / ranks`` of each batch from it; gradients are averaged over the
+ranks before clipping, and the counts the config gives "summed over envs" (``learning_starts``,
+``random_steps``) count the envs of every rank, so the schedule is that of one process with all
+the envs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from embodied import distributed
 from embodied.algo import Transition
 from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
@@ -141,12 +148,22 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
         torch._foreach_lerp_(t_params, s_params, tau)
 
 
-def optimize(opt: torch.optim.Optimizer, loss: torch.Tensor, params: Iterable[nn.Parameter], max_norm: float) -> None:
-    """One optimizer step on ``loss``, clipping the gradient norm of ``params`` when ``max_norm > 0``."""
+def optimize(
+    opt: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    params: Iterable[nn.Parameter],
+    max_norm: float,
+    world: distributed.World | None = None,
+) -> None:
+    """One optimizer step on ``loss``, clipping the gradient norm of ``params`` when ``max_norm > 0``;
+    with a ``world``, the gradients are first averaged over its ranks."""
+    params = list(params)
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    if world is not None:
+        distributed.average_gradients(params)
     if max_norm > 0:
-        nn.utils.clip_grad_norm_(list(params), max_norm)
+        nn.utils.clip_grad_norm_(params, max_norm)
     opt.step()
 
 
@@ -179,8 +196,14 @@ class OffPolicyBase:
         self.critic_group = "critic" if "critic" in self.obs_spec else "policy"
         self.critic_obs_dim = int(torch.Size(self.obs_spec[self.critic_group]).numel())
         self.init_action_mean = resolve_init_action_mean(cfg.init_action_mean, env)
+        self.world = distributed.current()
+        """The training processes this rank averages gradients with (None: a single process)."""
+        self.total_envs = self.num_envs * distributed.size()
+        """Envs of all ranks together (``num_envs`` is this rank's share)."""
+        self.local_batch_size = distributed.split_evenly(cfg.batch_size, "algo.batch_size")
+        """Transitions this rank samples per gradient step (``batch_size`` over all ranks)."""
         self.env_steps = 0
-        """Transitions observed so far (summed over envs)."""
+        """Transitions observed so far (summed over the envs of all ranks)."""
         self.num_updates = 0
         """Critic gradient steps so far."""
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item())  # derived from the run's global seed
@@ -281,7 +304,7 @@ class OffPolicyBase:
             transition.truncated,
             transition.final_obs,
         )
-        self.env_steps += self.num_envs
+        self.env_steps += self.total_envs
         self.on_episode_end(transition.terminated | transition.truncated)
 
     def on_episode_end(self, done: torch.Tensor) -> None:
@@ -290,10 +313,9 @@ class OffPolicyBase:
     def ready_to_update(self) -> bool:
         # Counting the buffer (not only env_steps) makes a run resumed without replay contents
         # refill ``learning_starts`` transitions before its next gradient step.
-        warm = min(self.cfg.learning_starts, self.replay.capacity * self.num_envs)
-        return (
-            self.env_steps >= self.cfg.learning_starts and len(self.replay) >= warm and self.replay.num_sampleable > 0
-        )
+        warm = min(self.cfg.learning_starts, self.replay.capacity * self.total_envs)
+        stored = len(self.replay) * (self.total_envs // self.num_envs)  # every rank stores alike
+        return self.env_steps >= self.cfg.learning_starts and stored >= warm and self.replay.num_sampleable > 0
 
     def update(self) -> dict[str, float]:
         """``updates_per_step`` critic steps, an actor step every ``policy_frequency``; mean metrics."""
@@ -301,9 +323,9 @@ class OffPolicyBase:
         counts: dict[str, int] = {}
         for _ in range(self.cfg.updates_per_step):
             self.num_updates += 1
-            batch = self.prepare(self.replay.sample(self.cfg.batch_size))
+            batch = self.prepare(self.replay.sample(self.local_batch_size))
             loss, metrics = self.critic_loss(batch)
-            optimize(self.critic_opt, loss, self.critic.parameters(), self.cfg.max_grad_norm)
+            optimize(self.critic_opt, loss, self.critic.parameters(), self.cfg.max_grad_norm, self.world)
             metrics["critic_loss"] = loss
             if self.num_updates % self.cfg.policy_frequency == 0:
                 # Freezing the critic skips its weight gradients, which the actor loss never uses.
@@ -312,7 +334,7 @@ class OffPolicyBase:
                     actor_loss, actor_metrics = self.actor_loss(batch)
                 finally:
                     self.critic.requires_grad_(True)
-                optimize(self.actor_opt, actor_loss, self.policy.parameters(), self.cfg.max_grad_norm)
+                optimize(self.actor_opt, actor_loss, self.policy.parameters(), self.cfg.max_grad_norm, self.world)
                 metrics |= actor_metrics | self.after_actor_step(actor_metrics)
                 metrics["actor_loss"] = actor_loss
             soft_update(self.critic_target, self.critic, self.cfg.tau)

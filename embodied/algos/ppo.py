@@ -7,6 +7,11 @@ from the true final observation.
 
 Shapes: ``T`` = ``num_steps_per_env``, ``N`` = ``num_envs``, ``B = T * N`` samples per update,
 ``D``/``C`` = actor/critic observation sizes, ``A`` = action size.
+
+In multi-process training (:mod:`embodied.distributed`) each rank holds the rollout of its own
+envs; gradients and the KL of each minibatch are averaged over the ranks and advantages are
+normalized with the moments of all rollouts, so the ranks together take the steps one process
+with all the envs would take, and their networks stay identical.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any, Literal
 
 import torch
 
+from embodied import distributed
 from embodied.algo import Transition
 from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
@@ -171,6 +177,9 @@ class PPO:
     ``num_steps_per_env`` steps ``ready_to_update()`` is true and ``update()`` trains on the rollout.
     """
 
+    multi_process = True
+    """Trains correctly in several processes (see the module docstring)."""
+
     def __init__(self, cfg: PPOCfg, env: VecEnv) -> None:
         # the Gaussian actor outputs [-1, 1] boxes; a discrete env would receive float indices
         require_box_actions(env, "PPO")
@@ -221,6 +230,8 @@ class PPO:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         self._acted = False
+        self.world = distributed.current()
+        """The training processes this rank averages with (None: a single process)."""
 
     # --- rollout --------------------------------------------------------------------------
 
@@ -288,7 +299,8 @@ class PPO:
         advantages, returns = compute_gae(st.rewards, st.values, st.dones, st.last_values, cfg.gamma, cfg.lam)
         explained_variance = _explained_variance(st.values, returns)
         if cfg.normalize_advantage:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            mean, std = _moments(advantages) if self.world is None else _moments_across_ranks(advantages)
+            advantages = (advantages - mean) / (std + 1e-8)
 
         # One flat [B, F] table: each epoch reshuffles it with a single gather, and minibatches
         # are contiguous row slices (views), which keeps per-minibatch Python work minimal.
@@ -331,8 +343,6 @@ class PPO:
 
                 with torch.no_grad():
                     kl = gaussian_kl(mean_old, log_std_old, mean, pi.log_std)
-                    if cfg.schedule == "adaptive":
-                        adapt_learning_rate(self.lr, kl, cfg)
 
                 surrogate, ratio = clipped_surrogate_loss(logp, logp_old, adv, cfg.clip_ratio)
                 value_clip = cfg.clip_ratio if cfg.clip_value_loss else None
@@ -341,6 +351,14 @@ class PPO:
 
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if self.world is not None:
+                    # the minibatch of all ranks: mean gradient and mean KL (equal minibatch sizes)
+                    kl = kl.reshape(1)
+                    distributed.average_([*(p.grad for p in params if p.grad is not None), kl])
+                    kl = kl.reshape(())
+                if cfg.schedule == "adaptive":
+                    # the rate only matters at optimizer.step(), so adapting after backward is the same
+                    adapt_learning_rate(self.lr, kl, cfg)
                 if cfg.max_grad_norm > 0.0:
                     torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
@@ -387,6 +405,21 @@ class PPO:
 
 def _flat_dim(shape: tuple[int, ...]) -> int:
     return int(math.prod(shape))
+
+
+def _moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (unbiased) standard deviation of all entries of ``x``, 0-d tensors."""
+    return x.mean(), x.std()
+
+
+def _moments_across_ranks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_moments` of the union of every rank's ``x`` (one all-reduce of count, sum, sum²)."""
+    flat = x.reshape(-1).to(torch.float64)
+    sums = distributed.sum_(torch.stack([flat.new_tensor(float(flat.numel())), flat.sum(), flat.square().sum()]))
+    count, total, total_sq = sums[0], sums[1], sums[2]
+    mean = total / count
+    var = (total_sq - count * mean.square()).clamp_min(0.0) / (count - 1.0).clamp_min(1.0)
+    return mean.to(x.dtype), var.sqrt().to(x.dtype)
 
 
 def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import torch
 
+from embodied import distributed
 from embodied.algos.offpolicy import OffPolicyBase, OffPolicyCfg, TrainBatch
 from embodied.config import ConfigError
 from embodied.env import ObsDict, VecEnv
@@ -60,6 +61,9 @@ class SACCfg(OffPolicyCfg):
 
 class SAC(OffPolicyBase):
     """SAC for a continuous-action VecEnv (see module docstring)."""
+
+    multi_process = True
+    """Trains correctly in several processes (:mod:`embodied.algos.offpolicy`)."""
 
     cfg: SACCfg
     policy: SquashedGaussianActor
@@ -113,6 +117,8 @@ class SAC(OffPolicyBase):
         alpha_loss = self.log_alpha * (actor_metrics["entropy"] - self.target_entropy)
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
+        if self.world is not None:
+            distributed.average_gradients([self.log_alpha])  # the entropy of every rank's batch
         self.alpha_opt.step()
         return {"alpha_loss": alpha_loss.detach()}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ EXAMPLES = """examples:
   embodied train quad-hover env.sim.substeps=2000 --i-know-what-im-doing env.sim.substeps
   embodied train halfcheetah --backend mjwarp --num-envs 1024 --device cuda
                                                     # the same task on MuJoCo-Warp (`embodied list`)
+  embodied train quad-hover --nproc 2               # 2 processes, num_envs split between them
+  torchrun --nproc-per-node 4 -m embodied train quad-hover --device cuda --num-envs 16384
+                                                    # the same through torchrun (multi-node: docs/training.md)
 
 overrides are key=value with the keys of the saved config.yaml: seed, num_envs, device,
 env.<field>, algo.<field>, trainer.<field> (values parsed as YAML). Use --print-config to see
@@ -147,6 +151,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument(
+        "--nproc",
+        type=int_in_range(1, 4096),
+        default=None,
+        metavar="N",
+        help="train with N processes on this machine (starts torchrun: gloo on CPU, NCCL on CUDA); "
+        "num_envs is the total, split evenly; --resume needs the N the run was trained with",
+    )
+    p.add_argument(
         "--i-know-what-im-doing",
         dest="allow",
         action="append",
@@ -171,11 +183,37 @@ RESUME_FIXED_FLAGS: tuple[tuple[str, str], ...] = (
     ("dataset", "--dataset"),
     ("base", "--base"),
 )
+# --nproc is not among them: it must repeat the number of processes the run was trained with.
 """Flags that would change what a resumed run is: ``--resume`` rejects them (the saved
 ``config.yaml`` fixes these)."""
 
 
 def run(args: argparse.Namespace) -> int:
+    from embodied import distributed
+
+    nproc = args.nproc or 1
+    launched = distributed.launched_world_size()
+    if nproc > 1 and launched == 1:
+        from embodied.training.launch import launch_local
+
+        return launch_local(nproc, getattr(args, "argv", None) or sys.argv[1:])
+    if args.nproc is not None and launched > 1 and nproc != launched:
+        raise ConfigError(f"--nproc {nproc} under torchrun, which started {launched} processes: drop --nproc")
+    if distributed.init_from_environment() is None:
+        return _run(args)
+    if not distributed.is_main():
+        logging.getLogger("embodied").setLevel(logging.WARNING)  # rank 0 reports for all
+    try:
+        code = _run(args)
+    except BaseException:
+        distributed.shutdown(together=False)
+        raise
+    distributed.shutdown()
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    from embodied import distributed
     from embodied.experiment import check_allow_keys, resolve_experiment
     from embodied.training.run import CONFIG_FILE, make_run_dir, new_run_dir
 
@@ -224,18 +262,24 @@ def run(args: argparse.Namespace) -> int:
     if args.no_progress:
         cfgs = [_no_progress(c) for c in cfgs]
     if args.print_config:
-        _print_config(cfgs[0])
+        if distributed.is_main():
+            _print_config(cfgs[0])
         return 0
     run_dirs: list[Path] = []
     for cfg in cfgs:
-        if args.run_dir is not None and len(cfgs) == 1:
-            # The trainer checks, under the run directory's lock, that no run is there yet.
-            run_dir = make_run_dir(args.run_dir)
-        else:
+
+        def create(cfg: ExperimentCfg = cfg) -> Path:
+            if args.run_dir is not None and len(cfgs) == 1:
+                # The trainer checks, under the run directory's lock, that no run is there yet.
+                return make_run_dir(args.run_dir)
             root = args.run_dir if args.run_dir is not None else (args.runs_root or Path("runs"))
-            run_dir = new_run_dir(root, cfg)
+            return new_run_dir(root, cfg)
+
+        run_dir = distributed.from_main(create)  # only rank 0 creates folders
         _train_one(cfg, run_dir, resume=False, allow=args.allow)
         run_dirs.append(run_dir)
+    if not distributed.is_main():
+        return 0
     if len(run_dirs) > 1:
         from embodied.training.sweep import aggregate
 
@@ -265,6 +309,24 @@ def _select_backend(name: str, backend: str | None, overrides: list[str]) -> tup
 
 
 def _resume(run_dir: Path, overrides: list[str], no_progress: bool, print_config: bool, allow: list[str]) -> int:
+    from embodied import distributed
+
+    # rank 0 reads the saved config for every rank (other machines may not see the run directory)
+    cfg, allow = distributed.from_main(lambda: _resume_config(run_dir, overrides, allow))
+    if no_progress:
+        cfg = _no_progress(cfg)
+    if print_config:
+        if distributed.is_main():
+            _print_config(cfg)
+        return 0
+    _train_one(cfg, run_dir, resume=True, allow=allow)
+    if distributed.is_main():
+        print(run_dir)
+    return 0
+
+
+def _resume_config(run_dir: Path, overrides: list[str], allow: list[str]) -> tuple[ExperimentCfg, list[str]]:
+    """The saved config of ``run_dir`` with ``trainer.*`` overrides, and the allowed keys."""
     from embodied.config import apply_overrides, parse_dotted
     from embodied.errors import EmbodiedError
     from embodied.experiment import check_allow_keys, load_experiment, saved_allow
@@ -287,14 +349,7 @@ def _resume(run_dir: Path, overrides: list[str], no_progress: bool, print_config
                 "(e.g. trainer.total_env_steps=4e6)"
             )
         cfg = apply_overrides(cfg, extra, "command line", allow=allow)
-    if no_progress:
-        cfg = _no_progress(cfg)
-    if print_config:
-        _print_config(cfg)
-        return 0
-    _train_one(cfg, run_dir, resume=True, allow=allow)
-    print(run_dir)
-    return 0
+    return cfg, allow
 
 
 def _print_config(cfg: ExperimentCfg) -> None:
@@ -305,10 +360,13 @@ def _print_config(cfg: ExperimentCfg) -> None:
 
 
 def _train_one(cfg: ExperimentCfg, run_dir: Path, resume: bool, allow: list[str]) -> None:
+    from embodied import distributed
     from embodied.training.trainer import Trainer
 
     trainer = Trainer(cfg, run_dir, resume=resume, allow=sorted(set(allow)))
     state = trainer.train()
+    if not distributed.is_main():
+        return
     print(
         f"env steps: {state.env_steps}  training time: {state.train_time_s:.2f} s  eval time: {state.eval_time_s:.2f} s"
     )

@@ -44,6 +44,16 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_FILE = Path("ckpt") / "latest.pt"
+WORLD_KEY = "world"
+"""Checkpoint entry of a run trained by several processes: ``{"size": N, "ranks": [...]}`` with
+the own state (envs, rollout or replay, generators) of ranks 1..N-1; the rest of the checkpoint
+is rank 0's, so everything that reads a policy reads it as from a single process."""
+
+
+def checkpoint_world_size(ckpt: dict[str, Any]) -> int:
+    """How many training processes wrote ``ckpt`` (1 for a single process)."""
+    world = ckpt.get(WORLD_KEY)
+    return int(world["size"]) if isinstance(world, dict) else 1
 
 
 def new_run_dir(root: Path, cfg: ExperimentCfg) -> Path:
@@ -364,8 +374,8 @@ def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
     cfg = load_experiment(config_path)
     checkpoint = load_checkpoint(run_dir, map_location=device)
     # The algorithm is rebuilt for the training batch size: its state (rollout or replay
-    # storage) is shaped by num_envs.
-    env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs, device, cfg.seed)
+    # storage) is shaped by num_envs (rank 0's share of them in a multi-process run).
+    env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs // checkpoint_world_size(checkpoint), device, cfg.seed)
     try:
         algo = registry.make_algo(cfg.algo_name, cfg.algo, env)
         load_algo_state(algo, checkpoint, run_dir)

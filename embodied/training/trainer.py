@@ -8,6 +8,14 @@ A trainer holds its run directory's lock (:mod:`embodied.training.run_lock`) fro
 end of :meth:`Trainer.train`. Every stop path keeps the last completed step: Ctrl-C/SIGTERM are
 deferred to a whole state (loop top, or after the final save), the final evaluation runs after
 a checkpoint of the last step, and a full disk stops with one line naming what was kept.
+
+Several processes (``torchrun`` / ``embodied train --nproc N``, :mod:`embodied.distributed`) train
+one run together: ``num_envs`` is the total, split evenly over the ranks, each rank seeded
+apart; the algorithm averages gradients and normalizer statistics over the ranks, and every
+counter (``env_steps``, evaluation times) counts the envs of all ranks. Rank 0 alone owns the
+run directory (lock, config, metrics, TensorBoard, checkpoints, policy artifact) and evaluates;
+its checkpoint holds every rank's own state (envs, rollout or replay, random generators), which
+it gathers at each save and hands back on ``--resume`` (with the same number of processes).
 """
 
 from __future__ import annotations
@@ -22,20 +30,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from embodied import registry
+from embodied import distributed, registry
 from embodied.algo import PreloadSource, Transition, preload_algorithm
+from embodied.config import ConfigError
 from embodied.env import ObsDict, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.experiment import ExperimentCfg
 from embodied.progress import TrainProgress
-from embodied.stop import StopRequest, deferred_stop
+from embodied.stop import StopRequest, deferred_stop, stop_exception
 from embodied.training.evaluate import EvalResult, evaluate
 from embodied.training.run import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     METRICS_FILE,
+    WORLD_KEY,
+    CheckpointError,
     MetricsLogger,
+    checkpoint_world_size,
     clean_temp_files,
     load_algo_state,
     load_checkpoint,
@@ -51,6 +64,10 @@ log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003
 """Evaluation envs are seeded apart from training envs so they never replay training episodes."""
+
+STOP_POLL_ITERATIONS = 16
+"""With several processes, the ranks agree on a stop request every this many env steps (one
+small all-reduce), so all of them checkpoint and stop at the same step."""
 
 
 @dataclass
@@ -108,6 +125,8 @@ class EpisodeStats:
     def pop(self) -> dict[str, float]:
         """Means since the last pop (episode metrics only when an episode finished)."""
         out: dict[str, float] = {}
+        if distributed.current() is not None:
+            self._sum_across_ranks()
         count, ret, length, success = self.done_sums.tolist()
         if count > 0:
             self.episodes_seen += int(count)
@@ -123,6 +142,14 @@ class EpisodeStats:
         self.term_sums = {}
         self.term_steps = 0
         return out
+
+    def _sum_across_ranks(self) -> None:
+        """Episode sums over the envs of every rank; reward-term means averaged over the ranks."""
+        names = sorted(self.term_sums)
+        packed = torch.cat([self.done_sums, *(self.term_sums[k].reshape(1) for k in names)])
+        distributed.sum_(packed)
+        self.done_sums.copy_(packed[:4])
+        self.term_sums = {k: packed[4 + i] / distributed.size() for i, k in enumerate(names)}
 
     def state_dict(self) -> dict[str, Any]:
         """Running episodes and the sums since the last log row (a mid-rollout stop keeps them)."""
@@ -160,6 +187,22 @@ class DegenerateRunError(EmbodiedError):
     """Every episode ends at its first step (diverged physics, an absurd config): nothing to learn."""
 
 
+class WorldSizeError(CheckpointError):
+    """``--resume`` with another number of training processes than the checkpoint was written by."""
+
+
+class _NoMetrics:
+    """The metrics logger of ranks other than 0: they write nothing."""
+
+    rows = 0
+
+    def log(self, env_steps: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Trainer:
     """Builds env + algorithm from an :class:`ExperimentCfg` and trains them in ``run_dir``.
 
@@ -170,16 +213,34 @@ class Trainer:
 
     def __init__(self, cfg: ExperimentCfg, run_dir: Path, resume: bool = False, allow: list[str] | None = None) -> None:
         self.cfg = cfg
-        self.run_dir = make_run_dir(Path(run_dir))
-        self.lock = RunLock(self.run_dir).acquire()
+        self.world = distributed.current()
+        """The training processes of this run (None: a single process)."""
+        self.run_dir = Path(run_dir)
+        self.lock: RunLock | None = None
+        # Only rank 0 touches the run directory; its checks (a run already there, a missing
+        # checkpoint) decide for every rank.
+        resume = distributed.from_main(lambda: self._claim_run_dir(resume))
         try:
             self._setup(resume, allow)
         except BaseException:
-            self.lock.release()
+            self._release()
             raise
 
-    def _setup(self, resume: bool, allow: list[str] | None) -> None:
-        cfg = self.cfg
+    def _release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+    def _claim_run_dir(self, resume: bool) -> bool:
+        """Create and lock the run directory; return whether a checkpoint is there to resume."""
+        self.run_dir = make_run_dir(self.run_dir)
+        self.lock = RunLock(self.run_dir).acquire()
+        try:
+            return self._prepare_run_dir(resume)
+        except BaseException:
+            self._release()
+            raise
+
+    def _prepare_run_dir(self, resume: bool) -> bool:
         clean_temp_files(self.run_dir)
         if resume and not (self.run_dir / CHECKPOINT_FILE).exists():
             # Stopped before its first checkpoint: no training progress was kept, so the run starts
@@ -195,13 +256,26 @@ class Trainer:
             raise EmbodiedError(
                 f"{self.run_dir} already holds a run; continue it with: embodied train --resume {self.run_dir}"
             )
-        self.device = registry.resolve_device(cfg.device)
+        return resume
+
+    def _setup(self, resume: bool, allow: list[str] | None) -> None:
+        cfg = self.cfg
+        self.device = distributed.rank_device(registry.resolve_device(cfg.device))
         if cfg.trainer.torch_threads > 0:
             torch.set_num_threads(cfg.trainer.torch_threads)
-        torch.manual_seed(cfg.seed)
-        random.seed(cfg.seed)
-        self.env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs, self.device, cfg.seed)
+        self.seed = distributed.rank_seed(cfg.seed)
+        """This rank's seed (the run's seed in a single process and on rank 0)."""
+        torch.manual_seed(self.seed)
+        random.seed(self.seed)
+        self.local_envs = distributed.split_evenly(cfg.num_envs, "num_envs")
+        """Envs this process steps (``num_envs`` is the total over all processes)."""
+        self.env = registry.make_env(cfg.task_name, cfg.env, self.local_envs, self.device, self.seed)
         self.algo = registry.make_algo(cfg.algo_name, cfg.algo, self.env)
+        if self.world is not None and not getattr(self.algo, "multi_process", False):
+            raise ConfigError(
+                f"algorithm {cfg.algo_name!r} does not train in several processes yet "
+                "(ppo, sac and fasttd3 do): start it without torchrun / --nproc"
+            )
         tcfg = cfg.trainer
         if tcfg.dataset is not None or tcfg.base_run is not None:
             # before a restore: data and frozen base are inputs, the checkpoint holds what was learned
@@ -212,14 +286,26 @@ class Trainer:
                 base_policy=load_run(base_run, device=self.device).policy if base_run is not None else None,
             )
             preload_algorithm(self.algo, cfg.algo_name, source)
+        if self.world is not None:
+            # every rank starts from rank 0's networks (each built them from its own seed)
+            distributed.broadcast_modules(m for m in vars(self.algo).values() if isinstance(m, nn.Module))
         self.state = TrainState()
-        self.obs: ObsDict = self.env.reset(seed=cfg.seed)
-        self.stats = EpisodeStats(cfg.num_envs, self.device)
+        self.obs: ObsDict = self.env.reset(seed=self.seed)
+        self.stats = EpisodeStats(self.local_envs, self.device)
         self._saved_steps: int | None = None
-        try:
-            if resume:
+        self.logger: MetricsLogger | _NoMetrics = _NoMetrics()
+        if resume:
+            try:
                 self._restore()
-                self._saved_steps = self.state.env_steps
+            except OSError as err:
+                raise self._disk_error(err) from None
+            self._saved_steps = self.state.env_steps
+        distributed.from_main(lambda: self._open_run_files(resume, allow))
+
+    def _open_run_files(self, resume: bool, allow: list[str] | None) -> None:
+        """Write ``config.yaml`` and open ``metrics.jsonl`` / TensorBoard (rank 0 only)."""
+        cfg = self.cfg
+        try:
             write_config(self.run_dir, cfg, allow)  # on resume: records a changed training budget
             # A resume cuts metrics.jsonl back to the rows its checkpoint had seen (checkpoints
             # from before that count was saved: to the rows up to its env step).
@@ -259,14 +345,47 @@ class Trainer:
         }
 
     def save(self) -> Path:
-        path = save_checkpoint(self.run_dir, self.checkpoint_state())
+        state = self.checkpoint_state()
+        if self.world is not None:
+            # rank 0 writes one checkpoint that holds every other rank's own state as well
+            others = distributed.gather_to_main(None if self.world.is_main else distributed.to_cpu(state))
+            if others is None:
+                self._saved_steps = self.state.env_steps
+                return self.run_dir / CHECKPOINT_FILE
+            state[WORLD_KEY] = {"size": self.world.size, "ranks": others[1:]}
+        path = save_checkpoint(self.run_dir, state)
         # The policy alone beside it (ckpt/policy.pt): what export, eval and deploy read.
         write_policy_artifact(self.run_dir, self.algo.policy.export_module(), self.env.io_spec(), self.state.env_steps)
         self._saved_steps = self.state.env_steps
         return path
 
+    def _load_rank_checkpoint(self) -> dict[str, Any]:
+        """This rank's part of ``ckpt/latest.pt`` (rank 0 reads the file and hands out the parts)."""
+        world_size = distributed.size()
+
+        def load() -> dict[str, Any]:
+            ckpt = load_checkpoint(self.run_dir, map_location=self.device if self.world is None else "cpu")
+            saved = checkpoint_world_size(ckpt)
+            if saved != world_size:
+                raise WorldSizeError(
+                    f"{self.run_dir / CHECKPOINT_FILE} was written by {saved} training process(es), this run has "
+                    f"{world_size}: resume with the same number (embodied train --nproc {saved} --resume "
+                    f"{self.run_dir}, or torchrun --nproc-per-node {saved} ...)"
+                )
+            return ckpt
+
+        if self.world is None:
+            return load()
+        holder: dict[str, dict[str, Any]] = {}
+        distributed.from_main(lambda: holder.setdefault("ckpt", load()) and None)
+        parts = None
+        if self.world.is_main:
+            ckpt = holder["ckpt"]
+            parts = [ckpt, *ckpt.pop(WORLD_KEY)["ranks"]]
+        return distributed.scatter_from_main(parts)  # type: ignore[no-any-return]
+
     def _restore(self) -> None:
-        ckpt = load_checkpoint(self.run_dir, map_location=self.device)
+        ckpt = self._load_rank_checkpoint()
         load_algo_state(self.algo, ckpt, self.run_dir)
         self.env.load_state_dict(ckpt["env"])
         self.obs = {k: v.to(self.device) for k, v in ckpt["obs"].items()}
@@ -274,7 +393,7 @@ class Trainer:
             # The env cannot restore its simulator state: start fresh episodes rather than pair
             # the checkpointed observation with a different physical state.
             log.warning("%s cannot restore its simulator state: resuming with fresh episodes", type(self.env).__name__)
-            self.obs = self.env.reset(seed=self.cfg.seed + ckpt["trainer"]["env_steps"])
+            self.obs = self.env.reset(seed=self.seed + ckpt["trainer"]["env_steps"])
         self.stats.load_state_dict(ckpt["stats"])
         t = ckpt["trainer"]
         self.state = TrainState(
@@ -312,7 +431,7 @@ class Trainer:
         self.state.eval_time_s += elapsed
         row = {f"eval/{k}": float(v) for k, v in result.as_dict().items()}
         row |= {"eval/train_time_s": self.state.train_time_s, "eval/env_steps": float(self.state.env_steps)}
-        self.state.evals.append(row)
+        self._record_eval(row)
         self.logger.log(self.state.env_steps, row | {"perf/eval_time_s": elapsed})
         log.info(
             "eval at %d env steps (%.2f s training): success %.1f %%, return %.2f, length %.1f",
@@ -324,11 +443,37 @@ class Trainer:
         )
         if cfg.trainer.check_finite:
             self._check_eval(result)
-        target = cfg.trainer.success_target
-        if target is not None and self.state.time_to_target_s is None and result.success_rate >= target:
+        return result
+
+    def _record_eval(self, row: dict[str, float]) -> None:
+        """Keep an evaluation row and note when the success target was first reached."""
+        self.state.evals.append(row)
+        target = self.cfg.trainer.success_target
+        if target is not None and self.state.time_to_target_s is None and row["eval/success_rate"] >= target:
             self.state.time_to_target_s = self.state.train_time_s
             self.state.env_steps_to_target = self.state.env_steps
-        return result
+
+    def _evaluate_all(self) -> float:
+        """:meth:`run_eval` on rank 0, its row kept by every rank (so all of them agree on an early
+        stop); returns the success rate."""
+        if self.world is None:
+            return self.run_eval().success_rate
+        row = distributed.from_main(lambda: (self.run_eval(), self.state.evals[-1])[1])
+        if not self.world.is_main:
+            self._record_eval(row)
+        return row["eval/success_rate"]
+
+    def _checkpoint_exists(self) -> bool:
+        return distributed.from_main(lambda: (self.run_dir / CHECKPOINT_FILE).exists())
+
+    def _agreed_stop(self, stop: StopRequest, iteration: int) -> int:
+        """The stop signal to honour now (0: none); with several processes, any rank's request,
+        polled every :data:`STOP_POLL_ITERATIONS` iterations (``iteration`` 0 always polls)."""
+        if self.world is None:
+            return stop.signum or 0
+        if iteration % STOP_POLL_ITERATIONS:
+            return 0
+        return distributed.max_int(stop.signum or 0)
 
     def _target_held(self) -> bool:
         """Two consecutive evaluations at or above the success target."""
@@ -347,7 +492,7 @@ class Trainer:
             raise self._disk_error(err) from None
         finally:
             self.logger.close()
-            self.lock.release()
+            self._release()
         st = self.state
         summary = {
             "summary/env_steps": st.env_steps,
@@ -364,13 +509,18 @@ class Trainer:
             if tcfg.eval_every_env_steps > 0
             else None
         )
-        progress = TrainProgress(tcfg.total_env_steps, enabled=tcfg.progress, start=st.env_steps)
+        progress = TrainProgress(
+            tcfg.total_env_steps, enabled=tcfg.progress and distributed.is_main(), start=st.env_steps
+        )
         ended_early = False
         with progress, deferred_stop() as stop:
             tick = time.perf_counter()
+            iteration = 0
             while st.env_steps < tcfg.total_env_steps:
-                if stop.signum is not None:
-                    self._save_and_stop(stop, time.perf_counter() - tick)
+                signum = self._agreed_stop(stop, iteration)
+                iteration += 1
+                if signum:
+                    self._save_and_stop(signum, time.perf_counter() - tick)
                 self._env_step()
                 if not self.algo.ready_to_update():
                     continue
@@ -396,8 +546,7 @@ class Trainer:
                         self._check_episodes(row)
                 if next_eval is not None and st.env_steps >= next_eval:
                     next_eval += tcfg.eval_every_env_steps
-                    result = self.run_eval()
-                    progress.update(st.env_steps, {"eval/success_rate": result.success_rate})
+                    progress.update(st.env_steps, {"eval/success_rate": self._evaluate_all()})
                     if self._target_held():
                         ended_early = True
                 if st.updates % tcfg.checkpoint_every_updates == 0 or ended_early:
@@ -409,22 +558,28 @@ class Trainer:
             # Still inside the deferred region: the last step is saved before the final
             # evaluation, so a stop during that evaluation loses only the evaluation (a resume
             # runs it again); a stop during a save is honoured right after it.
-            if st.env_steps != self._saved_steps or not (self.run_dir / CHECKPOINT_FILE).exists():
+            if st.env_steps != self._saved_steps or not self._checkpoint_exists():
                 self.save()
-            if stop.signum is None and not ended_early and tcfg.eval_episodes > 0 and not self._evaluated_here():
+            if (
+                not self._agreed_stop(stop, 0)
+                and not ended_early
+                and tcfg.eval_episodes > 0
+                and not self._evaluated_here()
+            ):
                 try:
-                    self.run_eval()
+                    self._evaluate_all()
                 except KeyboardInterrupt:
                     log.warning("final evaluation interrupted: checkpoint of %d env steps kept", st.env_steps)
                     raise
                 self.save()
-            if stop.signum is not None:
+            signum = self._agreed_stop(stop, 0)
+            if signum:
                 log.warning(
                     "checkpoint at %d env steps kept (continue with: embodied train --resume %s)",
                     st.env_steps,
                     self.run_dir,
                 )
-                stop.raise_now()
+                raise stop_exception(signum)
 
     def _evaluated_here(self) -> bool:
         evals = self.state.evals
@@ -471,11 +626,11 @@ class Trainer:
         where = err.filename or self.run_dir
         return EmbodiedError(f"cannot write {where}: {what}; {self._kept()}")
 
-    def _save_and_stop(self, stop: StopRequest, unbooked_train_s: float) -> None:
+    def _save_and_stop(self, signum: int, unbooked_train_s: float) -> None:
         """Checkpoint between two loop iterations (the state is whole there), then raise the stop."""
         self.state.train_time_s += unbooked_train_s
         saved = self.run_dir / CHECKPOINT_FILE
-        if self._saved_steps != self.state.env_steps or not saved.exists():
+        if self._saved_steps != self.state.env_steps or not self._checkpoint_exists():
             saved = self.save()
         log.warning(
             "checkpoint at %d env steps: %s (continue with: embodied train --resume %s)",
@@ -483,7 +638,7 @@ class Trainer:
             saved,
             self.run_dir,
         )
-        stop.raise_now()
+        raise stop_exception(signum)
 
     def _env_step(self) -> None:
         """One vectorized step: act, step, check, hand the transition to the algorithm."""
@@ -506,7 +661,7 @@ class Trainer:
         )
         self.stats.add(reward, terminated | truncated, info["success"], info["reward_terms"])
         self.obs = next_obs
-        self.state.env_steps += self.env.num_envs
+        self.state.env_steps += self.env.num_envs * distributed.size()
 
 
 def _as_random_state(state: Any) -> tuple[Any, ...]:
