@@ -222,7 +222,8 @@ def broadcast_object(obj: T) -> T:
         return obj
     box: list[Any] = [obj]
     dist.broadcast_object_list(box, src=0)
-    return box[0]  # type: ignore[no-any-return]
+    value: T = box[0]
+    return value
 
 
 def from_main(fn: Callable[[], T]) -> T:
@@ -241,10 +242,12 @@ def from_main(fn: Callable[[], T]) -> T:
             raise
         broadcast_object(("ok", value))
         return value
-    kind, payload = broadcast_object(("", None))
+    reply: tuple[str, Any] = broadcast_object(("", None))
+    kind, payload = reply
     if kind == "error":
         raise payload
-    return payload  # type: ignore[no-any-return]
+    result: T = payload
+    return result
 
 
 def _portable_error(err: Exception) -> Exception:
@@ -278,7 +281,8 @@ def scatter_from_main(objs: list[T] | None) -> T:
         return objs[0]
     box: list[Any] = [None]
     dist.scatter_object_list(box, objs if _WORLD.is_main else None, src=0)
-    return box[0]  # type: ignore[no-any-return]
+    value: T = box[0]
+    return value
 
 
 def to_cpu(obj: Any) -> Any:

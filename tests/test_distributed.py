@@ -41,17 +41,9 @@ def _cfg(algo: str, total_env_steps: int) -> ExperimentCfg:
     if algo != "ppo":
         overrides += ["algo.actor_hidden=[16,16]", "algo.critic_hidden=[16,16]"]
     cfg = resolve_experiment("quad-hover", algo, overrides=overrides, num_envs=8, seed=5)
-    return replace_trainer(
-        cfg,
-        total_env_steps=total_env_steps,
-        eval_episodes=8,
-        eval_every_env_steps=0,
-        checkpoint_every_updates=1,
-        progress=False,
-        tensorboard=True,
-        success_target=None,
-        torch_threads=1,
-    )
+    schedule = {"total_env_steps": total_env_steps, "eval_every_env_steps": 0, "checkpoint_every_updates": 1}
+    quiet = {"progress": False, "success_target": None, "torch_threads": 1}
+    return replace_trainer(cfg, eval_episodes=8, tensorboard=True, **schedule, **quiet)
 
 
 def _params(trainer: Trainer) -> dict[str, torch.Tensor]:

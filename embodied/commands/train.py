@@ -27,7 +27,7 @@ EXAMPLES = """examples:
                                                     # the same task on MuJoCo-Warp (`embodied list`)
   embodied train quad-hover --nproc 2               # 2 processes, num_envs split between them
   torchrun --nproc-per-node 4 -m embodied train quad-hover --device cuda --num-envs 16384
-                                                    # the same through torchrun (multi-node: docs/training.md)
+                                                    # the same through torchrun (multi-node: docs/distributed.md)
 
 overrides are key=value with the keys of the saved config.yaml: seed, num_envs, device,
 env.<field>, algo.<field>, trainer.<field> (values parsed as YAML). Use --print-config to see

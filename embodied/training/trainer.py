@@ -382,7 +382,7 @@ class Trainer:
         if self.world.is_main:
             ckpt = holder["ckpt"]
             parts = [ckpt, *ckpt.pop(WORLD_KEY)["ranks"]]
-        return distributed.scatter_from_main(parts)  # type: ignore[no-any-return]
+        return distributed.scatter_from_main(parts)
 
     def _restore(self) -> None:
         ckpt = self._load_rank_checkpoint()
