@@ -267,6 +267,8 @@ class Trainer:
         """This rank's seed (the run's seed in a single process and on rank 0)."""
         torch.manual_seed(self.seed)
         random.seed(self.seed)
+        self.ranks = distributed.size()
+        """Processes training this run together (1: a single process)."""
         self.local_envs = distributed.split_evenly(cfg.num_envs, "num_envs")
         """Envs this process steps (``num_envs`` is the total over all processes)."""
         self.env = registry.make_env(cfg.task_name, cfg.env, self.local_envs, self.device, self.seed)
@@ -661,7 +663,7 @@ class Trainer:
         )
         self.stats.add(reward, terminated | truncated, info["success"], info["reward_terms"])
         self.obs = next_obs
-        self.state.env_steps += self.env.num_envs * distributed.size()
+        self.state.env_steps += self.env.num_envs * self.ranks
 
 
 def _as_random_state(state: Any) -> tuple[Any, ...]:
