@@ -78,7 +78,8 @@ def _rank_main(rank: int, out: Path) -> None:
     torch.save(_params(straight), out / f"straight_params_rank{rank}.pt")
 
 
-def _entry(rank: int, port: int, out: Path) -> None:
+def _join(rank: int, port: int) -> None:
+    """Join the 2-rank world as torchrun's environment variables describe it."""
     os.environ |= {
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
@@ -88,6 +89,10 @@ def _entry(rank: int, port: int, out: Path) -> None:
     }
     torch.set_num_threads(1)
     assert distributed.init_from_environment(timeout_s=300) is not None
+
+
+def _entry(rank: int, port: int, out: Path) -> None:
+    _join(rank, port)
     try:
         _rank_main(rank, out)
     except BaseException:
@@ -167,3 +172,38 @@ def test_resume_with_another_world_size_is_a_named_error(two_ranks: Path) -> Non
     cfg = replace_trainer(_cfg("ppo", 8 * 8 * 6), eval_episodes=0)
     with pytest.raises(WorldSizeError, match="written by 2 training process"):
         Trainer(cfg, two_ranks / "split_rank0", resume=True)
+
+
+# --------------------------------------------------------------------------- learning check
+
+LEARN_STEPS = 5000
+"""Env steps (2 envs in total) of the Pendulum-v1 SAC runs; the shipped config solves it in ~2k
+steps with 1 env."""
+
+
+def _pendulum_cfg() -> ExperimentCfg:
+    cfg = resolve_experiment("gym:Pendulum-v1", "sac", num_envs=2, seed=0)
+    return replace_trainer(cfg, total_env_steps=LEARN_STEPS, progress=False, tensorboard=False, success_target=None)
+
+
+def _learn_entry(rank: int, port: int, out: Path) -> None:
+    _join(rank, port)
+    try:
+        Trainer(_pendulum_cfg(), out / f"pendulum_rank{rank}").train()
+    except BaseException:
+        distributed.shutdown(together=False)
+        raise
+    distributed.shutdown()
+
+
+def _best_return(run: Path) -> float:
+    return max(row["eval/mean_return"] for row in read_metrics(run) if "eval/mean_return" in row)
+
+
+def test_two_processes_learn_as_well_as_one_with_the_same_total_envs(tmp_path: Path) -> None:
+    pytest.importorskip("gymnasium")
+    torch.multiprocessing.spawn(_learn_entry, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    Trainer(_pendulum_cfg(), tmp_path / "pendulum_one").train()
+    one, two = _best_return(tmp_path / "pendulum_one"), _best_return(tmp_path / "pendulum_rank0")
+    # a random policy returns about -1200; solved is >= -200
+    assert one >= -250 and two >= -250, f"best eval return: 1 process {one:.0f}, 2 processes {two:.0f}"
