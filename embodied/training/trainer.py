@@ -576,11 +576,10 @@ class Trainer:
                 self.save()
             signum = self._agreed_stop(stop, 0)
             if signum:
-                log.warning(
-                    "checkpoint at %d env steps kept (continue with: embodied train --resume %s)",
-                    st.env_steps,
-                    self.run_dir,
-                )
+                if distributed.is_main():
+                    log.warning(
+                        "checkpoint at %d env steps kept (continue with: %s)", st.env_steps, self._resume_command()
+                    )
                 raise stop_exception(signum)
 
     def _evaluated_here(self) -> bool:
@@ -618,7 +617,7 @@ class Trainer:
         if self._saved_steps is not None and (self.run_dir / CHECKPOINT_FILE).exists():
             return (
                 f"last good checkpoint kept: {self.run_dir / CHECKPOINT_FILE} ({self._saved_steps} env steps) "
-                f"with the {METRICS_FILE} rows up to it (continue with: embodied train --resume {self.run_dir})"
+                f"with the {METRICS_FILE} rows up to it (continue with: {self._resume_command()})"
             )
         return "no checkpoint was written yet"
 
@@ -634,13 +633,19 @@ class Trainer:
         saved = self.run_dir / CHECKPOINT_FILE
         if self._saved_steps != self.state.env_steps or not self._checkpoint_exists():
             saved = self.save()
-        log.warning(
-            "checkpoint at %d env steps: %s (continue with: embodied train --resume %s)",
-            self.state.env_steps,
-            saved,
-            self.run_dir,
-        )
+        if distributed.is_main():
+            log.warning(
+                "checkpoint at %d env steps: %s (continue with: %s)",
+                self.state.env_steps,
+                saved,
+                self._resume_command(),
+            )
         raise stop_exception(signum)
+
+    def _resume_command(self) -> str:
+        """How to continue this run (with its number of processes)."""
+        nproc = f" --nproc {distributed.size()}" if distributed.size() > 1 else ""
+        return f"embodied train --resume {self.run_dir}{nproc}"
 
     def _env_step(self) -> None:
         """One vectorized step: act, step, check, hand the transition to the algorithm."""
