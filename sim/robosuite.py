@@ -205,10 +205,10 @@ class RobosuiteVecEnv:
         done = terminated | truncated
         final = self._obs.copy()
         success = self._succeeded & done
-        for i in np.flatnonzero(done):
-            self._obs[i] = self._flat(self.envs[i].reset())
-            self.episode_step[i] = 0
-            self._succeeded[i] = False
+        for ended in np.flatnonzero(done):
+            self._obs[ended] = self._flat(self.envs[ended].reset())
+        self.episode_step[done] = 0
+        self._succeeded[done] = False
         reward_t = self._to_torch(reward)
         return (
             {"policy": self._to_torch(self._obs.copy())},
