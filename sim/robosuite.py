@@ -41,7 +41,7 @@ import torch
 from embodied.config import ConfigError
 from embodied.env import ObsDict, StepResult
 from embodied.errors import MissingDependencyError, import_optional
-from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.io_spec import IOSpec, ObsField, affine_action_fields
 
 log = logging.getLogger("embodied.sim.robosuite")
 
@@ -235,15 +235,10 @@ class RobosuiteVecEnv:
             ObsField(key.replace("-", "_"), size, description=f"robosuite observation {key!r}")
             for key, size in zip(self._keys, self._sizes, strict=True)
         )
-        actions = tuple(
-            ActionField(
-                f"action_{i}",
-                1,
-                scale=float(self._act_half[i]),
-                offset=float(self._act_mid[i]),
-                description="robosuite controller input (arm pose deltas, then the gripper)",
-            )
-            for i in range(self.action_dim)
+        actions = affine_action_fields(
+            self._act_mid.tolist(),
+            self._act_half.tolist(),
+            "robosuite controller input (arm pose deltas, then the gripper)",
         )
         return IOSpec(
             obs,
@@ -253,13 +248,14 @@ class RobosuiteVecEnv:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """Episode counters only (``exact_resume`` is False): after loading, episodes restart."""
-        return {"episode_step": torch.from_numpy(self.episode_step.copy()), "env_name": self.cfg.env_name}
+        """Only which environment ran (``exact_resume`` is False): nothing of robosuite's state."""
+        return {"env_name": self.cfg.env_name}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Check ``state`` is for this environment and start fresh episodes."""
         if state.get("env_name") != self.cfg.env_name:
             raise ValueError(f"state is for {state.get('env_name')!r}, this env runs {self.cfg.env_name!r}")
-        self.episode_step[:] = np.asarray(state["episode_step"])
+        self.reset()
 
     def close(self) -> None:
         for env in self.envs:
