@@ -230,7 +230,10 @@ BACKENDS: dict[str, Backend] = {
     ),
     "robosuite": Backend(
         "robosuite (Lift, Stack, Door with a Panda), one env per slot stepped in a loop; its own environment",
-        install="bash scripts/setup_robosuite.sh (creates .venv-robosuite: robosuite needs mujoco <= 3.9; docs/backends.md)",
+        install=(
+            "bash scripts/setup_robosuite.sh, then run .venv-robosuite/bin/embodied "
+            "(robosuite needs mujoco <= 3.9: its own environment; docs/backends.md)"
+        ),
         modules=("robosuite",),
         devices=("cpu", "cuda"),
         exact_resume=False,

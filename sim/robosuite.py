@@ -45,7 +45,10 @@ from embodied.io_spec import IOSpec, ObsField, affine_action_fields
 
 log = logging.getLogger("embodied.sim.robosuite")
 
-SETUP = "bash scripts/setup_robosuite.sh (creates .venv-robosuite with robosuite 1.5.2; docs/backends.md)"
+SETUP = (
+    "bash scripts/setup_robosuite.sh, then run .venv-robosuite/bin/embodied "
+    "(robosuite needs mujoco <= 3.9: its own environment; docs/backends.md)"
+)
 """How to get the robosuite environment: the install hint every missing-dependency error names."""
 
 MUJOCO_MAX = (3, 9)
