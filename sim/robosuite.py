@@ -54,6 +54,9 @@ SETUP = (
 MUJOCO_MAX = (3, 9)
 """Newest mujoco (major, minor) robosuite 1.5.2 runs with."""
 
+ROBOSUITE_LOGGER = "robosuite_logs"
+"""The logger robosuite 1.5 writes to (its own console handler)."""
+
 OBJECT_GROUP = "object-state"
 PROPRIO_SUFFIX = "_proprio-state"
 
@@ -102,7 +105,10 @@ def import_robosuite() -> Any:
             f"the robosuite backend needs mujoco <= {MUJOCO_MAX[0]}.{MUJOCO_MAX[1]}, this environment has "
             f"{mujoco.__version__}; run it from its own environment: {SETUP}"
         )
-    return import_optional("robosuite", "the robosuite backend", SETUP)
+    suite = import_optional("robosuite", "the robosuite backend", SETUP)
+    # robosuite logs a line at INFO for every env it builds (controller file); keep its warnings
+    logging.getLogger(ROBOSUITE_LOGGER).setLevel(logging.WARNING)
+    return suite
 
 
 def _obs_keys(obs: dict[str, Any]) -> list[str]:
@@ -124,6 +130,10 @@ class RobosuiteVecEnv:
         if cfg.env_name not in suite.ALL_ENVIRONMENTS:
             raise ConfigError(
                 f"unknown robosuite environment {cfg.env_name!r}; registered: {', '.join(sorted(suite.ALL_ENVIRONMENTS))}"
+            )
+        if cfg.robot not in suite.ALL_ROBOTS:
+            raise ConfigError(
+                f"unknown robosuite robot {cfg.robot!r}; registered: {', '.join(sorted(suite.ALL_ROBOTS))}"
             )
         self.cfg = cfg
         self.num_envs = int(num_envs)

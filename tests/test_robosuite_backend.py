@@ -157,9 +157,11 @@ def test_stack_and_door_build(name: str, object_dim: int) -> None:
 
 
 @needs_robosuite
-def test_unknown_environment_is_named() -> None:
+def test_unknown_environment_and_robot_are_named() -> None:
     with pytest.raises(ConfigError, match=r"unknown robosuite environment 'Lfit'.*Lift"):
         RobosuiteVecEnv(RobosuiteCfg(env_name="Lfit"), num_envs=1, device="cpu", seed=0)
+    with pytest.raises(ConfigError, match=r"unknown robosuite robot 'Pandas'.*Panda"):
+        RobosuiteVecEnv(RobosuiteCfg(env_name="Lift", robot="Pandas"), num_envs=1, device="cpu", seed=0)
 
 
 @needs_robosuite
