@@ -8,6 +8,7 @@ constant is ever copied by hand.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,19 @@ class ActionField:
     low: float = -1.0
     high: float = 1.0
     description: str = ""
+
+
+def affine_action_fields(
+    offset: Sequence[float], scale: Sequence[float], description: str = ""
+) -> tuple[ActionField, ...]:
+    """One 1-wide field per action dimension, ``action_i``: the physical command is
+    ``action[i] * scale[i] + offset[i]`` (a simulator's bounds mapped from [-1, 1])."""
+    if len(offset) != len(scale):
+        raise ValueError(f"offset has {len(offset)} values, scale {len(scale)}; one per action dimension")
+    return tuple(
+        ActionField(f"action_{i}", 1, scale=float(s), offset=float(o), description=description)
+        for i, (o, s) in enumerate(zip(offset, scale, strict=True))
+    )
 
 
 @dataclass(frozen=True)

@@ -228,6 +228,16 @@ BACKENDS: dict[str, Backend] = {
         devices=("cpu", "cuda"),
         exact_resume=False,
     ),
+    "robosuite": Backend(
+        "robosuite (Lift, Stack, Door with a Panda), one env per slot stepped in a loop; its own environment",
+        install=(
+            "bash scripts/setup_robosuite.sh, then run .venv-robosuite/bin/embodied "
+            "(robosuite needs mujoco <= 3.9: its own environment; docs/backends.md)"
+        ),
+        modules=("robosuite",),
+        devices=("cpu", "cuda"),
+        exact_resume=False,
+    ),
 }
 
 
@@ -258,10 +268,20 @@ MANISKILL_ENTRY = Entry(
     backend="maniskill",
 )
 
+ROBOSUITE_PREFIX = "robosuite:"
+"""``robosuite:<Env>`` runs a robosuite environment with a Panda (``sim/robosuite.py``; in ``.venv-robosuite``)."""
+ROBOSUITE_ENTRY = Entry(
+    "embodied.sim.robosuite:RobosuiteVecEnv",
+    "embodied.sim.robosuite:RobosuiteCfg",
+    "robosuite tasks with a Panda, e.g. robosuite:Lift, robosuite:Stack, robosuite:Door (own environment)",
+    backend="robosuite",
+)
+
 PREFIXED: dict[str, tuple[Entry, str]] = {
     GYM_PREFIX: (GYM_ENTRY, "env_id"),
     ISAACLAB_PREFIX: (ISAACLAB_ENTRY, "task_id"),
     MANISKILL_PREFIX: (MANISKILL_ENTRY, "env_id"),
+    ROBOSUITE_PREFIX: (ROBOSUITE_ENTRY, "env_name"),
 }
 """Task-name prefix -> (entry, the config field the rest of the name fills in)."""
 

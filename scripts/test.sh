@@ -4,8 +4,9 @@
 # use; elsewhere those tests are skipped with a reason.
 #
 # Order: static checks (types on the installed layout, import contracts), the fast test suite,
-# the wheel check, then the tests marked slow (cold torch.compile equivalence checks). Extra
-# arguments go to both pytest runs, e.g. `bash scripts/test.sh -x`.
+# the wheel check, the tests marked slow (cold torch.compile equivalence checks), then the
+# robosuite tests in .venv-robosuite. Extra arguments go to every pytest run, e.g.
+# `bash scripts/test.sh -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v qemu-system-arm >/dev/null 2>&1; then
@@ -22,3 +23,10 @@ bash scripts/check_imports.sh
 bash scripts/wheel_check.sh
 # pytest exits 5 when the selection is empty (no test is marked slow): not a failure here.
 .venv/bin/python -m pytest -q -m slow "$@" || [ $? = 5 ]
+# --- robosuite backend in its own environment (mujoco <= 3.9, numpy 1.26; docs/backends.md) ---
+# Building .venv-robosuite took ~3 min on a 2-core machine and its tests ~1 min;
+# EMBODIED_ROBOSUITE=0 skips both (in the core environment those tests skip with a reason).
+if [ "${EMBODIED_ROBOSUITE-1}" = 1 ]; then
+  bash scripts/setup_robosuite.sh
+  .venv-robosuite/bin/python -m pytest -q tests/test_robosuite_backend.py "$@"
+fi

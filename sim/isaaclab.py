@@ -44,7 +44,7 @@ import torch
 from embodied.config import ConfigError
 from embodied.env import ObsDict, StepResult
 from embodied.errors import EmbodiedError, import_optional
-from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.io_spec import IOSpec, ObsField, affine_action_fields
 
 log = logging.getLogger("embodied.sim.isaaclab")
 
@@ -212,16 +212,7 @@ class IsaacLabVecEnv:
         dim = self.obs_spec["policy"][0]
         return IOSpec(
             obs_fields=(ObsField("policy_obs", dim, description=f"Isaac Lab group {self.cfg.policy_group!r}"),),
-            action_fields=tuple(
-                ActionField(
-                    f"action_{i}",
-                    1,
-                    scale=float(self._half[i]),
-                    offset=float(self._mid[i]),
-                    description="Isaac Lab action term input",
-                )
-                for i in range(self.action_dim)
-            ),
+            action_fields=affine_action_fields(self._mid.tolist(), self._half.tolist(), "Isaac Lab action term input"),
             control_period_s=self.dt,
             conventions={"source": f"Isaac Lab task {self.cfg.task_id}"},
         )
