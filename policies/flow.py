@@ -42,6 +42,10 @@ class FlowPolicyCfg:
     """Actions of a chunk executed before planning again (receding horizon), 1 <= exec_steps <= chunk."""
     denoise_steps: int = 4
     """Euler steps ``K`` of the sampler (grid ``t_k = k / K``)."""
+    temporal_ensemble: bool = False
+    """Plan every step and act the mean of what the last ``chunk`` plans said for this step
+    (needs ``exec_steps = 1``; :mod:`embodied.action_chunks`). Evaluation, exports and
+    ``deploy`` execute the policy this way."""
     time_embed_dim: int = 16
     """Size of the sinusoidal embedding of ``t`` (and of the step size with ``shortcut``)."""
     shortcut: bool = False
@@ -62,6 +66,10 @@ class FlowPolicyCfg:
                 raise ConfigError(f"policy.{name} must be >= 1, got {getattr(self, name)}")
         if self.exec_steps > self.chunk:
             raise ConfigError(f"policy.exec_steps ({self.exec_steps}) must be <= policy.chunk ({self.chunk})")
+        if self.temporal_ensemble and self.exec_steps != 1:
+            raise ConfigError(
+                f"policy.temporal_ensemble plans every step: policy.exec_steps must be 1, got {self.exec_steps}"
+            )
         if self.time_embed_dim % 2:
             raise ConfigError(f"policy.time_embed_dim must be even, got {self.time_embed_dim}")
         if not 0.0 <= self.shortcut_fraction < 1.0:
@@ -136,8 +144,13 @@ class FlowPolicy(nn.Module):
             else torch.zeros(self.flat_dim)
         )
         self.register_buffer("x0_fixed", x0)
-        self._executor = ChunkExecutor(self._plan_chunk, ChunkSpec(cfg.chunk, cfg.exec_steps))
-        self._deterministic = False
+        spec = ChunkSpec(cfg.chunk, cfg.exec_steps, cfg.temporal_ensemble)
+        # one executor per sampler: deterministic evaluation never mixes with stochastic plans
+        # (the planner is passed per call: a deep copy of the policy must plan with its own weights)
+        self._executors: dict[bool, ChunkExecutor[torch.Tensor]] = {
+            True: ChunkExecutor(None, spec),
+            False: ChunkExecutor(None, spec),
+        }
 
     # ----------------------------------------------------------------------- normalization
     def set_obs_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
@@ -212,25 +225,27 @@ class FlowPolicy(nn.Module):
     @torch.no_grad()
     def act(self, obs: ObsDict | torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions ``[N, A]``: the next action of the current chunk, planning a new chunk every
-        ``exec_steps`` calls (deterministic: from ``x0_fixed``).
+        ``exec_steps`` calls, or the temporal ensemble of the last chunks (``temporal_ensemble``);
+        deterministic: from ``x0_fixed``.
 
         With ``exec_steps > 1`` the plan is shared by all envs and not reset when one env's
         episode ends (this method does not see resets): such an env finishes the old plan first.
         """
-        self._deterministic = deterministic
-        return self._executor(obs["policy"] if isinstance(obs, dict) else obs)
+        x = obs["policy"] if isinstance(obs, dict) else obs
+        return self._executors[deterministic].step(x, lambda o: self._plan_chunk(o, deterministic))
 
-    def _plan_chunk(self, obs: torch.Tensor) -> torch.Tensor:
+    def _plan_chunk(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
         """A chunk ``[N, H, A]`` for raw observations ``[N, D]`` (start: see :meth:`act`)."""
-        if self._deterministic:
+        if deterministic:
             x0 = self.x0_fixed.expand(obs.shape[0], -1)
         else:
             x0 = torch.randn(obs.shape[0], self.flat_dim, device=obs.device)
         return self.sample_chunk(self.normalize(obs), x0)
 
     def reset_plan(self) -> None:
-        """Drop the chunk being executed (the next ``act`` plans anew)."""
-        self._executor.reset()
+        """Drop the chunks being executed (the next ``act`` plans anew)."""
+        for executor in self._executors.values():
+            executor.reset()
 
     def export_module(self) -> nn.Module:
         return FlowSampler.from_policy(self)
@@ -242,7 +257,7 @@ class FlowSampler(nn.Module):
 
     ``forward(obs [B, D] float32) -> chunk [B, H, A]`` in [-1, 1]. ``velocity`` is the velocity
     network's ``nn.Sequential`` (input ``cat(obs_n, x, t_feat)``); ``time_feats [K, E]`` its time
-    features at ``t_k = k / K``; ``x0 [F]``; ``exec_steps`` travels with it to the exports.
+    features at ``t_k = k / K``; ``x0 [F]``; ``exec_steps`` and ``temporal_ensemble`` travel with it to the exports.
     This is what the policy artifact (kind ``flow``) describes and rebuilds.
     """
 
@@ -261,6 +276,7 @@ class FlowSampler(nn.Module):
         chunk: int,
         exec_steps: int,
         obs_clip: float = OBS_CLIP,
+        temporal_ensemble: bool = False,
     ) -> None:
         super().__init__()
         if x0.shape[-1] % chunk:
@@ -274,6 +290,7 @@ class FlowSampler(nn.Module):
         self.steps = int(time_feats.shape[0])
         self.chunk = int(chunk)
         self.exec_steps = int(exec_steps)
+        self.temporal_ensemble = bool(temporal_ensemble)
         self.action_dim = int(x0.shape[-1]) // self.chunk
 
     @classmethod
@@ -287,6 +304,7 @@ class FlowSampler(nn.Module):
             policy.x0_fixed,
             policy.cfg.chunk,
             policy.cfg.exec_steps,
+            temporal_ensemble=policy.cfg.temporal_ensemble,
         )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

@@ -9,8 +9,8 @@ The sampler computes, for ``obs [B, D]``::
     chunk = clamp(x, -1, 1).reshape(B, H, A)
 
 where ``v`` is an MLP (``layers``: Linear + tanh/elu/relu/mish). Receding-horizon execution
-(``exec_steps`` of the ``H`` actions, then plan again) is the caller's job
-(:mod:`embodied.action_chunks`).
+(``exec_steps`` of the ``H`` actions, then plan again, or the temporal ensemble) is the
+caller's job (:mod:`embodied.action_chunks`).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class FlowArrays:
     x0: np.ndarray
     chunk: int
     exec_steps: int
+    temporal_ensemble: bool = False
 
     @property
     def obs_dim(self) -> int:
@@ -78,7 +79,7 @@ class FlowArrays:
 
     @property
     def chunk_spec(self) -> ChunkSpec:
-        return ChunkSpec(self.chunk, self.exec_steps)
+        return ChunkSpec(self.chunk, self.exec_steps, self.temporal_ensemble)
 
     @property
     def num_macs(self) -> int:
@@ -95,7 +96,9 @@ def flow_arrays(module: nn.Module) -> FlowArrays:
     """Validate a ``FlowSampler`` and return its arrays; errors name the attribute or layer."""
     for attr in FLOW_SAMPLER_ATTRS:
         if not hasattr(module, attr):
-            raise EmbodiedError(f"{type(module).__name__} has no {attr!r}: not a flow sampler (FlowPolicy.export_module())")
+            raise EmbodiedError(
+                f"{type(module).__name__} has no {attr!r}: not a flow sampler (FlowPolicy.export_module())"
+            )
     layers = dense_layers(module.velocity, "velocity", FLOW_ACTIVATIONS)
     time_feats = finite_array("time_feats", float32_array(module.time_feats))  # type: ignore[arg-type]
     x0 = finite_array("x0", float32_array(module.x0))  # type: ignore[arg-type]
@@ -104,7 +107,8 @@ def flow_arrays(module: nn.Module) -> FlowArrays:
         raise EmbodiedError(f"time_feats must be [K >= 1, E], got shape {time_feats.shape}")
     if x0.ndim != 1 or chunk < 1 or x0.shape[0] % chunk:
         raise EmbodiedError(f"x0 must be [chunk * action_dim] with chunk={chunk}, got shape {x0.shape}")
-    ChunkSpec(chunk, exec_steps)  # validates 1 <= exec_steps <= chunk
+    ensemble = bool(getattr(module, "temporal_ensemble", False))
+    ChunkSpec(chunk, exec_steps, ensemble)  # validates 1 <= exec_steps <= chunk
     flat = x0.shape[0]
     obs_dim = layers[0].in_dim - flat - time_feats.shape[1]
     if obs_dim < 1 or layers[-1].out_dim != flat:
@@ -116,7 +120,7 @@ def flow_arrays(module: nn.Module) -> FlowArrays:
     clip = float(getattr(module, "obs_clip", math.inf))
     if math.isnan(clip) or clip <= 0:
         raise EmbodiedError(f"obs_clip must be positive (or inf), got {clip}")
-    return FlowArrays(mean, std, clip, layers, time_feats, x0, chunk, exec_steps)
+    return FlowArrays(mean, std, clip, layers, time_feats, x0, chunk, exec_steps, ensemble)
 
 
 def build_flow(arrays: FlowArrays) -> nn.Module:
@@ -135,4 +139,5 @@ def build_flow(arrays: FlowArrays) -> nn.Module:
         arrays.chunk,
         arrays.exec_steps,
         arrays.obs_clip,
+        arrays.temporal_ensemble,
     )

@@ -22,9 +22,7 @@ from embodied.io_spec import IOSpec
 SUPPORTED_ACTIVATIONS: dict[type[nn.Module], str] = {nn.Tanh: "tanh", nn.ELU: "elu", nn.ReLU: "relu"}
 
 
-def activation_name(
-    layer: nn.Module, activations: dict[type[nn.Module], str] = SUPPORTED_ACTIVATIONS
-) -> str | None:
+def activation_name(layer: nn.Module, activations: dict[type[nn.Module], str] = SUPPORTED_ACTIVATIONS) -> str | None:
     """Exported name of an activation module (subclasses count, e.g. the fast CPU ``Tanh``), or None."""
     for kind, name in activations.items():
         if isinstance(layer, kind):
