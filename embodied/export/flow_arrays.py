@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -100,9 +101,10 @@ def flow_arrays(module: nn.Module) -> FlowArrays:
                 f"{type(module).__name__} has no {attr!r}: not a flow sampler (FlowPolicy.export_module())"
             )
     layers = dense_layers(module.velocity, "velocity", FLOW_ACTIVATIONS)
-    time_feats = finite_array("time_feats", float32_array(module.time_feats))  # type: ignore[arg-type]
-    x0 = finite_array("x0", float32_array(module.x0))  # type: ignore[arg-type]
-    chunk, exec_steps = int(module.chunk), int(module.exec_steps)  # type: ignore[call-overload]
+    attrs: dict[str, Any] = {attr: getattr(module, attr) for attr in FLOW_SAMPLER_ATTRS}
+    time_feats = finite_array("time_feats", float32_array(attrs["time_feats"]))
+    x0 = finite_array("x0", float32_array(attrs["x0"]))
+    chunk, exec_steps = int(attrs["chunk"]), int(attrs["exec_steps"])
     if time_feats.ndim != 2 or time_feats.shape[0] < 1:
         raise EmbodiedError(f"time_feats must be [K >= 1, E], got shape {time_feats.shape}")
     if x0.ndim != 1 or chunk < 1 or x0.shape[0] % chunk:

@@ -102,7 +102,7 @@ def float32_array(t: torch.Tensor) -> np.ndarray:
 
 
 def dense_layers(
-    net: nn.Module, name: str, activations: dict[type[nn.Module], str] = SUPPORTED_ACTIVATIONS
+    net: object, name: str, activations: dict[type[nn.Module], str] = SUPPORTED_ACTIVATIONS
 ) -> tuple[DenseLayer, ...]:
     """The ``Linear`` layers of ``net`` (an ``nn.Sequential`` called ``name`` in errors), each with
     the activation that follows it (one of ``activations``, or "none").
