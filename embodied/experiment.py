@@ -201,14 +201,27 @@ meaning (not today's default where they differ). All of them arrived in one rele
 config that holds none of those its task has predates them, and loading fills them in (logged),
 so an old run still resumes, evaluates and exports as it was trained. A config that holds some
 but not all of them was cut or edited, and, like any other missing key, means a damaged file.
-(A later release that adds keys makes this a list of such groups.)"""
+Keys of a later release form their own group in :data:`KEY_GROUPS_ADDED_LATER`."""
+
+FLOW_EXECUTION_KEYS: dict[str, Any] = {
+    "algo.policy.temporal_ensemble": False,  # flow policies acted the first action of each plan
+}
+"""The release that added temporal ensembling of flow action chunks (bc-flow, reinflow runs)."""
+
+KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (KEYS_ADDED_LATER, FLOW_EXECUTION_KEYS)
+"""One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
 
 
 def _fill_keys_added_later(cfg: Any, data: dict[str, Any], config_path: Path) -> None:
-    """Put the :data:`KEYS_ADDED_LATER` keys that ``cfg`` has into ``data`` (in place) when
-    ``data`` holds none of them."""
+    """For each group of :data:`KEY_GROUPS_ADDED_LATER`: put the group's keys that ``cfg`` has
+    into ``data`` (in place) when ``data`` holds none of them."""
+    for group in KEY_GROUPS_ADDED_LATER:
+        _fill_group(cfg, data, config_path, group)
+
+
+def _fill_group(cfg: Any, data: dict[str, Any], config_path: Path, group: dict[str, Any]) -> None:
     slots: list[tuple[str, Any, dict[str, Any], str, Any]] = []  # (dotted, value, holder, name, default)
-    for dotted, value in KEYS_ADDED_LATER.items():
+    for dotted, value in group.items():
         *parents, name = dotted.split(".")
         node, holder = cfg, data
         for part in parents:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from embodied.action_chunks import ChunkSpec
 from embodied.errors import EmbodiedError
 from embodied.io_spec import ActionField, IOSpec, ObsField
 
@@ -59,6 +60,12 @@ class PolicyIO:
         """``extra.action_history`` (0 when the task keeps no action history)."""
         return int(self.io_spec.extra.get("action_history", 0))
 
+    @property
+    def chunk(self) -> ChunkSpec:
+        """``extra.action_chunk``: actions per plan and how many run before re-planning (1, 1
+        for a policy that returns one action)."""
+        return ChunkSpec.from_extra(self.io_spec.extra, f"{self.path}: extra")
+
 
 def _fail(path: Path, message: str) -> EmbodiedError:
     return EmbodiedError(f"{path}: {message}")
@@ -95,6 +102,7 @@ def _validate(path: Path, data: Any) -> PolicyIO:
         raise _fail(path, f"action_dim is {data['action_dim']} but the action_fields sum to {spec.action_dim}")
     if not (math.isfinite(spec.control_period_s) and spec.control_period_s > 0):
         raise _fail(path, f"control_period_s must be a positive number of seconds, got {spec.control_period_s!r}")
+    ChunkSpec.from_extra(spec.extra, f"{path}: extra")  # a malformed chunk is named here, not mid-flight
     sha = data["model_sha256"]
     if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
         raise _fail(path, f"model_sha256 must be 64 lowercase hex digits, got {sha!r}")

@@ -23,6 +23,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from embodied.action_chunks import ChunkExecutor, ChunkSpec
 from embodied.config import ConfigError
 from embodied.env import ObsDict
 
@@ -41,6 +42,10 @@ class FlowPolicyCfg:
     """Actions of a chunk executed before planning again (receding horizon), 1 <= exec_steps <= chunk."""
     denoise_steps: int = 4
     """Euler steps ``K`` of the sampler (grid ``t_k = k / K``)."""
+    temporal_ensemble: bool = False
+    """Plan every step and act the mean of what the last ``chunk`` plans said for this step
+    (needs ``exec_steps = 1``; :mod:`embodied.action_chunks`). Evaluation, exports and
+    ``deploy`` execute the policy this way."""
     time_embed_dim: int = 16
     """Size of the sinusoidal embedding of ``t`` (and of the step size with ``shortcut``)."""
     shortcut: bool = False
@@ -61,6 +66,10 @@ class FlowPolicyCfg:
                 raise ConfigError(f"policy.{name} must be >= 1, got {getattr(self, name)}")
         if self.exec_steps > self.chunk:
             raise ConfigError(f"policy.exec_steps ({self.exec_steps}) must be <= policy.chunk ({self.chunk})")
+        if self.temporal_ensemble and self.exec_steps != 1:
+            raise ConfigError(
+                f"policy.temporal_ensemble plans every step: policy.exec_steps must be 1, got {self.exec_steps}"
+            )
         if self.time_embed_dim % 2:
             raise ConfigError(f"policy.time_embed_dim must be even, got {self.time_embed_dim}")
         if not 0.0 <= self.shortcut_fraction < 1.0:
@@ -70,6 +79,9 @@ class FlowPolicyCfg:
         if self.deterministic_noise not in ("fixed", "zero"):
             raise ConfigError(f"policy.deterministic_noise must be 'zero' or 'fixed', got {self.deterministic_noise!r}")
 
+
+OBS_CLIP = 10.0
+"""Normalized observations are clipped to +-OBS_CLIP (a state far outside the demonstrations)."""
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"mish": nn.Mish, "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
@@ -132,8 +144,13 @@ class FlowPolicy(nn.Module):
             else torch.zeros(self.flat_dim)
         )
         self.register_buffer("x0_fixed", x0)
-        self._plan: torch.Tensor | None = None  # [N, H, A] chunk being executed
-        self._plan_step = 0
+        spec = ChunkSpec(cfg.chunk, cfg.exec_steps, cfg.temporal_ensemble)
+        # one executor per sampler: deterministic evaluation never mixes with stochastic plans
+        # (the planner is passed per call: a deep copy of the policy must plan with its own weights)
+        self._executors: dict[bool, ChunkExecutor[torch.Tensor]] = {
+            True: ChunkExecutor(None, spec),
+            False: ChunkExecutor(None, spec),
+        }
 
     # ----------------------------------------------------------------------- normalization
     def set_obs_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
@@ -142,7 +159,7 @@ class FlowPolicy(nn.Module):
         self.obs_std.copy_(std.clamp_min(1e-3))
 
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
-        return ((obs - self.obs_mean) / self.obs_std).clamp(-10.0, 10.0)
+        return ((obs - self.obs_mean) / self.obs_std).clamp(-OBS_CLIP, OBS_CLIP)
 
     # -------------------------------------------------------------------------- the field
     def time_features(self, t: torch.Tensor, step: torch.Tensor | None = None) -> torch.Tensor:
@@ -208,40 +225,40 @@ class FlowPolicy(nn.Module):
     @torch.no_grad()
     def act(self, obs: ObsDict | torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions ``[N, A]``: the next action of the current chunk, planning a new chunk every
-        ``exec_steps`` calls (deterministic: from ``x0_fixed``).
+        ``exec_steps`` calls, or the temporal ensemble of the last chunks (``temporal_ensemble``);
+        deterministic: from ``x0_fixed``.
 
         With ``exec_steps > 1`` the plan is shared by all envs and not reset when one env's
         episode ends (this method does not see resets): such an env finishes the old plan first.
         """
         x = obs["policy"] if isinstance(obs, dict) else obs
-        stale = self._plan is None or self._plan.shape[0] != x.shape[0] or self._plan_step >= self.cfg.exec_steps
-        if stale:
-            obs_n = self.normalize(x)
-            if deterministic:
-                x0 = self.x0_fixed.expand(x.shape[0], -1)
-            else:
-                x0 = torch.randn(x.shape[0], self.flat_dim, device=x.device)
-            self._plan = self.sample_chunk(obs_n, x0)
-            self._plan_step = 0
-        assert self._plan is not None
-        action = self._plan[:, self._plan_step]
-        self._plan_step += 1
-        return action
+        return self._executors[deterministic].step(x, lambda o: self._plan_chunk(o, deterministic))
+
+    def _plan_chunk(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """A chunk ``[N, H, A]`` for raw observations ``[N, D]`` (start: see :meth:`act`)."""
+        if deterministic:
+            x0 = self.x0_fixed.expand(obs.shape[0], -1)
+        else:
+            x0 = torch.randn(obs.shape[0], self.flat_dim, device=obs.device)
+        return self.sample_chunk(self.normalize(obs), x0)
 
     def reset_plan(self) -> None:
-        """Drop the chunk being executed (the next ``act`` plans anew)."""
-        self._plan = None
+        """Drop the chunks being executed (the next ``act`` plans anew)."""
+        for executor in self._executors.values():
+            executor.reset()
 
     def export_module(self) -> nn.Module:
-        return FlowSampler(self)
+        return FlowSampler.from_policy(self)
 
 
 class FlowSampler(nn.Module):
     """The whole deterministic sampler as one graph: normalize, ``K`` unrolled Euler steps from
-    the policy's fixed start ``x0_fixed`` with the grid's time features baked in as constants,
-    first action of the chunk.
+    the fixed start ``x0`` with the grid's time features baked in as constants, the chunk.
 
-    ``forward(obs [B, D] float32) -> action [B, A]`` in [-1, 1]; a deep copy of the policy.
+    ``forward(obs [B, D] float32) -> chunk [B, H, A]`` in [-1, 1]. ``velocity`` is the velocity
+    network's ``nn.Sequential`` (input ``cat(obs_n, x, t_feat)``); ``time_feats [K, E]`` its time
+    features at ``t_k = k / K``; ``x0 [F]``; ``exec_steps`` and ``temporal_ensemble`` travel with it to the exports.
+    This is what the policy artifact (kind ``flow``) describes and rebuilds.
     """
 
     obs_mean: torch.Tensor
@@ -249,23 +266,51 @@ class FlowSampler(nn.Module):
     time_feats: torch.Tensor
     x0: torch.Tensor
 
-    def __init__(self, policy: FlowPolicy) -> None:
+    def __init__(
+        self,
+        velocity: nn.Sequential,
+        obs_mean: torch.Tensor,
+        obs_std: torch.Tensor,
+        time_feats: torch.Tensor,
+        x0: torch.Tensor,
+        chunk: int,
+        exec_steps: int,
+        obs_clip: float = OBS_CLIP,
+        temporal_ensemble: bool = False,
+    ) -> None:
         super().__init__()
-        self.velocity = copy.deepcopy(policy.velocity).eval()
-        self.register_buffer("obs_mean", policy.obs_mean.detach().clone())
-        self.register_buffer("obs_std", policy.obs_std.detach().clone())
-        grid = policy.grid()
-        feats = policy.time_features(grid).detach().clone()  # [K, E]
-        self.register_buffer("time_feats", feats)
-        self.register_buffer("x0", policy.x0_fixed.detach().clone())
-        self.steps = policy.cfg.denoise_steps
-        self.flat_dim = policy.flat_dim
-        self.action_dim = policy.action_dim
+        if x0.shape[-1] % chunk:
+            raise ConfigError(f"FlowSampler: x0 has {x0.shape[-1]} entries, not a multiple of chunk={chunk}")
+        self.velocity = velocity.eval()
+        self.register_buffer("obs_mean", obs_mean.detach().clone().float())
+        self.register_buffer("obs_std", obs_std.detach().clone().float())
+        self.register_buffer("time_feats", time_feats.detach().clone().float())
+        self.register_buffer("x0", x0.detach().clone().float())
+        self.obs_clip = float(obs_clip)
+        self.steps = int(time_feats.shape[0])
+        self.chunk = int(chunk)
+        self.exec_steps = int(exec_steps)
+        self.temporal_ensemble = bool(temporal_ensemble)
+        self.action_dim = int(x0.shape[-1]) // self.chunk
+
+    @classmethod
+    def from_policy(cls, policy: FlowPolicy) -> FlowSampler:
+        """A deep copy of ``policy``'s deterministic sampler."""
+        return cls(
+            copy.deepcopy(policy.velocity.net),
+            policy.obs_mean,
+            policy.obs_std,
+            policy.time_features(policy.grid()).detach(),
+            policy.x0_fixed,
+            policy.cfg.chunk,
+            policy.cfg.exec_steps,
+            temporal_ensemble=policy.cfg.temporal_ensemble,
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        obs_n = ((obs - self.obs_mean) / self.obs_std).clamp(-10.0, 10.0)
+        obs_n = ((obs - self.obs_mean) / self.obs_std).clamp(-self.obs_clip, self.obs_clip)
         x = self.x0.expand(obs.shape[0], -1)
         for k in range(self.steps):
             feat = self.time_feats[k : k + 1].expand(obs.shape[0], -1)
-            x = x + self.velocity(x, feat, obs_n) / self.steps
-        return x[:, : self.action_dim].clamp(-1.0, 1.0)
+            x = x + self.velocity(torch.cat([obs_n, x, feat], dim=-1)) / self.steps
+        return x.clamp(-1.0, 1.0).reshape(-1, self.chunk, self.action_dim)

@@ -279,8 +279,10 @@ class PolicyNode:
         if armed and self.safety.sent_action is not None:
             self.builder.history.push(self.safety.sent_action)
         else:
-            # The policy always restarts from an empty history, as at the start of an episode.
+            # The policy always restarts from an empty history, as at the start of an episode,
+            # and a chunked policy from a fresh plan.
             self.builder.history.reset()
+            self.runner.reset()
         if after is not before:
             self._transition(before, after, self.reason or "inputs valid")
         if command is not None and self._send(command, answered_stamp):

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from embodied.action_chunks import CHUNK_EXTRA_KEY, ChunkExecutor
 from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
 from embodied.policy_io import ONNX_FILENAME, PolicyIO, check_session_hash, read_policy_io
@@ -66,13 +67,33 @@ class PolicyRunner:
                 f"describes {spec.obs_dim} -> {spec.action_dim}"
             )
         self._batch = np.zeros((1, spec.obs_dim), dtype=np.float32)
+        self.chunk = self.policy_io.chunk
+        """Plan length and executed steps (``extra.action_chunk``; 1 and 1 for a one-action policy)."""
+        chunked = CHUNK_EXTRA_KEY in spec.extra
+        want = [self.chunk.length, spec.action_dim] if chunked else [spec.action_dim]
+        if list(out.shape[1:]) != want:
+            raise EmbodiedError(
+                f"{onnx_path} returns [batch, {', '.join(map(str, out.shape[1:]))}] but {self.policy_io.path} "
+                f"describes [batch, {', '.join(map(str, want))}] ({'an action chunk' if chunked else 'one action'})"
+            )
+        self._executor = ChunkExecutor(self._plan, self.chunk)
 
     @property
     def io_spec(self) -> IOSpec:
         return self.policy_io.io_spec
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """``obs [obs_dim]`` -> ``action [action_dim]`` float32 (a fresh array)."""
+        """``obs [obs_dim]`` -> ``action [action_dim]`` float32 (a fresh array), one per control
+        period: a chunked policy plans ``H`` actions and runs ``exec_steps`` of them before it
+        plans again from the observation of that period (receding horizon)."""
         self._batch[0] = obs
-        result: Any = self._session.run([self._output_name], {self._input_name: self._batch})
-        return np.asarray(result[0][0], dtype=np.float32)
+        return np.array(self._executor(self._batch)[0], dtype=np.float32)
+
+    def reset(self) -> None:
+        """Drop the current plan: the next call plans from its observation (the node re-arms)."""
+        self._executor.reset()
+
+    def _plan(self, batch: np.ndarray) -> np.ndarray:
+        """``[1, obs_dim]`` -> ``[1, action_dim]`` or the chunk ``[1, H, action_dim]``."""
+        result: Any = self._session.run([self._output_name], {self._input_name: batch})
+        return np.asarray(result[0])

@@ -213,3 +213,20 @@ def test_a_config_saved_before_later_keys_loads_with_the_behaviour_it_had(
     path.write_text(yaml.safe_dump(current, sort_keys=False))
     with pytest.raises(ConfigError, match=r"missing key\(s\) trainer.dataset, trainer.base_run: the file is truncated"):
         load_experiment(path)
+
+
+def test_flow_runs_saved_before_temporal_ensembling_load_as_trained(tmp_path: Path) -> None:
+    """algo.policy.temporal_ensemble arrived in its own release: a bc-flow config without it
+    loads with the behaviour it was trained with (off); one holding the older group's keys is old,
+    not damaged."""
+    import yaml
+
+    from embodied.config import to_plain
+    from embodied.experiment import load_experiment, resolve_experiment
+
+    plain = to_plain(resolve_experiment("arm-push", "bc-flow"))
+    assert plain["algo"]["policy"]["temporal_ensemble"] is True  # the shipped config's setting
+    del plain["algo"]["policy"]["temporal_ensemble"]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(plain, sort_keys=False))
+    assert load_experiment(path).algo.policy.temporal_ensemble is False

@@ -81,15 +81,16 @@ def test_export_module_matches_policy_and_onnx(tmp_path: Path, shortcut: bool, s
     obs = torch.randn(64, 6) * 3
     with torch.no_grad():
         want = p.act(obs, deterministic=True)
-        got = module(obs)
-    assert torch.allclose(got, want, atol=1e-6)
+        got = module(obs)  # the whole chunk [B, H, A]; the policy acts its first action
+    assert got.shape == (64, p.cfg.chunk, p.action_dim)
+    assert torch.allclose(got[:, 0], want, atol=1e-6)
     result = export_traced_onnx(module, 6, tmp_path, obs.numpy())
     assert result.max_abs_err <= 1e-5
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
     (out,) = session.run(["action"], {"obs": obs[:5].numpy()})
-    np.testing.assert_allclose(out, want[:5].numpy(), atol=1e-5)
+    np.testing.assert_allclose(out[:, 0], want[:5].numpy(), atol=1e-5)
 
 
 def test_c_export_names_what_it_cannot_express() -> None:

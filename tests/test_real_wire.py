@@ -50,6 +50,11 @@ def _samples() -> dict[str, Any]:
             "geometry_msgs/msg/TwistStamped",
             {"header": {"frame_id": "w"}, "twist": {"linear": {"x": 1.25, "y": -0.5}, "angular": {"z": 0.1}}},
         ),
+        # The tracked points of arm-push (real/robots/arm_push_sim.yaml).
+        "geometry_msgs/msg/PointStamped": messages.make(
+            "geometry_msgs/msg/PointStamped",
+            {"header": {"stamp": {"sec": 3, "nanosec": 9}, "frame_id": "base"}, "point": {"x": 0.45, "y": -0.1}},
+        ),
         "geometry_msgs/msg/AccelStamped": messages.make(
             "geometry_msgs/msg/AccelStamped",
             {"header": {"frame_id": "abc"}, "accel": {"linear": {"x": -2.0, "z": 0.3}}},

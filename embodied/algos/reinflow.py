@@ -117,6 +117,11 @@ class ReinFlowCfg:
             raise ConfigError(
                 f"algo.policy.exec_steps must be 1 for reinflow (each env step is one chain), got {self.policy.exec_steps}"
             )
+        if self.policy.temporal_ensemble:
+            raise ConfigError(
+                "algo.policy.temporal_ensemble must be false for reinflow: each env step acts one chain's first "
+                "action (the one it scores), and the fine-tuned policy is evaluated and exported that way"
+            )
 
 
 class NoiseNet(nn.Module):
@@ -178,12 +183,14 @@ class ReinFlow:
                 f"reinflow needs a flow-matching base (a bc-flow run), but {source.base_run} holds a "
                 f"{type(base).__name__}"
             )
-        if base.cfg != self.cfg.policy:
-            diff = [
-                f"{f.name}: base {getattr(base.cfg, f.name)!r} vs algo.policy {getattr(self.cfg.policy, f.name)!r}"
-                for f in dataclasses.fields(base.cfg)
-                if getattr(base.cfg, f.name) != getattr(self.cfg.policy, f.name)
-            ]
+        # how the base executed its chunks is not architecture: reinflow acts one chain per step
+        execution = ("temporal_ensemble",)
+        diff = [
+            f"{f.name}: base {getattr(base.cfg, f.name)!r} vs algo.policy {getattr(self.cfg.policy, f.name)!r}"
+            for f in dataclasses.fields(base.cfg)
+            if f.name not in execution and getattr(base.cfg, f.name) != getattr(self.cfg.policy, f.name)
+        ]
+        if diff:
             raise ConfigError(f"--base {source.base_run}: flow architecture differs ({'; '.join(diff)})")
         if (base.obs_dim, base.action_dim) != (self.obs_dim, self.action_dim):
             raise EmbodiedError(

@@ -12,6 +12,9 @@ tensors only (loaded with ``weights_only=True``), sealed like checkpoints
 ``kind`` names an entry of :data:`POLICY_KINDS`, which turns an exported module into its
 description and back. A new policy family (e.g. a flow-matching policy) adds one entry; a
 file naming a kind this version does not know fails with :class:`UnknownPolicyKindError`.
+Kinds: ``mlp`` (:class:`~embodied.export.layers.MlpArrays`) and ``flow`` (a flow-matching
+policy's deterministic sampler, :class:`~embodied.export.flow_arrays.FlowArrays`, whose module
+returns an action chunk; :meth:`PolicyArtifact.policy` executes chunks receding-horizon).
 """
 
 from __future__ import annotations
@@ -29,14 +32,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from embodied.action_chunks import CHUNK_EXTRA_KEY, ChunkExecutor, ChunkSpec
 from embodied.checkpoint_seal import SealError, seal, unseal
 from embodied.errors import EmbodiedError
+from embodied.export.flow_arrays import FlowArrays, build_flow, flow_arrays, is_flow_sampler
 from embodied.export.layers import (
     EXPORTED_POLICY_ATTRS,
     DenseLayer,
     MlpArrays,
     SymmetryArrays,
     mlp_arrays,
+    sequential_from_layers,
     with_io_symmetry,
 )
 from embodied.io_spec import IOSpec
@@ -69,6 +75,8 @@ class PolicyKind:
     """Dataclasses that may appear inside the description (encoded by name)."""
     describe: Callable[[nn.Module], Any]
     build: Callable[[Any], nn.Module]
+    matches: Callable[[nn.Module], bool] = lambda module: False
+    """Whether an exported module is of this family (how a checkpoint's policy finds its kind)."""
 
 
 _MLP_REBUILT = frozenset({"obs_mean", "obs_std", "obs_clip", "layers", "symmetry"})
@@ -86,24 +94,12 @@ def _build_mlp(arrays: MlpArrays) -> nn.Module:
             # A stage added to MlpArrays after this rebuild was written: refuse rather than drop it.
             raise PolicyArtifactError(f"MlpArrays.{f.name} is set but not rebuilt into a torch module")
 
-    activations: dict[str, Callable[[DenseLayer], nn.Module]] = {
-        "tanh": lambda _: nn.Tanh(),
-        "relu": lambda _: nn.ReLU(),
-        "elu": lambda layer: nn.ELU(alpha=layer.elu_alpha),
-    }
-    modules: list[nn.Module] = []
-    for index, layer in enumerate(arrays.layers):
-        linear = nn.Linear(layer.in_dim, layer.out_dim)
-        with torch.no_grad():
-            linear.weight.copy_(torch.from_numpy(np.array(layer.weight, dtype=np.float32)))
-            linear.bias.copy_(torch.from_numpy(np.array(layer.bias, dtype=np.float32)))
-        modules.append(linear)
-        if layer.activation != "none":
-            if layer.activation not in activations:
-                raise PolicyArtifactError(f"layers[{index}]: unknown activation {layer.activation!r}")
-            modules.append(activations[layer.activation](layer))
+    try:
+        net = sequential_from_layers(arrays.layers, "mlp")
+    except EmbodiedError as err:
+        raise PolicyArtifactError(str(err)) from None
     policy = ExportedPolicy(
-        nn.Sequential(*modules),
+        net,
         torch.from_numpy(np.array(arrays.obs_mean, dtype=np.float32)),
         torch.from_numpy(np.array(arrays.obs_std, dtype=np.float32)),
         arrays.obs_clip,
@@ -123,15 +119,26 @@ def _build_mlp(arrays: MlpArrays) -> nn.Module:
         raise PolicyArtifactError(f"symmetry: {err}") from None
 
 
+def _is_mlp(module: nn.Module) -> bool:
+    return all(hasattr(module, attr) for attr in EXPORTED_POLICY_ATTRS)
+
+
 POLICY_KINDS: dict[str, PolicyKind] = {
-    "mlp": PolicyKind("mlp", MlpArrays, (MlpArrays, DenseLayer, SymmetryArrays), mlp_arrays, _build_mlp),
+    "mlp": PolicyKind("mlp", MlpArrays, (MlpArrays, DenseLayer, SymmetryArrays), mlp_arrays, _build_mlp, _is_mlp),
+    "flow": PolicyKind("flow", FlowArrays, (FlowArrays, DenseLayer), flow_arrays, build_flow, is_flow_sampler),
 }
 """Policy families an artifact can hold, by the name stored in the file."""
 
 
-def artifact_kind_known(module: nn.Module, kind: str = "mlp") -> bool:
-    """Whether ``kind`` can describe ``module`` (today: an ``ExportedPolicy``-shaped MLP)."""
-    return kind == "mlp" and all(hasattr(module, attr) for attr in EXPORTED_POLICY_ATTRS)
+def artifact_kind_of(module: nn.Module) -> str | None:
+    """The :data:`POLICY_KINDS` name describing ``module`` (``Policy.export_module()``), or None."""
+    return next((name for name, kind in POLICY_KINDS.items() if kind.matches(module)), None)
+
+
+def artifact_kind_known(module: nn.Module, kind: str | None = None) -> bool:
+    """Whether ``kind`` (any kind when None) can describe ``module``."""
+    found = artifact_kind_of(module)
+    return found is not None and (kind is None or found == kind)
 
 
 def policy_kind(name: str) -> PolicyKind:
@@ -203,12 +210,19 @@ class PolicyArtifact:
 
     @classmethod
     def from_module(
-        cls, module: nn.Module, io_spec: IOSpec, kind: str = "mlp", env_steps: int = 0, checkpoint_seal: str = ""
+        cls, module: nn.Module, io_spec: IOSpec, kind: str | None = None, env_steps: int = 0, checkpoint_seal: str = ""
     ) -> PolicyArtifact:
-        """Describe an exported module (``Policy.export_module()``); validates it. A symmetry the
-        ``io_spec`` declares (``extra.yaw_symmetry``) is put around the module first, so every
-        artifact takes and returns physical quantities."""
+        """Describe an exported module (``Policy.export_module()``); validates it. ``kind``: a
+        :data:`POLICY_KINDS` name, found from the module when None. A symmetry the ``io_spec``
+        declares (``extra.yaw_symmetry``) is put around the module first, so every artifact takes
+        and returns physical quantities. A chunked policy's :class:`ChunkSpec` is added to the
+        spec's ``extra`` (``action_chunk``), so ``policy_io.json`` tells deployments."""
+        if kind is None:
+            kind = artifact_kind_of(module) or "mlp"  # "mlp" names what is missing in its error
         description = policy_kind(kind).describe(with_io_symmetry(module, io_spec))
+        chunk: ChunkSpec | None = getattr(description, "chunk_spec", None)
+        if chunk is not None:
+            io_spec = dataclasses.replace(io_spec, extra={**io_spec.extra, CHUNK_EXTRA_KEY: chunk.to_dict()})
         if description.obs_dim != io_spec.obs_dim or description.action_dim != io_spec.action_dim:
             raise PolicyArtifactError(
                 f"policy maps {description.obs_dim} -> {description.action_dim} but its IOSpec describes "
@@ -217,8 +231,26 @@ class PolicyArtifact:
         return cls(kind, description, io_spec, env_steps, checkpoint_seal)
 
     def module(self) -> nn.Module:
-        """The float32 CPU torch module of the policy (``obs [B, D] -> action [B, A]``)."""
+        """The float32 CPU torch module of the policy: ``obs [B, D] -> action [B, A]``, or the
+        chunk ``[B, H, A]`` for a chunked kind (``flow``)."""
         return policy_kind(self.kind).build(self.description)
+
+    @property
+    def chunk_spec(self) -> ChunkSpec:
+        """Chunk length and executed steps (1 and 1 for a policy without chunks)."""
+        return ChunkSpec.from_extra(self.io_spec.extra, "artifact io_spec extra")
+
+    def policy(self, device: torch.device | str = "cpu") -> ChunkExecutor[torch.Tensor]:
+        """The policy as a callable for any kind: ``policy(obs [N, D]) -> action [N, A]``,
+        deterministic, executing chunks receding-horizon; ``policy.reset()`` starts a new plan."""
+        module = self.module().to(device).eval()
+
+        @torch.no_grad()
+        def plan(obs: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = module(obs.float())
+            return out
+
+        return ChunkExecutor(plan, self.chunk_spec)
 
     def to_bytes(self) -> bytes:
         """The sealed ``torch.save`` archive of this artifact."""

@@ -11,6 +11,7 @@ Layout written here (and read by ``firmware``, ``flash``, ``eval --policy onnx|c
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,20 @@ from torch import nn
 
 from embodied.errors import EmbodiedError
 from embodied.export.artifact import PolicyArtifact
-from embodied.export.formats import C_SUBDIR, EXPORT_SUBDIR, HOST_SUBDIR, FormatResult, selected
+from embodied.export.formats import (
+    ALL,
+    C_SUBDIR,
+    EXPORT_SUBDIR,
+    HOST_SUBDIR,
+    FormatResult,
+    selected,
+    unsupported_kind_reason,
+)
 from embodied.export.onnx import probe_observations, symmetry_twin
 from embodied.export.policy_io import weights_sha256, write_policy_io
 from embodied.io_spec import IOSpec
+
+log = logging.getLogger(__name__)
 
 RECORD_ENVS = 16
 RECORD_STEPS = 100
@@ -72,9 +83,13 @@ class ExportReport:
 
 @torch.inference_mode()
 def record_observations(
-    module: nn.Module, make_env: Callable[[int, int], Any], num_envs: int = RECORD_ENVS, steps: int = RECORD_STEPS
+    policy: Callable[[torch.Tensor], torch.Tensor],
+    make_env: Callable[[int, int], Any],
+    num_envs: int = RECORD_ENVS,
+    steps: int = RECORD_STEPS,
 ) -> np.ndarray:
-    """``[num_envs * steps, obs_dim]`` policy observations visited by the exported ``module``."""
+    """``[num_envs * steps, obs_dim]`` policy observations visited by ``policy`` (``obs [N, D] ->
+    action [N, A]``: an exported MLP module, or :meth:`PolicyArtifact.policy` for any kind)."""
     env = make_env(num_envs, 0)
     try:
         obs = env.reset(seed=0)
@@ -82,7 +97,7 @@ def record_observations(
         for _ in range(steps):
             x = obs["policy"].detach().to("cpu", torch.float32)
             rows.append(x.numpy())
-            obs, *_ = env.step(module(x).to(env.device))
+            obs, *_ = env.step(policy(x).to(env.device))
     finally:
         env.close()
     return np.concatenate(rows)
@@ -98,6 +113,14 @@ def export_artifact(
     """Export ``artifact`` into ``out_dir``: ``policy_io.json`` always, then each format ``fmt``
     names (a :data:`~embodied.export.formats.EXPORTERS` key or ``all``)."""
     exporters = selected(fmt)  # an unknown format fails before anything is written
+    if fmt == ALL:
+        skipped = [e.name for e in exporters if artifact.kind not in e.kinds]
+        if skipped:
+            log.info("a %s policy has no %s export; writing %s", artifact.kind, ", ".join(skipped), fmt)
+        exporters = [e for e in exporters if artifact.kind in e.kinds]
+    for exporter in exporters:
+        if artifact.kind not in exporter.kinds:
+            raise EmbodiedError(unsupported_kind_reason(exporter.name, artifact))
     vehicle = artifact.io_spec.extra.get("vehicle", "")
     for exporter in exporters:
         if exporter.vehicle is not None and exporter.vehicle != vehicle:

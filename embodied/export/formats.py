@@ -24,6 +24,7 @@ from embodied.errors import EmbodiedError
 from embodied.export.artifact import PolicyArtifact
 from embodied.export.c_build import HOST_LIBRARY, build_policy_library
 from embodied.export.c_header import generate_c
+from embodied.export.flow_arrays import FlowArrays
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.onnx import PARITY_TOL, export_onnx, load_onnx_policy
 from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io
@@ -58,6 +59,8 @@ class Exporter(Protocol):
     """Paths it writes, relative to the export folder."""
     vehicle: str | None
     """``policy_io.json``'s ``extra.vehicle`` it needs (None: any policy)."""
+    kinds: tuple[str, ...]
+    """Policy artifact kinds it can write (``--format all`` skips the others)."""
 
     def export(self, artifact: PolicyArtifact, out_dir: Path, observations: np.ndarray) -> FormatResult:
         """Write the format into ``out_dir`` (beside ``policy_io.json``) and check its parity
@@ -76,6 +79,7 @@ class OnnxExporter:
     )
     files: tuple[str, ...] = (ONNX_FILENAME,)
     vehicle: str | None = None
+    kinds: tuple[str, ...] = ("mlp", "flow")
 
     def export(self, artifact: PolicyArtifact, out_dir: Path, observations: np.ndarray) -> FormatResult:
         report = export_onnx(artifact.module(), artifact.io_spec, out_dir, observations)
@@ -98,6 +102,25 @@ def check_host_parity(module: nn.Module, c_out: Path, build_dir: Path, observati
     return float(np.max(np.abs(got - want)))
 
 
+def unsupported_kind_reason(fmt: str, artifact: PolicyArtifact) -> str:
+    """Why format ``fmt`` cannot hold ``artifact``: the layer or structure that does not fit."""
+    description = artifact.description
+    if isinstance(description, FlowArrays):
+        c_acts = {"tanh", "elu", "relu", "none"}
+        odd = next(((i, layer) for i, layer in enumerate(description.layers) if layer.activation not in c_acts), None)
+        what = (
+            f"velocity layer {odd[0]} uses {odd[1].activation}, which the C exporter has no code for (tanh, elu, relu)"
+            if odd is not None
+            else "the C exporter writes one MLP with an [A] output"
+        )
+        return (
+            f"format {fmt!r} cannot hold a flow policy: its sampler is {description.steps} unrolled calls of a "
+            f"{len(description.layers)}-layer velocity network returning a [{description.chunk}, "
+            f"{description.action_dim}] action chunk, and {what}; export it with --format onnx"
+        )
+    return f"format {fmt!r} cannot hold a policy of kind {artifact.kind!r}; export it with --format onnx"
+
+
 class CExporter:
     name: str = "c"
     description: str = (
@@ -105,8 +128,11 @@ class CExporter:
     )
     files: tuple[str, ...] = (f"{C_SUBDIR}/policy.h", f"{C_SUBDIR}/policy.c")
     vehicle: str | None = None
+    kinds: tuple[str, ...] = ("mlp",)
 
     def export(self, artifact: PolicyArtifact, out_dir: Path, observations: np.ndarray) -> FormatResult:
+        if artifact.kind not in self.kinds:
+            raise EmbodiedError(unsupported_kind_reason(self.name, artifact))
         module = artifact.module()
         io_path = Path(out_dir) / POLICY_IO_FILENAME
         c_out, build = Path(out_dir) / C_SUBDIR, Path(out_dir) / HOST_SUBDIR

@@ -9,6 +9,7 @@ the offending layer named.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,9 +22,9 @@ from embodied.io_spec import IOSpec
 SUPPORTED_ACTIVATIONS: dict[type[nn.Module], str] = {nn.Tanh: "tanh", nn.ELU: "elu", nn.ReLU: "relu"}
 
 
-def activation_name(layer: nn.Module) -> str | None:
+def activation_name(layer: nn.Module, activations: dict[type[nn.Module], str] = SUPPORTED_ACTIVATIONS) -> str | None:
     """Exported name of an activation module (subclasses count, e.g. the fast CPU ``Tanh``), or None."""
-    for kind, name in SUPPORTED_ACTIVATIONS.items():
+    for kind, name in activations.items():
         if isinstance(layer, kind):
             return name
     return None
@@ -87,15 +88,94 @@ class MlpArrays:
         return sum(layer.in_dim * layer.out_dim for layer in self.layers)
 
 
-def _finite(name: str, array: np.ndarray) -> np.ndarray:
+def finite_array(name: str, array: np.ndarray) -> np.ndarray:
+    """``array`` unchanged, or :class:`NonFiniteError` naming ``name`` when it holds NaN/inf."""
     if not np.all(np.isfinite(array)):
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
         raise NonFiniteError(f"{name} holds {bad} NaN/inf value(s); the policy cannot be exported")
     return array
 
 
-def _array(t: torch.Tensor) -> np.ndarray:
+def float32_array(t: torch.Tensor) -> np.ndarray:
+    """A contiguous float32 CPU copy of ``t``."""
     return np.ascontiguousarray(t.detach().float().cpu().numpy(), dtype=np.float32)
+
+
+def dense_layers(
+    net: object, name: str, activations: dict[type[nn.Module], str] = SUPPORTED_ACTIVATIONS
+) -> tuple[DenseLayer, ...]:
+    """The ``Linear`` layers of ``net`` (an ``nn.Sequential`` called ``name`` in errors), each with
+    the activation that follows it (one of ``activations``, or "none").
+
+    Raises :class:`EmbodiedError` naming the layer for anything else, and
+    :class:`NonFiniteError` for a NaN/inf weight or bias."""
+    if not isinstance(net, nn.Sequential):
+        raise EmbodiedError(f"export needs {name} to be an nn.Sequential, got {type(net).__name__}")
+    layers: list[DenseLayer] = []
+    for index, layer in enumerate(net):
+        where = f"{name}[{index}] ({type(layer).__name__})"
+        if isinstance(layer, nn.Linear):
+            weight = finite_array(f"{where} weight", float32_array(layer.weight))
+            if layer.bias is not None:
+                bias = finite_array(f"{where} bias", float32_array(layer.bias))
+            else:
+                bias = np.zeros(weight.shape[0], dtype=np.float32)
+            if layers and layers[-1].out_dim != weight.shape[1]:
+                raise EmbodiedError(f"{where} expects {weight.shape[1]} inputs but receives {layers[-1].out_dim}")
+            layers.append(DenseLayer(weight, bias, "none"))
+        elif (act_name := activation_name(layer, activations)) is not None:
+            if not layers or layers[-1].activation != "none":
+                raise EmbodiedError(f"{where}: an activation must directly follow a Linear layer")
+            alpha = float(getattr(layer, "alpha", 1.0))
+            previous = layers[-1]
+            layers[-1] = DenseLayer(previous.weight, previous.bias, act_name, alpha)
+        else:
+            supported = ", ".join(["Linear", *(t.__name__ for t in activations)])
+            raise EmbodiedError(f"{where} cannot be exported to ONNX/C; supported layers: {supported}")
+    if not layers:
+        raise EmbodiedError(f"the exported {name} has no Linear layer")
+    return tuple(layers)
+
+
+LAYER_ACTIVATIONS: dict[str, Callable[[DenseLayer], nn.Module]] = {
+    "tanh": lambda _: nn.Tanh(),
+    "relu": lambda _: nn.ReLU(),
+    "elu": lambda layer: nn.ELU(alpha=layer.elu_alpha),
+    "mish": lambda _: nn.Mish(),
+}
+"""``DenseLayer.activation`` -> its torch module (the rebuild direction of :func:`dense_layers`)."""
+
+
+def sequential_from_layers(layers: tuple[DenseLayer, ...], name: str) -> nn.Sequential:
+    """The ``nn.Sequential`` of float32 ``Linear`` + activation modules that ``layers`` describe."""
+    modules: list[nn.Module] = []
+    for index, layer in enumerate(layers):
+        linear = nn.Linear(layer.in_dim, layer.out_dim)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(np.array(layer.weight, dtype=np.float32)))
+            linear.bias.copy_(torch.from_numpy(np.array(layer.bias, dtype=np.float32)))
+        modules.append(linear)
+        if layer.activation != "none":
+            if layer.activation not in LAYER_ACTIVATIONS:
+                raise EmbodiedError(f"{name} layers[{index}]: unknown activation {layer.activation!r}")
+            modules.append(LAYER_ACTIVATIONS[layer.activation](layer))
+    return nn.Sequential(*modules)
+
+
+def normalizer_arrays(module: nn.Module, obs_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``module``'s ``obs_mean`` and ``obs_std`` ``[obs_dim]``, finite, the std positive."""
+    mean_t, std_t = getattr(module, "obs_mean", None), getattr(module, "obs_std", None)
+    if not (isinstance(mean_t, torch.Tensor) and isinstance(std_t, torch.Tensor)):
+        raise EmbodiedError("obs_mean and obs_std must be tensors")
+    mean = finite_array("obs_mean", float32_array(mean_t))
+    std = finite_array("obs_std", float32_array(std_t))
+    if np.any(std <= 0):
+        raise EmbodiedError(f"obs_std has {int(np.sum(std <= 0))} non-positive entries")
+    if mean.shape != (obs_dim,) or std.shape != mean.shape:
+        raise EmbodiedError(
+            f"obs_mean/obs_std have shape {mean.shape}/{std.shape} but the network takes {obs_dim} observations"
+        )
+    return mean, std
 
 
 EXPORTED_POLICY_ATTRS: tuple[str, ...] = ("net", "obs_mean", "obs_std", "obs_clip")
@@ -115,47 +195,12 @@ def mlp_arrays(module: nn.Module) -> MlpArrays:
                 f"{type(module).__name__} has no {attr!r}: exporters take Policy.export_module() "
                 "(an ExportedPolicy), not the training policy"
             )
-    net = module.net
-    if not isinstance(net, nn.Sequential):
-        raise EmbodiedError(f"export needs net to be an nn.Sequential, got {type(net).__name__}")
-    layers: list[DenseLayer] = []
-    for index, layer in enumerate(net):
-        where = f"net[{index}] ({type(layer).__name__})"
-        if isinstance(layer, nn.Linear):
-            weight = _finite(f"{where} weight", _array(layer.weight))
-            if layer.bias is not None:
-                bias = _finite(f"{where} bias", _array(layer.bias))
-            else:
-                bias = np.zeros(weight.shape[0], dtype=np.float32)
-            if layers and layers[-1].out_dim != weight.shape[1]:
-                raise EmbodiedError(f"{where} expects {weight.shape[1]} inputs but receives {layers[-1].out_dim}")
-            layers.append(DenseLayer(weight, bias, "none"))
-        elif (act_name := activation_name(layer)) is not None:
-            if not layers or layers[-1].activation != "none":
-                raise EmbodiedError(f"{where}: an activation must directly follow a Linear layer")
-            alpha = float(getattr(layer, "alpha", 1.0))
-            previous = layers[-1]
-            layers[-1] = DenseLayer(previous.weight, previous.bias, act_name, alpha)
-        else:
-            supported = ", ".join(["Linear", *(t.__name__ for t in SUPPORTED_ACTIVATIONS)])
-            raise EmbodiedError(f"{where} cannot be exported to ONNX/C; supported layers: {supported}")
-    if not layers:
-        raise EmbodiedError("the exported network has no Linear layer")
-    mean_t, std_t = module.obs_mean, module.obs_std
-    if not (isinstance(mean_t, torch.Tensor) and isinstance(std_t, torch.Tensor)):
-        raise EmbodiedError("obs_mean and obs_std must be tensors")
-    mean = _finite("obs_mean", _array(mean_t))
-    std = _finite("obs_std", _array(std_t))
-    if np.any(std <= 0):
-        raise EmbodiedError(f"obs_std has {int(np.sum(std <= 0))} non-positive entries")
-    if mean.shape != (layers[0].in_dim,) or std.shape != mean.shape:
-        raise EmbodiedError(
-            f"obs_mean/obs_std have shape {mean.shape}/{std.shape} but the first Linear takes {layers[0].in_dim}"
-        )
+    layers = dense_layers(module.net, "net")
+    mean, std = normalizer_arrays(module, layers[0].in_dim)
     clip = float(module.obs_clip)  # type: ignore[arg-type]  # a float attribute of ExportedPolicy
     if math.isnan(clip) or clip <= 0:
         raise EmbodiedError(f"obs_clip must be positive (or inf), got {clip}")
-    return MlpArrays(mean, std, clip, tuple(layers), _symmetry(module))
+    return MlpArrays(mean, std, clip, layers, _symmetry(module))
 
 
 def _symmetry(module: nn.Module) -> SymmetryArrays | None:

@@ -20,12 +20,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from embodied.action_chunks import ChunkExecutor
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
+from embodied.export.flow_arrays import FlowArrays, flow_arrays, is_flow_sampler
+from embodied.export.flow_onnx import build_flow_graph
 from embodied.export.layers import MlpArrays, mlp_arrays, with_io_symmetry
-from embodied.export.policy_io import FORMAT_VERSIONS, ONNX_FILENAME, read_policy_io, weights_sha256
+from embodied.export.onnx_nodes import activation_nodes
+from embodied.export.policy_io import FORMAT_VERSIONS, ONNX_FILENAME, read_policy_io
 from embodied.io_spec import IOSpec
-from embodied.policy_io import check_session_hash
+from embodied.policy_io import check_session_hash, graph_sha256
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +89,8 @@ def build_graph(arrays: MlpArrays) -> Any:
         # Gemm with transB=1 consumes the [out, in] row-major weight as stored by torch.
         nodes.append(helper.make_node("Gemm", [x, w, b], [f"layer{i}.linear"], transB=1))
         x = f"layer{i}.linear"
-        if layer.activation == "tanh":
-            nodes.append(helper.make_node("Tanh", [x], [f"layer{i}.act"]))
-        elif layer.activation == "relu":
-            nodes.append(helper.make_node("Relu", [x], [f"layer{i}.act"]))
-        elif layer.activation == "elu":
-            nodes.append(helper.make_node("Elu", [x], [f"layer{i}.act"], alpha=layer.elu_alpha))
-        if layer.activation != "none":
-            x = f"layer{i}.act"
+        act, x = activation_nodes(layer, x, f"layer{i}")
+        nodes += act
     lo = const("action_low", np.array(-1.0))
     hi = const("action_high", np.array(1.0))
     if sym is None:
@@ -114,6 +112,16 @@ def build_graph(arrays: MlpArrays) -> Any:
     return model
 
 
+def onnx_model(module: nn.Module) -> tuple[MlpArrays | FlowArrays, Any]:
+    """``(arrays, checked ModelProto without metadata)`` of an exported module of any artifact
+    kind: an MLP (output ``action [batch, A]``) or a flow sampler (``action [batch, H, A]``)."""
+    if is_flow_sampler(module):
+        flow = flow_arrays(module)
+        return flow, build_flow_graph(flow)
+    arrays = mlp_arrays(module)
+    return arrays, build_graph(arrays)
+
+
 def _metadata(io_spec: IOSpec, model_sha256: str) -> dict[str, str]:
     return {
         "obs_fields": json.dumps([f.name for f in io_spec.obs_fields]),
@@ -128,7 +136,7 @@ def _metadata(io_spec: IOSpec, model_sha256: str) -> dict[str, str]:
     }
 
 
-def probe_observations(arrays: MlpArrays, num: int = 256, seed: int = 0) -> np.ndarray:
+def probe_observations(arrays: MlpArrays | FlowArrays, num: int = 256, seed: int = 0) -> np.ndarray:
     """``[num, obs_dim]`` float32 observations spread over ±4 std around the mean.
 
     Wide enough that tanh saturates and the observation clip engages, so parity checks
@@ -184,14 +192,13 @@ def export_onnx(
     from onnx import helper
 
     module = with_io_symmetry(module, io_spec)
-    arrays = mlp_arrays(module)
+    arrays, model = onnx_model(module)
     if arrays.obs_dim != io_spec.obs_dim or arrays.action_dim != io_spec.action_dim:
         raise EmbodiedError(
             f"policy maps {arrays.obs_dim} -> {arrays.action_dim} but its policy_io describes "
             f"{io_spec.obs_dim} -> {io_spec.action_dim}"
         )
-    sha = weights_sha256(module)
-    model = build_graph(arrays)
+    sha = graph_sha256(model.graph)  # = weights_sha256(module), without building the graph twice
     helper.set_model_props(model, _metadata(io_spec, sha))
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
@@ -211,7 +218,8 @@ def export_onnx(
 
 
 def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tensor]:
-    """A callable ``obs -> action [N, A]`` running ``RUN_DIR/export/policy.onnx`` on onnxruntime.
+    """A callable ``obs -> action [N, A]`` running ``RUN_DIR/export/policy.onnx`` on onnxruntime
+    (a chunked policy's plans executed receding-horizon, ``policy_io.json`` ``extra.action_chunk``).
 
     Checks the file's dimensions and hash against ``policy_io.json`` and the env's spec.
     """
@@ -237,9 +245,15 @@ def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tenso
     check_session_hash(session, policy_io, path)
     device = env.device
 
+    def plan(x: np.ndarray) -> np.ndarray:
+        (out,) = session.run(["action"], {"obs": np.ascontiguousarray(x)})
+        return np.asarray(out)
+
+    # a chunked policy returns [N, H, A]: its actions run receding-horizon, as in deployment
+    executor = ChunkExecutor(plan, policy_io.chunk)
+
     def act(obs: ObsDict) -> torch.Tensor:
         x = obs["policy"].detach().to("cpu", torch.float32).numpy()
-        (action,) = session.run(["action"], {"obs": np.ascontiguousarray(x)})
-        return torch.from_numpy(action).to(device)
+        return torch.from_numpy(np.ascontiguousarray(executor(x))).to(device)
 
     return act

@@ -1,9 +1,9 @@
 """ONNX export of non-MLP policies (flow samplers, ...) by tracing ``export_module()``.
 
-The MLP exporter (:mod:`embodied.export.onnx`) builds its graph from validated arrays; a
-policy whose ``export_module()`` is more than one MLP (a flow policy's unrolled sampler: ``K``
-calls of a velocity network with constant time features) is traced with torch's TorchScript
-exporter instead, which needs no extra package. The graph still has one input ``obs``
+The exporters of the policy artifact build their graphs from validated arrays (MLPs:
+:mod:`embodied.export.onnx`; flow samplers: :mod:`embodied.export.flow_onnx`, so the hash is a
+function of the weights alone). A module no artifact kind describes can still be traced here
+with torch's TorchScript exporter, which needs no extra package. The graph still has one input ``obs``
 ``[batch, obs_dim]`` and one output ``action`` ``[batch, action_dim]``; its hash is the same
 :func:`embodied.policy_io.graph_sha256` deployments recompute, and onnxruntime must match
 torch to :data:`embodied.export.onnx.PARITY_TOL`.

@@ -48,10 +48,9 @@ def weights_sha256(module: nn.Module) -> str:
     (which holds the hash itself) is not hashed. Two modules with the same weights hash equally
     on every machine.
     """
-    from embodied.export.layers import mlp_arrays
-    from embodied.export.onnx import build_graph
+    from embodied.export.onnx import onnx_model
 
-    return graph_sha256(build_graph(mlp_arrays(module)).graph)
+    return graph_sha256(onnx_model(module)[1].graph)
 
 
 def write_policy_io(

@@ -121,10 +121,10 @@ def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
     """The run's policy artifact as a torch module (deterministic actions), without its algorithm."""
     from embodied.training.run_policy import policy_artifact
 
-    module = policy_artifact(run_dir).module().to(env.device)
+    policy = policy_artifact(run_dir).policy(env.device)  # chunked kinds run receding-horizon
 
     def act(obs: ObsDict) -> torch.Tensor:
-        return module(obs["policy"].float())
+        return policy(obs["policy"])
 
     return act
 

@@ -53,9 +53,9 @@ def checkpoint_seal(run_dir: Path) -> str:
 def write_policy_artifact(run_dir: Path, module: nn.Module, io_spec: IOSpec, env_steps: int) -> Path | None:
     """Write ``ckpt/policy.pt`` for the exported ``module`` of the checkpoint just saved.
 
-    A policy family no artifact kind describes yet (``export.artifact.POLICY_KINDS``; e.g. the
-    flow-matching sampler, exported through ``embodied/export/onnx_traced.py``) gets none: the
-    checkpoint is the whole record, and this returns None (logged once per run directory)."""
+    A policy family no artifact kind describes (``export.artifact.POLICY_KINDS``: ``mlp`` and
+    ``flow`` today) gets none: the checkpoint is the whole record, and this returns None (logged
+    once per run directory)."""
     if not artifact_kind_known(module):
         if run_dir not in _SKIPPED:
             _SKIPPED.add(run_dir)
@@ -115,7 +115,7 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
         raise PolicyArtifactError(
             f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "
             "--policy and the firmware tools cannot read it alone; evaluate it with `embodied eval` "
-            "(torch) and export it with embodied/export/onnx_traced.py"
+            "(torch)"
         )
     return read_policy_artifact(path)
 
@@ -136,7 +136,7 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     if record:
         cfg = load_experiment(run_dir / CONFIG_FILE)
         recorded = record_observations(
-            artifact.module(), lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, "cpu", seed)
+            artifact.policy(), lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, "cpu", seed)
         )
     return export_artifact(artifact, export_dir(run_dir), fmt, recorded, source_run=str(run_dir.resolve()))
 

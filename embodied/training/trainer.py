@@ -25,6 +25,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -422,9 +423,16 @@ class Trainer:
         def act(obs: ObsDict) -> torch.Tensor:
             return policy.act(obs, deterministic=True)
 
+        def act_in(env: object) -> Callable[[ObsDict], torch.Tensor]:
+            # a policy that executes action chunks starts each evaluation with a fresh plan
+            reset_plan = getattr(policy, "reset_plan", None)
+            if reset_plan is not None:
+                reset_plan()
+            return act
+
         start = time.perf_counter()
         result = evaluate(
-            lambda env: act,
+            act_in,
             lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, self.device, seed),
             episodes=cfg.trainer.eval_episodes,
             seed=cfg.seed + EVAL_SEED_OFFSET + 7919 * len(self.state.evals),
