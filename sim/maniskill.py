@@ -90,9 +90,7 @@ class ManiSkillCfg:
         if self.max_episode_steps < 0:
             raise ConfigError(f"max_episode_steps must be >= 0 (0: registered limit), got {self.max_episode_steps}")
         if self.reward_mode not in ("normalized_dense", "dense", "sparse", "none"):
-            raise ConfigError(
-                f"reward_mode must be normalized_dense, dense, sparse or none, got {self.reward_mode!r}"
-            )
+            raise ConfigError(f"reward_mode must be normalized_dense, dense, sparse or none, got {self.reward_mode!r}")
 
 
 def vulkan_drivers() -> list[str]:
@@ -113,8 +111,9 @@ def _no_download_prompt(env_id: str) -> Iterator[None]:
     from mani_skill.utils import download_asset
 
     def refuse(message: str) -> bool:
+        what = message.split("Would you like")[0].strip()  # ManiSkill's text up to its question
         raise MissingDependencyError(
-            f"maniskill:{env_id} needs assets that are not downloaded ({message.strip()}); download them once "
+            f"maniskill:{env_id} needs assets that are not downloaded ({what}); download them once "
             f"with: python -m mani_skill.utils.download_asset {env_id}"
         )
 
