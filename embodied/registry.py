@@ -225,7 +225,7 @@ BACKENDS: dict[str, Backend] = {
         "ManiSkill3: GPU-batched physx on CUDA, one physx CPU scene per env on the CPU (needs Vulkan)",
         install='pip install --no-deps "mani-skill==3.0.1" "sapien==3.0.3" && pip install "embodied[maniskill]" '
         "plus a Vulkan driver (docs/backends.md)",
-        modules=(),  # checked by sim/maniskill.py, together with the Vulkan driver and the task's assets
+        modules=("mani_skill",),  # sim/maniskill.py checks the Vulkan driver and the task's assets when it builds
         devices=("cpu", "cuda"),
         exact_resume=False,
     ),

@@ -172,6 +172,9 @@ class ManiSkillVecEnv:
                 for _ in range(self.num_envs // self.part_size):
                     # .unwrapped: the time limit and auto-reset are done here, for every backend alike
                     self.parts.append(gym.make(cfg.env_id, **kwargs).unwrapped)
+        except EmbodiedError:  # assets not downloaded (raised by the refused prompt)
+            self.close()
+            raise
         except RuntimeError as err:
             self.close()
             if any(fragment in str(err).lower() for fragment in (f.lower() for f in VULKAN_ERRORS)):
