@@ -153,6 +153,8 @@ class ManiSkillVecEnv:
         self.cfg = cfg
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
+        if not (cfg.max_episode_steps or registered_limit):
+            raise ConfigError(f"maniskill:{cfg.env_id} registers no time limit; set env.max_episode_steps")
         sim_backend = cfg.sim_backend or ("physx_cuda" if self.device.type == "cuda" else "physx_cpu")
         batched = sim_backend != "physx_cpu"
         self.part_size = self.num_envs if batched else 1
@@ -175,6 +177,9 @@ class ManiSkillVecEnv:
         except EmbodiedError:  # assets not downloaded (raised by the refused prompt)
             self.close()
             raise
+        except AssertionError as err:  # ManiSkill checks its arguments with asserts
+            self.close()
+            raise ConfigError(f"maniskill:{cfg.env_id}: {err} (env.control_mode / env.reward_mode)") from err
         except RuntimeError as err:
             self.close()
             if any(fragment in str(err).lower() for fragment in (f.lower() for f in VULKAN_ERRORS)):
@@ -187,6 +192,9 @@ class ManiSkillVecEnv:
         first = self.parts[0]
         self.sim_device = torch.device(str(first.device))
         space = first.single_action_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            self.close()
+            raise EmbodiedError(f"maniskill:{cfg.env_id}: action space {space} is not supported (a flat Box only)")
         self.action_dim = int(space.shape[0])
         low = torch.as_tensor(space.low, dtype=torch.float32)
         high = torch.as_tensor(space.high, dtype=torch.float32)
@@ -194,8 +202,6 @@ class ManiSkillVecEnv:
         self._act_half = ((high - low) / 2).to(self.sim_device)
         self.obs_spec = {"policy": (int(first.single_observation_space.shape[0]),)}
         self.max_episode_steps = int(cfg.max_episode_steps or registered_limit)
-        if self.max_episode_steps < 1:
-            raise ConfigError(f"maniskill:{cfg.env_id} registers no time limit; set env.max_episode_steps")
         self.dt = 1.0 / float(first.control_freq)
         self.control_mode = str(first.control_mode)
         self.episode_step = torch.zeros(self.num_envs, dtype=torch.int64, device=self.sim_device)

@@ -197,6 +197,12 @@ def test_no_vulkan_device_is_a_named_error() -> None:
     assert "Vulkan" in out.stdout and "bookworm-backports" in out.stdout
 
 
+def test_unknown_control_mode_lists_the_supported_ones() -> None:
+    pytest.importorskip("mani_skill", reason=f"ManiSkill is not installed: {SETUP}")
+    with pytest.raises(ConfigError, match=r"pd_foo not in supported modes: .*pd_ee_delta_pos"):
+        _build(_cfg(control_mode="pd_foo"), num_envs=1)
+
+
 def test_missing_package_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mani_skill", None)  # an import of it now fails
     with pytest.raises(MissingDependencyError, match=r"mani-skill==3\.0\.1.*embodied\[maniskill\]"):
