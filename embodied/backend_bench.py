@@ -29,17 +29,17 @@ class RawStepper(Protocol):
 
 
 def parse_target(text: str) -> tuple[str, str]:
-    """``"mjwarp:halfcheetah"`` -> ``("mjwarp", "halfcheetah")``, both checked against the registry;
-    a task name whose prefix is its backend stays whole (``"robosuite:Lift"`` -> ``("robosuite",
-    "robosuite:Lift")``)."""
+    """``"mjwarp:halfcheetah"`` -> ``("mjwarp", "halfcheetah")``, both checked against the registry.
+
+    A backend whose task names carry it (``maniskill:PushCube-v1``, a ``registry.PREFIXED`` name)
+    keeps the whole text as the task: ``("maniskill", "maniskill:PushCube-v1")``."""
     backend, sep, task = text.partition(":")
     if not sep or not backend or not task:
         raise ConfigError(f"expected BACKEND:TASK (e.g. mjwarp:halfcheetah), got {text!r}")
     if backend not in registry.BACKENDS:
         raise ConfigError(f"in {text!r}: unknown backend {backend!r}; backends: {', '.join(registry.BACKENDS)}")
-    prefixed = registry.PREFIXED.get(f"{backend}:")
-    if prefixed is not None and prefixed[0].backend == backend:
-        return backend, text  # a prefixed task name (robosuite:Lift) is its own BACKEND:TASK
+    if backend + sep in registry.PREFIXED:
+        task = text
     registry.check_backend(task, backend)
     return backend, task
 

@@ -222,9 +222,10 @@ BACKENDS: dict[str, Backend] = {
         exact_resume=False,
     ),
     "maniskill": Backend(
-        "ManiSkill3 (placeholder: explains what is missing; docs/backends.md)",
-        install='pip install "mani-skill==3.0.1" plus a Vulkan driver (docs/backends.md)',
-        modules=(),  # checked by sim/maniskill.py, together with the Vulkan driver
+        "ManiSkill3: GPU-batched physx on CUDA, one physx CPU scene per env on the CPU (needs Vulkan)",
+        install='pip install --no-deps "mani-skill==3.0.1" "sapien==3.0.3" && pip install "embodied[maniskill]" '
+        "plus a Vulkan driver (docs/backends.md)",
+        modules=("mani_skill",),  # sim/maniskill.py checks the Vulkan driver and the task's assets when it builds
         devices=("cpu", "cuda"),
         exact_resume=False,
     ),
@@ -260,11 +261,11 @@ ISAACLAB_ENTRY = Entry(
 )
 
 MANISKILL_PREFIX = "maniskill:"
-"""``maniskill:<EnvId>``: ManiSkill3 (``sim/maniskill.py``; not available yet, a named error says why)."""
+"""``maniskill:<EnvId>`` runs a ManiSkill3 task (``sim/maniskill.py``; needs a Vulkan driver)."""
 MANISKILL_ENTRY = Entry(
     "embodied.sim.maniskill:ManiSkillVecEnv",
     "embodied.sim.maniskill:ManiSkillCfg",
-    "ManiSkill3 tasks, e.g. maniskill:PickCube-v1 (not available yet: needs Vulkan; docs/backends.md)",
+    "ManiSkill3 tasks, e.g. maniskill:PushCube-v1 (state observations; needs Vulkan, docs/backends.md)",
     backend="maniskill",
 )
 

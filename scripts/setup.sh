@@ -10,7 +10,12 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e ".[all]"
 # --- optional simulator backends (docs/backends.md) ---
 # EMBODIED_EXTRAS=mjwarp scripts/setup.sh adds MuJoCo-Warp (its tests then run; without it they skip).
+# EMBODIED_EXTRAS=maniskill adds ManiSkill3 (its tests also need a Vulkan driver; scripts/test.sh
+# installs one as root on Debian 12). mani-skill and sapien go in with --no-deps (pyproject.toml says why).
 for extra in ${EMBODIED_EXTRAS:-}; do
     .venv/bin/python -m pip install -q -e ".[${extra}]"
+    if [ "$extra" = maniskill ]; then
+        .venv/bin/python -m pip install -q --no-deps "mani-skill==3.0.1" "sapien==3.0.3"
+    fi
 done
 echo "ready: .venv/bin/embodied --help"

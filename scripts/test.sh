@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run every check from a fresh clone. As root on Debian/Ubuntu it also installs
 # the embedded toolchain (arm-none-eabi-gcc, newlib, qemu-system-arm) that the firmware tests
-# use; elsewhere those tests are skipped with a reason.
+# use, and on Debian 12 a Vulkan driver for ManiSkill3; elsewhere those tests are skipped with a reason.
 #
 # Order: static checks (types on the installed layout, import contracts), the fast test suite,
 # the wheel check, the tests marked slow (cold torch.compile equivalence checks), then the
@@ -14,8 +14,17 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v qemu
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc make >/dev/null
 fi
-# --- optional simulator backends: MuJoCo-Warp is installed so its (slow-marked) tests run ---
-export EMBODIED_EXTRAS="${EMBODIED_EXTRAS-mjwarp}"
+# ManiSkill3 needs a Vulkan device even on the CPU: Mesa >= 23 lavapipe, from bookworm-backports
+# on Debian 12 (whose own mesa-vulkan-drivers, 22.3, is too old for SAPIEN). Without it the
+# ManiSkill tests skip, naming this set-up.
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && grep -q '^VERSION_CODENAME=bookworm' /etc/os-release \
+  && ! dpkg --compare-versions "$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || echo 0)" ge 23; then
+  echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/embodied-backports.list
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers >/dev/null
+fi
+# --- optional simulator backends: MuJoCo-Warp and ManiSkill3 are installed so their tests run ---
+export EMBODIED_EXTRAS="${EMBODIED_EXTRAS-mjwarp maniskill}"
 bash scripts/setup.sh
 bash scripts/typecheck.sh
 bash scripts/check_imports.sh

@@ -1,28 +1,67 @@
-"""ManiSkill3 backend (``maniskill:<EnvId>``): not available yet; building it raises a named error.
+"""ManiSkill3 backend (``maniskill:<EnvId>``): a ManiSkill3 task as an embodied VecEnv.
 
-ManiSkill3 (``mani-skill`` 3.0.1 with ``sapien`` 3.0.3) needs a Vulkan device even on its physx
-CPU backend with state observations. Debian 12's lavapipe (Mesa 22.3) is too old for SAPIEN;
-Mesa >= 23 lavapipe (Debian bookworm-backports) works. Where neither a GPU nor that driver is
-present the backend cannot run, so this module only checks and explains: it imports without
-ManiSkill, and :class:`ManiSkillVecEnv` raises
-:class:`~embodied.errors.MissingDependencyError` saying what is missing (the package, or the
-Vulkan driver) and what the adapter still lacks. docs/backends.md has the CI set-up.
+ManiSkill3 (``mani-skill`` 3.0.1 with ``sapien`` 3.0.3) batches its tasks itself on CUDA
+(``physx_cuda``: one env object with ``N`` parallel scenes, torch tensors on the GPU); its physx
+CPU backend runs one scene per env object, so on the CPU this adapter builds ``N`` of them and
+steps them in a loop. Either way ManiSkill hands back torch tensors (``[n, ...]`` per env object),
+which are concatenated into the ``[N, ...]`` batch of the VecEnv contract.
+
+- Observations: ManiSkill's flat ``state`` observation as group ``"policy"`` (float32 ``[N, D]``).
+  Camera observations are not exposed: on the CPU SAPIEN renders through lavapipe, a software
+  Vulkan driver, too slow for training batches (docs/backends.md).
+- Actions: ``[N, A]`` in [-1, 1], clipped and mapped onto the controller's bounds (the
+  ``pd_*_delta_*`` controllers are already normalized to [-1, 1]).
+- Episodes: ``terminated`` is ManiSkill's own (success or failure, unless
+  ``terminate_on_success=false``), ``truncated`` is the time limit registered for the task (or
+  ``max_episode_steps``) counted here. Ended envs reset at once (partial reset on CUDA, a reset
+  of that env object on the CPU) and ``info["final_obs"]`` holds the observation each ended on.
+- ``info["success"]``: whether ManiSkill reported success at any step of the ended episode.
+- Seeds: ``reset(seed)`` seeds env ``i`` with ``seed + i``; auto-resets draw from ManiSkill's own
+  per-env generators, which that seed determined.
+
+ManiSkill needs a Vulkan device even for state observations on the physx CPU backend: Debian
+12's lavapipe (Mesa 22.3) is too old, Mesa >= 23 lavapipe (bookworm-backports) works. A missing
+package, a missing or unusable Vulkan driver, and a task whose assets are not downloaded each
+raise :class:`~embodied.errors.MissingDependencyError` naming the fix; ManiSkill's interactive
+download prompt is never shown. ``mani_skill`` is imported only when an env is built.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import torch
 
-from embodied.config import ConfigError
-from embodied.errors import MissingDependencyError, import_optional
+from embodied.config import ConfigError, closest
+from embodied.env import ObsDict, StepResult
+from embodied.errors import EmbodiedError, MissingDependencyError, import_optional
+from embodied.io_spec import ActionField, IOSpec, ObsField
 
-INSTALL = 'pip install "mani-skill==3.0.1" and a Vulkan driver (Mesa >= 23 lavapipe on CPU; docs/backends.md)'
+log = logging.getLogger("embodied.sim.maniskill")
+
+INSTALL = (
+    'pip install --no-deps "mani-skill==3.0.1" "sapien==3.0.3" && pip install "embodied[maniskill]", '
+    "plus a Vulkan driver (Mesa >= 23 lavapipe on CPU; docs/backends.md)"
+)
+"""What provides ManiSkill (``--no-deps``: sapien would add opencv-python beside this package's
+opencv-python-headless, two copies of ``cv2``; the extra lists the rest of their dependencies)."""
+
+VULKAN_HINT = (
+    "on Debian 12 install Mesa >= 23 lavapipe from bookworm-backports: "
+    "apt-get install -t bookworm-backports mesa-vulkan-drivers (docs/backends.md)"
+)
 
 VULKAN_ICD_GLOBS = ("/usr/share/vulkan/icd.d/*.json", "/etc/vulkan/icd.d/*.json")
 """Where Vulkan loaders look for installable client drivers (any one is a Vulkan device to try)."""
+
+VULKAN_ERRORS = ("rendering device", "vk::", "vulkan", "ErrorIncompatibleDriver")
+"""Fragments of SAPIEN's messages when it finds no usable Vulkan device (matched lower-cased)."""
 
 
 @dataclass(frozen=True)
@@ -30,13 +69,28 @@ class ManiSkillCfg:
     """A ManiSkill3 task (the task name ``maniskill:<EnvId>`` sets ``env_id``)."""
 
     env_id: str = ""
-    """ManiSkill3 env id, e.g. ``PickCube-v1``."""
+    """ManiSkill3 env id, e.g. ``PushCube-v1``."""
+    control_mode: str = ""
+    """ManiSkill controller, e.g. ``pd_ee_delta_pos`` (end-effector moves); empty: the task's default."""
+    reward_mode: str = "normalized_dense"
+    """``normalized_dense`` (per-step reward in [0, 1]), ``dense``, ``sparse`` or ``none``."""
+    max_episode_steps: int = 0
+    """Time limit in control steps; 0 keeps the limit registered for the task."""
+    terminate_on_success: bool = True
+    """ManiSkill ends an episode on success (or failure); False ends episodes only at the time limit
+    (success still reported in ``info["success"]``)."""
+    sim_backend: str = ""
+    """ManiSkill ``sim_backend``; empty: ``physx_cuda`` on a CUDA device, ``physx_cpu`` on the CPU."""
 
     def __post_init__(self) -> None:
         if not self.env_id:
             raise ConfigError(
-                "maniskill: env_id is empty; use the task name maniskill:<EnvId>, e.g. maniskill:PickCube-v1"
+                "maniskill: env_id is empty; use the task name maniskill:<EnvId>, e.g. maniskill:PushCube-v1"
             )
+        if self.max_episode_steps < 0:
+            raise ConfigError(f"max_episode_steps must be >= 0 (0: registered limit), got {self.max_episode_steps}")
+        if self.reward_mode not in ("normalized_dense", "dense", "sparse", "none"):
+            raise ConfigError(f"reward_mode must be normalized_dense, dense, sparse or none, got {self.reward_mode!r}")
 
 
 def vulkan_drivers() -> list[str]:
@@ -44,18 +98,231 @@ def vulkan_drivers() -> list[str]:
     return sorted(path for pattern in VULKAN_ICD_GLOBS for path in glob.glob(pattern))
 
 
+def _import_maniskill() -> ModuleType:
+    """``gymnasium`` with ManiSkill's env ids registered; a named error if either is absent."""
+    import_optional("mani_skill", "the maniskill backend", INSTALL)
+    import_optional("mani_skill.envs", "the maniskill backend", INSTALL)  # registers the env ids
+    return import_optional("gymnasium", "the maniskill backend", INSTALL)
+
+
+@contextlib.contextmanager
+def _no_download_prompt(env_id: str) -> Iterator[None]:
+    """Turn ManiSkill's interactive "download the assets?" question into a named error."""
+    from mani_skill.utils import download_asset
+
+    def refuse(message: str) -> bool:
+        what = message.split("Would you like")[0].strip()  # ManiSkill's text up to its question
+        raise MissingDependencyError(
+            f"maniskill:{env_id} needs assets that are not downloaded ({what}); download them once "
+            f"with: python -m mani_skill.utils.download_asset {env_id}"
+        )
+
+    asked = download_asset.prompt_yes_no
+    download_asset.prompt_yes_no = refuse
+    try:
+        yield
+    finally:
+        download_asset.prompt_yes_no = asked
+
+
+def _check_env_id(env_id: str) -> int:
+    """The registered time limit of ``env_id``; a named error with the closest ids if unknown."""
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    if env_id not in REGISTERED_ENVS:
+        near = ", ".join(closest(env_id, REGISTERED_ENVS, n=5)[:5])
+        raise ConfigError(f"unknown ManiSkill env id {env_id!r}; closest: {near} ({len(REGISTERED_ENVS)} registered)")
+    return int(REGISTERED_ENVS[env_id].max_episode_steps or 0)
+
+
 class ManiSkillVecEnv:
-    """Placeholder: explains what is missing for ``maniskill:<EnvId>`` to run here."""
+    """``num_envs`` envs of one ManiSkill3 task; see the module docstring.
+
+    ``parts`` are ManiSkill env objects: one with ``N`` scenes on CUDA, ``N`` with one scene each
+    on the CPU; ``part_size`` is the number of scenes per object.
+    """
+
+    exact_resume = False
+    """ManiSkill's controllers and task state are not captured: resumed runs restart episodes."""
 
     def __init__(self, cfg: ManiSkillCfg, num_envs: int, device: torch.device | str, seed: int) -> None:
-        import_optional("mani_skill", "the maniskill backend", INSTALL)
-        if not vulkan_drivers():
-            raise MissingDependencyError(
-                "the maniskill backend needs a Vulkan device, also on its CPU physics backend: none is installed "
-                f"(no driver manifest in {', '.join(VULKAN_ICD_GLOBS)}); on Debian 12 install Mesa >= 23 "
-                "lavapipe from bookworm-backports (docs/backends.md)"
-            )
-        raise MissingDependencyError(
-            f"maniskill:{cfg.env_id}: the ManiSkill3 adapter is not written yet (ManiSkill and a Vulkan driver are "
-            "present); docs/backends.md says what it will do"
+        if num_envs < 1:
+            raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
+        gym = _import_maniskill()
+        registered_limit = _check_env_id(cfg.env_id)
+        self.cfg = cfg
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        if not (cfg.max_episode_steps or registered_limit):
+            raise ConfigError(f"maniskill:{cfg.env_id} registers no time limit; set env.max_episode_steps")
+        sim_backend = cfg.sim_backend or ("physx_cuda" if self.device.type == "cuda" else "physx_cpu")
+        batched = sim_backend != "physx_cpu"
+        self.part_size = self.num_envs if batched else 1
+        kwargs: dict[str, Any] = {
+            "num_envs": self.part_size,
+            "obs_mode": "state",
+            "reward_mode": cfg.reward_mode,
+            "sim_backend": sim_backend,
+            # state observations need no renderer (SAPIEN still opens a Vulkan device)
+            "render_backend": "none",
+        }
+        if cfg.control_mode:
+            kwargs["control_mode"] = cfg.control_mode
+        self.parts: list[Any] = []
+        try:
+            with _no_download_prompt(cfg.env_id):
+                for _ in range(self.num_envs // self.part_size):
+                    # .unwrapped: the time limit and auto-reset are done here, for every backend alike
+                    self.parts.append(gym.make(cfg.env_id, **kwargs).unwrapped)
+        except EmbodiedError:  # assets not downloaded (raised by the refused prompt)
+            self.close()
+            raise
+        except AssertionError as err:  # ManiSkill checks its arguments with asserts
+            self.close()
+            raise ConfigError(f"maniskill:{cfg.env_id}: {err} (env.control_mode / env.reward_mode)") from err
+        except RuntimeError as err:
+            self.close()
+            if any(fragment in str(err).lower() for fragment in (f.lower() for f in VULKAN_ERRORS)):
+                found = ", ".join(vulkan_drivers()) or "none"
+                raise MissingDependencyError(
+                    f"the maniskill backend needs a usable Vulkan device, also on its CPU physics backend "
+                    f"(SAPIEN: {err}; driver manifests found: {found}); {VULKAN_HINT}"
+                ) from err
+            raise
+        first = self.parts[0]
+        self.sim_device = torch.device(str(first.device))
+        space = first.single_action_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            self.close()
+            raise EmbodiedError(f"maniskill:{cfg.env_id}: action space {space} is not supported (a flat Box only)")
+        self.action_dim = int(space.shape[0])
+        low = torch.as_tensor(space.low, dtype=torch.float32)
+        high = torch.as_tensor(space.high, dtype=torch.float32)
+        self._act_mid = ((low + high) / 2).to(self.sim_device)
+        self._act_half = ((high - low) / 2).to(self.sim_device)
+        self.obs_spec = {"policy": (int(first.single_observation_space.shape[0]),)}
+        self.max_episode_steps = int(cfg.max_episode_steps or registered_limit)
+        self.dt = 1.0 / float(first.control_freq)
+        self.control_mode = str(first.control_mode)
+        self.episode_step = torch.zeros(self.num_envs, dtype=torch.int64, device=self.sim_device)
+        self._succeeded = torch.zeros(self.num_envs, dtype=torch.bool, device=self.sim_device)
+        self.reset(seed)
+
+    # ------------------------------------------------------------------ conversions
+    def _sim_action(self, action: torch.Tensor) -> torch.Tensor:
+        """``action`` [N, A] in [-1, 1] -> the controller's units on the simulator's device."""
+        a = action.detach().to(self.sim_device, torch.float32).reshape(self.num_envs, self.action_dim)
+        return self._act_mid + self._act_half * a.clamp(-1.0, 1.0)
+
+    def _slices(self) -> Iterator[tuple[Any, slice]]:
+        for index, part in enumerate(self.parts):
+            yield part, slice(index * self.part_size, (index + 1) * self.part_size)
+
+    def _out(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.device)
+
+    # ------------------------------------------------------------------ VecEnv
+    def reset(self, seed: int | None = None) -> ObsDict:
+        """Reset every env (``seed`` -> env ``i`` gets ``seed + i``). Obs ``[N, D]`` float32."""
+        rows = []
+        for part, rows_of in self._slices():
+            seeds = None if seed is None else [seed + i for i in range(rows_of.start, rows_of.stop)]
+            # one scene: ManiSkill takes an int seed; several: one seed per scene
+            obs, _ = part.reset(seed=seeds if seeds is None or len(seeds) > 1 else seeds[0])
+            rows.append(obs)
+        self.episode_step.zero_()
+        self._succeeded.zero_()
+        return {"policy": self._out(torch.cat(rows).to(torch.float32))}
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        """Advance every env one control period; ended envs reset (``info["final_obs"]``)."""
+        sim_action = self._sim_action(action)
+        obs_rows, rewards, terms, successes = [], [], [], []
+        for part, rows in self._slices():
+            obs, reward, terminated, _, info = part.step(sim_action[rows])
+            obs_rows.append(obs)
+            rewards.append(reward)
+            terms.append(terminated)
+            successes.append(info.get("success", torch.zeros(self.part_size, dtype=torch.bool)))
+        obs = torch.cat(obs_rows).to(torch.float32)
+        reward = torch.cat(rewards).to(torch.float32).reshape(self.num_envs)
+        self._succeeded |= torch.cat(successes).to(self.sim_device, torch.bool).reshape(self.num_envs)
+        terminated = torch.cat(terms).to(self.sim_device, torch.bool).reshape(self.num_envs)
+        if not self.cfg.terminate_on_success:
+            terminated = torch.zeros_like(terminated)
+        self.episode_step += 1
+        truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
+        done = terminated | truncated
+        success = self._succeeded & done
+        final_obs = obs
+        if bool(done.any()):
+            final_obs = obs.clone()
+            obs = self._reset_ended(obs, done)
+            self.episode_step[done] = 0
+            self._succeeded[done] = False
+        return (
+            {"policy": self._out(obs)},
+            self._out(reward),
+            self._out(terminated),
+            self._out(truncated),
+            {
+                "final_obs": {"policy": self._out(final_obs)},
+                "reward_terms": {"env": self._out(reward)},
+                "success": self._out(success),
+            },
         )
+
+    def _reset_ended(self, obs: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """``obs`` with the rows of ended envs replaced by their next episode's first observation."""
+        out = obs.clone()
+        for part, rows in self._slices():
+            ended = torch.nonzero(done[rows]).flatten()
+            if len(ended) == 0:
+                continue
+            if self.part_size == 1:
+                first, _ = part.reset()
+            else:  # partial reset: ManiSkill re-initializes the listed scenes only
+                first, _ = part.reset(options={"env_idx": ended})
+                first = first[ended]
+            out[rows.start + ended] = first.to(torch.float32)
+        return out
+
+    def raw_step(self, action: torch.Tensor) -> None:
+        """ManiSkill's own step of every env object, unconverted and without resets: what a
+        hand-written loop over ManiSkill does per control step (``ratio_vs_raw`` in the bench)."""
+        sim_action = self._sim_action(action)
+        for part, rows in self._slices():
+            part.step(sim_action[rows])
+
+    def io_spec(self) -> IOSpec:
+        obs = (ObsField("state", self.obs_spec["policy"][0], description=f"ManiSkill {self.cfg.env_id} state obs"),)
+        actions = tuple(
+            ActionField(
+                f"action_{i}",
+                1,
+                scale=float(self._act_half[i]),
+                offset=float(self._act_mid[i]),
+                description=f"ManiSkill controller {self.control_mode}",
+            )
+            for i in range(self.action_dim)
+        )
+        return IOSpec(
+            obs,
+            actions,
+            control_period_s=self.dt,
+            extra={"env_id": self.cfg.env_id, "control_mode": self.control_mode},
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Episode counters only (see :attr:`exact_resume`); after loading, call ``reset``."""
+        return {"episode_step": self.episode_step.cpu().clone(), "env_id": self.cfg.env_id}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("env_id") != self.cfg.env_id:
+            raise EmbodiedError(f"state is for {state.get('env_id')!r}, this env runs {self.cfg.env_id!r}")
+        self.episode_step.copy_(torch.as_tensor(state["episode_step"]).to(self.sim_device))
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.close()
+        self.parts = []

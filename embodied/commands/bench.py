@@ -33,6 +33,9 @@ Time simulator throughput in env-steps per second (envs x steps / seconds), the 
                                                         BACKEND:TASK: the task's full step on that
                                                         backend against its raw physics step
                                                         (ratio_vs_raw; target >= 0.9)
+  embodied bench sim maniskill:PushCube-v1 --num-envs 8 --steps 50 --json
+                                                        a ManiSkill3 task (physx CPU, one scene per
+                                                        env) against ManiSkill's own env.step loop
 
 --compile/--no-compile: run the physics through torch.compile. Default: compile when it pays,
 i.e. from {min_envs} envs up (the one-off compile, reported as warmup_s, is not timed).
