@@ -174,6 +174,11 @@ ALGOS: dict[str, Entry] = {
         "embodied.algos.reinflow:ReinFlowCfg",
         "ReinFlow: PPO over a flow policy's noisy denoising chain (--base RUN_DIR of bc-flow)",
     ),
+    "o2o": Entry(
+        "embodied.algos.o2o:O2O",
+        "embodied.algos.o2o:O2OCfg",
+        "offline-to-online: Cal-QL pretraining, then RLPD or WSRL-style SAC (--dataset PATH)",
+    ),
 }
 
 EXPERTS: dict[str, str] = {

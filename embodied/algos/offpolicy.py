@@ -138,6 +138,8 @@ class TrainBatch:
     action: torch.Tensor
     reward: torch.Tensor
     discount: torch.Tensor
+    mc_return: torch.Tensor | None = None
+    """``[B]`` Monte-Carlo return of each row where the batch source knows it (offline data), else None."""
 
 
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
@@ -202,6 +204,8 @@ class OffPolicyBase:
         """Envs of all ranks together (``num_envs`` is this rank's share)."""
         self.local_batch_size = distributed.split_evenly(cfg.batch_size, "algo.batch_size")
         """Transitions this rank samples per gradient step (``batch_size`` over all ranks)."""
+        self.track_obs_stats = True
+        """Merge observed states into the running normalizers (off: statistics frozen, e.g. to a dataset's)."""
         self.env_steps = 0
         """Transitions observed so far (summed over the envs of all ranks)."""
         self.num_updates = 0
@@ -268,6 +272,7 @@ class OffPolicyBase:
             action=batch.action,
             reward=batch.reward,
             discount=batch.discount,
+            mc_return=batch.mc_return,
         )
 
     def adamw(self, params: Iterable[nn.Parameter], lr: float) -> torch.optim.AdamW:
@@ -292,9 +297,9 @@ class OffPolicyBase:
 
     def observe(self, transition: Transition) -> None:
         """Store the step and merge its observations into the running statistics."""
-        if self.policy.obs_norm is not None:
+        if self.policy.obs_norm is not None and self.track_obs_stats:
             self.policy.obs_norm.update(transition.obs["policy"].reshape(self.num_envs, -1))
-        if self.critic_norm is not None:
+        if self.critic_norm is not None and self.track_obs_stats:
             self.critic_norm.update(transition.obs[self.critic_group].reshape(self.num_envs, -1))
         self.replay.add(
             transition.obs,
@@ -317,13 +322,19 @@ class OffPolicyBase:
         stored = len(self.replay) * (self.total_envs // self.num_envs)  # every rank stores alike
         return self.env_steps >= self.cfg.learning_starts and stored >= warm and self.replay.num_sampleable > 0
 
-    def update(self) -> dict[str, float]:
-        """``updates_per_step`` critic steps, an actor step every ``policy_frequency``; mean metrics."""
+    def sample_batch(self) -> ReplayBatch:
+        """Hook: the raw batch of one gradient step (here: this rank's share of ``batch_size`` rows of
+        the replay buffer)."""
+        return self.replay.sample(self.local_batch_size)
+
+    def update(self, num_steps: int | None = None) -> dict[str, float]:
+        """``num_steps`` (default ``updates_per_step``) critic steps, an actor step every
+        ``policy_frequency``; mean metrics."""
         sums: dict[str, torch.Tensor] = {}
         counts: dict[str, int] = {}
-        for _ in range(self.cfg.updates_per_step):
+        for _ in range(self.cfg.updates_per_step if num_steps is None else num_steps):
             self.num_updates += 1
-            batch = self.prepare(self.replay.sample(self.local_batch_size))
+            batch = self.prepare(self.sample_batch())
             loss, metrics = self.critic_loss(batch)
             optimize(self.critic_opt, loss, self.critic.parameters(), self.cfg.max_grad_norm, self.world)
             metrics["critic_loss"] = loss

@@ -45,7 +45,9 @@ class ReplayBatch:
 
     ``obs``/``next_obs``: ObsDicts of ``[B, dim]``; ``action [B, A]``; ``reward [B]`` (n-step
     discounted sum); ``discount [B]`` (``gamma^(steps) * (1 - terminated)``: the factor on the
-    bootstrap value, zero after a true termination); ``steps [B]`` (int, rewards summed).
+    bootstrap value, zero after a true termination); ``steps [B]`` (int, rewards summed);
+    ``mc_return [B]``: the Monte-Carlo return from each row where the source knows it
+    (offline data, ``embodied/data/offline.py``), else None.
     """
 
     obs: ObsDict
@@ -54,6 +56,7 @@ class ReplayBatch:
     discount: torch.Tensor
     next_obs: ObsDict
     steps: torch.Tensor
+    mc_return: torch.Tensor | None = None
 
 
 def available_memory_bytes(device: torch.device) -> int:
