@@ -8,8 +8,9 @@ Phases (``phase`` in checkpoints and the ``algo/phase`` metric: 0 offline, 1 war
    soft maximum of Q over uniform actions and policy actions at ``s`` and ``s'`` (importance
    weighted), minus Q of the dataset action; the Q-values of policy actions are first clipped
    from below by the dataset's Monte-Carlo return of ``s`` (Cal-QL; ``calql_bound=false``
-   gives plain CQL). The actor and temperature follow SAC. The env still runs the current
-   policy (so training curves show it), but those transitions are not stored.
+   gives plain CQL). The Bellman target has no entropy bonus unless ``backup_entropy``.
+   The actor and temperature follow SAC. The env still runs the current policy (so training
+   curves show it), but those transitions are not stored.
 2. **online** (``online_mode``):
    ``rlpd``: every batch is half dataset, half online replay (RLPD's symmetric sampling), the
    conservative penalty is dropped; ``wsrl``: the dataset is dropped, the first
@@ -54,6 +55,11 @@ class O2OCfg(SACCfg):
     actor_q: Literal["min", "mean"] = "mean"
     actor_lr: float = 1e-4
     learning_starts: int = 0
+    init_alpha: float = 0.1
+    backup_entropy: bool = False
+    """Add SAC's entropy bonus ``-alpha log pi`` to the Bellman target. Off (Cal-QL's default):
+    Q then estimates the return alone, the quantity the Monte-Carlo bound is a bound of; with
+    sparse 0/1 rewards the bonus would otherwise swamp the reward."""
     online_mode: Literal["rlpd", "wsrl"] = "rlpd"
     """Online phase: ``rlpd`` (half of every batch from the dataset) or ``wsrl`` (dataset dropped,
     warm-up collected by the pretrained policy, then online data only)."""
@@ -210,7 +216,9 @@ class O2O(SAC):
 
     # ----------------------------------------------------------------- losses
     def critic_loss(self, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        loss, metrics = super().critic_loss(batch)
+        backup_alpha = self.alpha if self.cfg.backup_entropy else torch.zeros((), device=self.device)
+        loss, q_mean = self._critic_loss(batch, backup_alpha, self._subset())
+        metrics = {"q_mean": q_mean}
         if self.phase == "offline" and self.cfg.cql_alpha > 0.0:
             penalty = self._conservative_penalty(batch)  # [E]
             metrics["cql_penalty"] = penalty.detach().mean()
@@ -244,7 +252,14 @@ class O2O(SAC):
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "phase": self.phase, "offline_updates": self.offline_updates}
+        """SAC's state plus the phase, the offline step count and the dataset sampler's RNG
+        (the dataset itself is reloaded by ``preload`` on resume)."""
+        return {
+            **super().state_dict(),
+            "phase": self.phase,
+            "offline_updates": self.offline_updates,
+            "offline_generator": None if self.offline is None else self.offline.generator.get_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -252,3 +267,5 @@ class O2O(SAC):
         self.offline_updates = int(state["offline_updates"])
         if self.phase != "offline" and self.cfg.online_mode == "wsrl":
             self.offline = None
+        if self.offline is not None and state["offline_generator"] is not None:
+            self.offline.generator.set_state(state["offline_generator"].cpu())
