@@ -129,7 +129,9 @@ def test_symmetric_sampler_splits_half_and_half(tmp_path: Path) -> None:
         from_online = batch.obs["policy"][:, 0] < 0
         assert int((~from_online).sum()) == round(size / 2)  # offline share first, then online
         assert bool((~from_online[: round(size / 2)]).all()) and bool(from_online[round(size / 2) :].all())
-        assert batch.mc_return is None  # online rows have no Monte-Carlo return
+        assert batch.mc_return is not None  # online rows have no Monte-Carlo return: no bound
+        assert bool((batch.mc_return[from_online] == -torch.inf).all())
+        assert bool(torch.isfinite(batch.mc_return[~from_online]).all())
     assert bool((symmetric_sample(online, offline, 8, offline_fraction=0.0).obs["policy"] < 0).all())
 
 

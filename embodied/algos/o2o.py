@@ -77,6 +77,9 @@ class O2OCfg(SACCfg):
     calql_bound: bool = True
     """Clip the pushed-down policy Q-values from below by the dataset's Monte-Carlo return (Cal-QL);
     false: plain CQL."""
+    online_cql_alpha: float = 0.0
+    """``rlpd``: weight of the conservative penalty online as well (Cal-QL's own fine-tuning keeps
+    it; RLPD has none: 0). Online rows have no Monte-Carlo return, so their bound is off."""
     offline_fraction: float = 0.5
     """``rlpd``: share of every online batch drawn from the dataset."""
     wsrl_warmup_steps: int = 5_000
@@ -88,6 +91,7 @@ class O2OCfg(SACCfg):
             (self.offline_steps >= 1, f"offline_steps must be >= 1, got {self.offline_steps}"),
             (self.offline_updates_per_step >= 1, "offline_updates_per_step must be >= 1"),
             (self.cql_alpha >= 0.0, f"cql_alpha must be >= 0, got {self.cql_alpha}"),
+            (self.online_cql_alpha >= 0.0, f"online_cql_alpha must be >= 0, got {self.online_cql_alpha}"),
             (self.cql_num_actions >= 1, f"cql_num_actions must be >= 1, got {self.cql_num_actions}"),
             (self.cql_temperature > 0.0, f"cql_temperature must be > 0, got {self.cql_temperature}"),
             (0.0 <= self.offline_fraction < 1.0, f"offline_fraction must be in [0, 1), got {self.offline_fraction}"),
@@ -219,10 +223,11 @@ class O2O(SAC):
         backup_alpha = self.alpha if self.cfg.backup_entropy else torch.zeros((), device=self.device)
         loss, q_mean = self._critic_loss(batch, backup_alpha, self._subset())
         metrics = {"q_mean": q_mean}
-        if self.phase == "offline" and self.cfg.cql_alpha > 0.0:
+        weight = self.cfg.cql_alpha if self.phase == "offline" else self.cfg.online_cql_alpha
+        if weight > 0.0:
             penalty = self._conservative_penalty(batch)  # [E]
             metrics["cql_penalty"] = penalty.detach().mean()
-            loss = loss + self.cfg.cql_alpha * penalty.sum()  # summed over critics like the TD loss
+            loss = loss + weight * penalty.sum()  # summed over critics like the TD loss
         return loss, metrics
 
     def _conservative_penalty(self, batch: TrainBatch) -> torch.Tensor:

@@ -85,7 +85,8 @@ class OfflineTransitions:
 
 
 def concat_batches(parts: list[ReplayBatch]) -> ReplayBatch:
-    """Rows of ``parts`` stacked in order; ``mc_return`` only when every part has it.
+    """Rows of ``parts`` stacked in order; ``mc_return`` when any part has it, ``-inf`` (no known
+    bound) on the rows of parts without it.
 
     Every part must hold the same observation groups (a named error otherwise).
     """
@@ -96,7 +97,12 @@ def concat_batches(parts: list[ReplayBatch]) -> ReplayBatch:
                 f"cannot mix batches with observation groups {sorted(groups)} and {sorted(part.obs)}: "
                 "offline data holds only the 'policy' group"
             )
-    has_mc = all(p.mc_return is not None for p in parts)
+    has_mc = any(p.mc_return is not None for p in parts)
+
+    def mc(part: ReplayBatch) -> torch.Tensor:
+        known = part.mc_return
+        return torch.full_like(part.reward, -torch.inf) if known is None else known
+
     return ReplayBatch(
         obs={g: torch.cat([p.obs[g] for p in parts]) for g in groups},
         action=torch.cat([p.action for p in parts]),
@@ -104,7 +110,7 @@ def concat_batches(parts: list[ReplayBatch]) -> ReplayBatch:
         discount=torch.cat([p.discount for p in parts]),
         next_obs={g: torch.cat([p.next_obs[g] for p in parts]) for g in groups},
         steps=torch.cat([p.steps for p in parts]),
-        mc_return=torch.cat([p.mc_return for p in parts if p.mc_return is not None]) if has_mc else None,
+        mc_return=torch.cat([mc(p) for p in parts]) if has_mc else None,
     )
 
 
