@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from embodied import registry
 from embodied.algo import PreloadSource, Transition
 from embodied.algos.o2o import O2O, O2OCfg, calql_penalty
 from embodied.cli import main
@@ -182,6 +183,13 @@ def test_phases_and_resume(env: ArmPush, tmp_path: Path, mode: Literal["rlpd", "
     again.load_state_dict(algo.state_dict())
     assert again.phase == "online" and again.offline_updates == 6
     assert (again.offline is None) == (mode == "wsrl")
+
+
+def test_refuses_a_privileged_critic_group(tmp_path: Path) -> None:
+    env = registry.make_env("quad-hover", registry.task_cfg("quad-hover"), 2, "cpu", seed=0)
+    algo = O2O(small_cfg("rlpd"), env)
+    with pytest.raises(EmbodiedError, match="privileged 'critic'"):
+        algo.preload(PreloadSource(dataset=_dataset(tmp_path)))
 
 
 def test_config_errors() -> None:

@@ -145,11 +145,6 @@ class O2O(SAC):
 
     def __init__(self, cfg: O2OCfg, env: VecEnv) -> None:
         super().__init__(cfg, env)
-        if self.critic_group != "policy":
-            raise EmbodiedError(
-                f"o2o: the task has a privileged {self.critic_group!r} observation group, which datasets "
-                "do not record; use a task whose critics read the 'policy' group"
-            )
         self.phase = "offline"
         self.offline_updates = 0
         """Offline gradient steps done."""
@@ -163,6 +158,11 @@ class O2O(SAC):
         if source.dataset is None:
             raise EmbodiedError(
                 f"o2o pretrains on a dataset: give --dataset PATH (it cannot start from {source.describe()})"
+            )
+        if self.critic_group != "policy":
+            raise EmbodiedError(
+                f"o2o: the task has a privileged {self.critic_group!r} observation group, which datasets "
+                "do not record; use a task whose critics read the 'policy' group"
             )
         demos = load_dataset(source.dataset, obs_dim=self.obs_dim, action_dim=self.action_dim)
         norm = self.policy.obs_norm
