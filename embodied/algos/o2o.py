@@ -141,6 +141,9 @@ def calql_penalty(
 class O2O(SAC):
     """Offline-to-online SAC (see module docstring); ``Preloadable`` with ``--dataset``."""
 
+    multi_process = False
+    """Not checked in several processes (the dataset batches are not split over ranks)."""
+
     cfg: O2OCfg
 
     def __init__(self, cfg: O2OCfg, env: VecEnv) -> None:
