@@ -10,12 +10,13 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from real_support import (
     ARM_JOINTS,
+    PERIOD,
+    Rig,
     arm_io_spec,
     export_policy,
     joint_state,
@@ -34,36 +35,7 @@ from embodied.real.runner import PolicyRunner
 from embodied.real.safety import SafetyState
 from embodied.real.transports.memory import MemoryTransport
 
-PERIOD = 0.01
 SAFE = np.zeros(4)
-
-
-class Rig:
-    """A node on an in-process transport with a hand-driven clock."""
-
-    def __init__(self, export_dir: Path, robot: str | Path | None = None) -> None:
-        self.now = 0.0
-        self.transport = MemoryTransport()
-        self.robot = load_robot(robot or quad_robot())
-        self.node = PolicyNode(self.transport, self.robot, PolicyRunner(export_dir), clock=lambda: self.now)
-        first = next(iter(self.robot.inputs.values()))
-        self.sensor = self.transport.publisher(first.topic, first.type, first.qos)
-        self.estop = self.transport.publisher(self.robot.safety.estop_topic, "std_msgs/msg/Bool", "latched")
-
-    def period(self, message: Any | None) -> np.ndarray | None:
-        """Advance one control period, optionally delivering ``message`` first; return the command."""
-        self.now += PERIOD
-        if message is not None:
-            self.sensor(message)
-        return self.node.step(self.now)
-
-    def published(self) -> list[Any]:
-        return self.transport.published[self.transport.resolve(self.robot.command.topic)]
-
-    def diagnostics(self) -> dict[str, str]:
-        """Key/values of the newest /diagnostics message."""
-        last = self.transport.published["/diagnostics"][-1]
-        return {kv.key: kv.value for kv in last.status[0].values}
 
 
 @pytest.fixture(scope="module")
