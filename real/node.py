@@ -83,9 +83,10 @@ class PolicyNode:
     replaces both: loop, arrival and stamp ages all run on ``/clock``. ``rt_priority``: the
     loop thread's ``SCHED_FIFO`` priority (0: normal scheduling; see :mod:`embodied.real.realtime`).
 
-    Safety events (every publisher of an input left, e-stop engaged) wake the loop for an extra
-    step at once instead of waiting for the next period; that step only ever sends the safe
-    command (the policy runs on its trained period only).
+    Safety events (every publisher of an input left, e-stop engaged, an input gap falling due:
+    the loop's watchdog) wake the loop for an extra step at once instead of waiting for the next
+    period; that step only ever sends the hold or safe command (the policy runs on its trained
+    period only).
     """
 
     def __init__(
@@ -117,10 +118,9 @@ class PolicyNode:
         self._lock = threading.Lock()
         gap = robot.safety.gap_hold
         gap_s = None if gap is None else gap.after_periods * self.period_s
+        watched = set() if gap is None else set(gap.inputs or robot.inputs)
         self.gates = {
-            name: InputGate(
-                cfg, self.period_s, gap_s if gap is not None and (not gap.inputs or name in gap.inputs) else None
-            )
+            name: InputGate(cfg, self.period_s, gap_s if name in watched else None)
             for name, cfg in robot.inputs.items()
         }
         self._stamped_input = next((n for n, g in self.gates.items() if g.stamped), None)

@@ -96,10 +96,11 @@ def test_without_gap_hold_the_node_samples_until_the_stale_limit(quad_export: Pa
 
 def test_the_running_loop_holds_when_the_sensor_stops(quad_export: Path, tmp_path: Path) -> None:
     """A sensor that stops without leaving (no publisher-lost event): the next command after the
-    policy's is the hold, then the safe command. A stale limit of 2 s keeps the order certain
-    on a loaded machine (a loop starved past the limit would skip the hold)."""
+    policy's is the hold, then the safe command. Stale limits of 2 s keep the order certain on
+    a loaded machine (a loop starved past the limit would skip the hold)."""
     transport = MemoryTransport()
-    robot = load_robot(write_robot_variant(tmp_path, quad_robot(), {"inputs.odom.stale_timeout_s": 2.0}))
+    limits = {"inputs.odom.stale_timeout_s": 2.0, "inputs.odom.max_stamp_age_s": 2.0}
+    robot = load_robot(write_robot_variant(tmp_path, quad_robot(), limits))
     node = PolicyNode(transport, robot, PolicyRunner(quad_export), period_s=PERIOD)
     odom = robot.inputs["odom"]
     sensor = transport.publisher(odom.topic, odom.type, odom.qos)

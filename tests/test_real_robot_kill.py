@@ -28,7 +28,7 @@ from real_support import export_policy, free_domain_id, quad_robot, write_robot_
 
 from embodied import registry
 from embodied.real import messages
-from embodied.real.freshness import INPUT_GAP, PUBLISHER_LOST, STALE_ARRIVAL
+from embodied.real.freshness import INPUT_GAP, PUBLISHER_LOST, STALE_ARRIVAL, STALE_STAMP
 from embodied.real.node import PolicyNode
 from embodied.real.robot_config import load_robot
 from embodied.real.runner import PolicyRunner
@@ -56,9 +56,9 @@ def test_killing_sim_robot_ends_the_wire_with_hold_then_safe_commands(tmp_path: 
     env.close()
     # Wide envelope: an untrained policy tumbles; any safe command must come from the kill.
     wide = {k: 1e9 for k in ("pos_err_m", "tilt_rad", "ang_vel_rad_s", "lin_vel_m_s")}
-    # A stale limit of 2 s: the order hold -> safe stays certain even if this process is starved
+    # Stale limits of 2 s: the order hold -> safe stays certain even if this process is starved
     # for a while (the shipped 0.2 s is what bench/deploy_under_load.py measures).
-    edits = {"safety.envelope_limits": wide, "inputs.odom.stale_timeout_s": 2.0}
+    edits = {"safety.envelope_limits": wide, "inputs.odom.stale_timeout_s": 2.0, "inputs.odom.max_stamp_age_s": 2.0}
     robot_path = write_robot_variant(tmp_path, quad_robot(), edits)
     robot = load_robot(robot_path)
     safe = np.asarray(robot.safety.safe_command)
@@ -128,5 +128,6 @@ def test_killing_sim_robot_ends_the_wire_with_hold_then_safe_commands(tmp_path: 
         # Nothing on the wire says a killed process left: the node's own clock noticed, the gap
         # hold first (from the watchdog, between periods or on one), the stale limit after it.
         assert after[0] == "hold", after[:5]
-        assert node.rejections[INPUT_GAP] >= 1 and node.rejections[STALE_ARRIVAL] >= 1, node.rejections
+        stale = node.rejections[STALE_ARRIVAL] + node.rejections[STALE_STAMP]
+        assert node.rejections[INPUT_GAP] >= 1 and stale >= 1, node.rejections
         assert node.transitions["hold->stale"] == 1, node.transitions
