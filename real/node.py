@@ -256,6 +256,8 @@ class PolicyNode:
             problem = gate.judge(now_s, self.stamp_clock)
             if problem is not None:
                 return SafetyState.STALE, problem[0], problem[1]
+        if self.safety.state not in (SafetyState.ARMED, SafetyState.HOLD):
+            return None  # a gap matters only while the policy drives; it must not hide other reasons
         for gate in self.gates.values():
             problem = gate.gap(now_s)
             if problem is not None:
