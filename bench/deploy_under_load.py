@@ -182,7 +182,9 @@ class CommandWatch:
     epoch). Write times, not this process's receive times: this watcher runs in the normal class
     beside busy loops, and its own wake-up delays are not the node's."""
 
-    def __init__(self, domain: int, topic: str, type_name: str, safe: np.ndarray, hold: np.ndarray) -> None:
+    def __init__(
+        self, domain: int, topic: str, type_name: str, safe: np.ndarray, hold: np.ndarray, state_topic: str = ""
+    ) -> None:
         from embodied.real import messages
         from embodied.real.transports.dds import DdsTransport
 
@@ -203,6 +205,20 @@ class CommandWatch:
                 self.seen_ns[written] = time.time_ns()
 
         self.transport.subscribe(topic, type_name, "reliable", on_command)
+        self.state_writes: list[int] = []
+        """Write times of the robot side's state messages (``state_topic``, odometry)."""
+
+        def on_state(message: Any) -> None:
+            with self._lock:
+                self.state_writes.append(int(message.sample_info.source_timestamp))
+
+        if state_topic:
+            self.transport.subscribe(state_topic, "nav_msgs/msg/Odometry", "sensor", on_state)
+
+    def last_state_before(self, t_ns: int) -> int:
+        """Write time of the newest state message written before ``t_ns`` (0: none)."""
+        with self._lock:
+            return max((ts for ts in self.state_writes if ts < t_ns), default=0)
 
     def count_since(self, t_ns: int, kinds: tuple[str, ...]) -> int:
         with self._lock:
@@ -223,6 +239,12 @@ class CommandWatch:
                 return (first - t_ns) * 1e-9
             time.sleep(0.005)
         return None
+
+    def last_kind_before(self, t_ns: int) -> str:
+        """Kind of the newest command written before ``t_ns`` ("" when none)."""
+        with self._lock:
+            before = [(ts, kind) for ts, kind in self.events if ts < t_ns]
+        return max(before)[1] if before else ""
 
     def policy_after(self, t_ns: int) -> int:
         """Policy commands written after the first non-policy command that follows ``t_ns``."""
@@ -265,7 +287,8 @@ def kill_series(export: Path, victim: str, sig: signal.Signals, n: int, n_busy: 
     robot = load_robot(robot_config())
     common = ["--robot", str(robot_config()), "--loopback", "--domain-id", str(domain)]
     safe = np.asarray(robot.safety.safe_command)
-    watch = CommandWatch(domain, robot.command.topic, robot.command.type, safe, _hold_command(export))
+    state_topic = robot.inputs["odom"].topic if victim == "robot" else ""
+    watch = CommandWatch(domain, robot.command.topic, robot.command.type, safe, _hold_command(export), state_topic)
     load = busy(n_busy)
     node: subprocess.Popen[Any] | None = None
     sim: subprocess.Popen[Any] | None = None
@@ -285,17 +308,35 @@ def kill_series(export: Path, victim: str, sig: signal.Signals, n: int, n_busy: 
                 stop_all([sim])
                 continue
             target = node if victim == "node" else sim
-            t_kill = time.time_ns()
-            target.send_signal(sig)
-            first = watch.first_after(t_kill, ("hold", "safe"))
-            first_safe = watch.first_after(t_kill, ("safe",))
-            seen = watch.first_after(t_kill, ("hold", "safe"), seen=True)
+            t_sent = time.time_ns()
+            os.kill(target.pid, sig)
+            first = watch.first_after(t_sent, ("hold", "safe"))
+            first_safe = watch.first_after(t_sent, ("safe",))
+            seen = watch.first_after(t_sent, ("hold", "safe"), seen=True)
+            armed = watch.last_kind_before(t_sent)  # after the waits above: the watcher has caught up
+            if armed != "policy":
+                # The node was not driving at the kill (an envelope exit, a gap hold): its reaction
+                # to the kill cannot be told apart. Not counted.
+                results.append({"error": f"not driving at the kill (last command: {armed or 'none'})"})
+                print(victim, sig.name, results[-1], flush=True)
+                stop_all([sim] if victim == "robot" else [sim, node])
+                continue
+            # This script runs in the normal class beside busy loops: it may lose the CPU between
+            # reading the clock and the kill. A SIGKILLed victim cannot have died before its last
+            # state write, so measure from the later of the two (still an upper bound on the
+            # reaction). Not for SIGTERM: a victim may write once more while its handler is due.
+            last_state = watch.last_state_before(t_sent + round((first or 0.0) * 1e9))
+            t_kill = max(t_sent, last_state) if sig == signal.SIGKILL else t_sent
+            shift_s = (t_kill - t_sent) * 1e-9
+            first = None if first is None else first - shift_s
+            first_safe = None if first_safe is None else first_safe - shift_s
             time.sleep(0.3)  # policy commands after the reaction would show up by now
             results.append(
                 {
                     "to_hold_or_safe_ms": None if first is None else round(first * 1e3, 2),
                     "to_safe_ms": None if first_safe is None else round(first_safe * 1e3, 2),
-                    "seen_by_watcher_ms": None if seen is None else round(seen * 1e3, 2),
+                    "seen_by_watcher_ms": None if seen is None else round((seen - shift_s) * 1e3, 2),
+                    "signal_sent_late_ms": round(shift_s * 1e3, 2),
                     "policy_after": watch.policy_after(t_kill),
                 }
             )
