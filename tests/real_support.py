@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import random
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +223,28 @@ class Rig:
         """Key/values of the newest /diagnostics message."""
         last = self.transport.published["/diagnostics"][-1]
         return {kv.key: kv.value for kv in last.status[0].values}
+
+
+@contextlib.contextmanager
+def armed_running_node(export_dir: Path, robot_path: Path) -> Iterator[tuple[PolicyNode, MemoryTransport]]:
+    """A node running its own loop (period :data:`PERIOD`) on an in-process transport, fed fresh
+    odometry until it armed; the loop stops on exit. The feed stops when the block starts."""
+    from embodied.real.safety import SafetyState
+
+    transport = MemoryTransport()
+    node = PolicyNode(transport, load_robot(robot_path), PolicyRunner(export_dir), period_s=PERIOD)
+    odom = node.robot.inputs["odom"]
+    sensor = transport.publisher(odom.topic, odom.type, odom.qos)
+    stop = threading.Event()
+    loop = threading.Thread(target=node.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 20.0
+        while node.state is not SafetyState.ARMED and time.monotonic() < deadline:
+            sensor(odometry())
+            time.sleep(PERIOD / 2)
+        assert node.state is SafetyState.ARMED
+        yield node, transport
+    finally:
+        stop.set()
+        loop.join(timeout=5.0)

@@ -9,13 +9,21 @@ for the next period or the middleware.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from real_support import PERIOD, Rig, export_policy, odometry, quad_robot, quad_spec, write_robot_variant
+from real_support import (
+    PERIOD,
+    Rig,
+    armed_running_node,
+    export_policy,
+    odometry,
+    quad_robot,
+    quad_spec,
+    write_robot_variant,
+)
 
 from embodied.config import ConfigError
 from embodied.real import messages
@@ -98,28 +106,13 @@ def test_the_running_loop_holds_when_the_sensor_stops(quad_export: Path, tmp_pat
     """A sensor that stops without leaving (no publisher-lost event): the next command after the
     policy's is the hold, then the safe command. Stale limits of 2 s keep the order certain on
     a loaded machine (a loop starved past the limit would skip the hold)."""
-    transport = MemoryTransport()
     limits = {"inputs.odom.stale_timeout_s": 2.0, "inputs.odom.max_stamp_age_s": 2.0}
-    robot = load_robot(write_robot_variant(tmp_path, quad_robot(), limits))
-    node = PolicyNode(transport, robot, PolicyRunner(quad_export), period_s=PERIOD)
-    odom = robot.inputs["odom"]
-    sensor = transport.publisher(odom.topic, odom.type, odom.qos)
-    stop = threading.Event()
-    loop = threading.Thread(target=node.run, args=(stop,), daemon=True)
-    loop.start()
-    try:
-        deadline = time.monotonic() + 20.0
-        while node.state is not SafetyState.ARMED and time.monotonic() < deadline:
-            sensor(odometry())
-            time.sleep(PERIOD / 2)
-        assert node.state is SafetyState.ARMED
-        # The sensor goes silent; wait for the stale limit to pass (generous: a loaded machine).
+    with armed_running_node(quad_export, write_robot_variant(tmp_path, quad_robot(), limits)) as (node, transport):
+        # The sensor went silent; wait for the stale limit to pass (generous: a loaded machine).
         deadline = time.monotonic() + 20.0
         while node.state is not SafetyState.STALE and time.monotonic() < deadline:
             time.sleep(PERIOD)
-    finally:
-        stop.set()
-        loop.join(timeout=5.0)
+    robot = node.robot
     assert node.state is SafetyState.STALE
     hover = _hover(quad_export)
     commands = [messages.to_vector(m.data) for m in transport.published[transport.resolve(robot.command.topic)]]
