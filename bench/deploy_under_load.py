@@ -406,8 +406,8 @@ def main() -> int:
     for victim in [v for v in args.kill_victims.split(",") if v] if args.kill_tests else ():
         for name in [s for s in args.kill_signals.split(",") if s]:
             if victim == "node" and name == "SIGKILL":
-                # Nothing in a SIGKILLed node can send a command; the robot side's own command
-                # timeout has to act (sim-robot holds the last command, as a vehicle's would not).
+                # Nothing in a SIGKILLed node can send a command: only the robot side's own command
+                # timeout can act (sim-robot --realtime has none; it holds the last command).
                 print("skipping SIGKILL of the node: it cannot send anything", flush=True)
                 continue
             results = kill_series(export, victim, signal.Signals[name], args.kill_tests, args.busy)
