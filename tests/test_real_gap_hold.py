@@ -48,6 +48,12 @@ def _hover(export: Path) -> np.ndarray:
     return ActionMap.from_io_spec(spec).to_physical(np.full(spec.action_dim, float(spec.extra["hover_action"])))
 
 
+def _kind(command: np.ndarray | None, hover: np.ndarray) -> str:
+    """``safe`` (motors off), ``hover`` (the gap hold) or ``policy``; a period must send one."""
+    assert command is not None, "no command was published this period"
+    return "safe" if np.allclose(command, SAFE) else "hover" if np.allclose(command, hover) else "policy"
+
+
 def _arm(rig: Rig) -> None:
     for _ in range(rig.robot.safety.rearm_periods + 1):
         rig.period(odometry())
@@ -81,7 +87,7 @@ def test_a_long_gap_escalates_to_the_safe_command_at_the_stale_limit(quad_export
     hover = _hover(quad_export)
     _arm(rig)
     silent = [rig.period(None) for _ in range(STALE_ARRIVAL_PERIODS + 3)]
-    kinds = ["safe" if np.allclose(c, SAFE) else "hover" if np.allclose(c, hover) else "policy" for c in silent]
+    kinds = [_kind(c, hover) for c in silent]
     first_hover, first_safe = kinds.index("hover"), kinds.index("safe")
     assert first_hover == 1  # the second silent period
     assert set(kinds[:first_hover]) == {"policy"} and set(kinds[first_hover:first_safe]) == {"hover"}
@@ -90,7 +96,7 @@ def test_a_long_gap_escalates_to_the_safe_command_at_the_stale_limit(quad_export
     assert rig.node.rejections[STALE_ARRIVAL] >= 1
     # Back from stale: the re-arm rule applies again (safe command for rearm - 1 good periods).
     resumed = [rig.period(odometry()) for _ in range(rig.robot.safety.rearm_periods)]
-    assert all(np.allclose(c, SAFE) for c in resumed[:-1])
+    assert all(_kind(c, hover) == "safe" for c in resumed[:-1])
 
 
 def test_without_gap_hold_the_node_samples_until_the_stale_limit(quad_export: Path, tmp_path: Path) -> None:
@@ -98,7 +104,7 @@ def test_without_gap_hold_the_node_samples_until_the_stale_limit(quad_export: Pa
     hover = _hover(quad_export)
     _arm(rig)
     silent = [rig.period(None) for _ in range(5)]
-    assert not any(np.allclose(c, hover) or np.allclose(c, SAFE) for c in silent)
+    assert all(_kind(c, hover) == "policy" for c in silent)
     assert rig.node.state is SafetyState.ARMED
 
 
@@ -116,7 +122,7 @@ def test_the_running_loop_holds_when_the_sensor_stops(quad_export: Path, tmp_pat
     assert node.state is SafetyState.STALE
     hover = _hover(quad_export)
     commands = [messages.to_vector(m.data) for m in transport.published[transport.resolve(robot.command.topic)]]
-    kinds = ["safe" if np.allclose(c, SAFE) else "hover" if np.allclose(c, hover) else "policy" for c in commands]
+    kinds = [_kind(c, hover) for c in commands]
     last_policy = max(i for i, k in enumerate(kinds) if k == "policy")
     after = kinds[last_policy + 1 :]
     assert after[0] == "hover" and "safe" in after
