@@ -10,7 +10,9 @@ deadline, then spins on the clock (the kernel's wake-up latency lands inside the
 after the deadline); the thread's timer slack, real-time priority and a garbage-collector freeze
 after warm-up are set by :mod:`embodied.real.realtime`. :meth:`ControlLoop.wake` runs an extra
 *event* step at once (a safety event such as every input publisher leaving must not wait for the
-next period); event steps do not count in the period statistics.
+next period); event steps do not count in the period statistics. A ``watchdog`` callable names
+the next moment such an event is due on the loop's own clock (an input gap), so the wall-clock
+loop also wakes then, without another thread.
 """
 
 from __future__ import annotations
@@ -99,11 +101,14 @@ class ControlLoop:
         event_step: Callable[[float], object] | None = None,
         rt_priority: int = 0,
         spin_s: float = SPIN_S,
+        watchdog: Callable[[], float] | None = None,
     ) -> None:
         """``sleep_until(deadline, stop) -> stopped`` waits on ``clock``'s time base (it should
         return early when :attr:`alarm` is set); the default sleeps and spins on the wall clock
         (right for a monotonic clock). ``event_step(now)`` is what :meth:`wake` runs (default
-        ``step``). ``rt_priority``: ``SCHED_FIFO`` priority of the loop thread, 0 for none."""
+        ``step``). ``rt_priority``: ``SCHED_FIFO`` priority of the loop thread, 0 for none.
+        ``watchdog() -> time`` (wall-clock loop only): when an event step is due between periods
+        (``inf``: none); asked again after every wake-up, so it may move while the loop sleeps."""
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0, got {period_s}")
         self.period_s = period_s
@@ -114,6 +119,7 @@ class ControlLoop:
         self._sleep_until = sleep_until or self._sleep_wall
         self.rt_priority = rt_priority
         self.spin_s = spin_s
+        self._watchdog = watchdog
         self.alarm = threading.Event()
         """Set by :meth:`wake`: the sleeping loop runs an event step now."""
         self.stats = LoopStats()
@@ -129,11 +135,16 @@ class ControlLoop:
                 return True
             if alarm.is_set():
                 return False
-            remaining = deadline - clock()
+            now = clock()
+            remaining = deadline - now
             if remaining <= 0:
                 return False
+            due = self._watchdog() if self._watchdog is not None else math.inf
+            if due <= now:
+                alarm.set()  # the caller runs an event step
+                return False
             if remaining > self.spin_s:
-                alarm.wait(remaining - self.spin_s)
+                alarm.wait(min(remaining - self.spin_s, due - now))
             else:
                 while clock() < deadline and not alarm.is_set():
                     pass  # spin: the kernel's wake-up latency was spent in the sleep before

@@ -12,10 +12,16 @@ transport delay, scheduling and clock offset up to :data:`STALE_STAMP_PERIODS` p
 tolerate the scheduler stalls of a heavily loaded 2-core machine (gaps of 100-150 ms were seen
 between consecutive sensor messages at load ~14) without cutting a vehicle's motors in flight,
 and still stop a policy acting on data that is a fraction of a second old.
+
+Before that limit, a *gap* (no new message for ``safety.gap_hold.after_periods`` periods, 1.5 by
+default) is the first stage: the node sends the robot's hold command without disarming (see
+:mod:`embodied.real.safety`), and :meth:`InputGate.gap_deadline` tells the control loop when to
+check, between periods too.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +43,7 @@ STALE_ARRIVAL = "stale_arrival"
 STALE_STAMP = "stale_stamp"
 FUTURE_STAMP = "future_stamp"
 PUBLISHER_LOST = "publisher_lost"
+INPUT_GAP = "input_gap"
 
 
 def stamp_ns(message: Any) -> int:
@@ -60,8 +67,10 @@ class _Latest:
 class InputGate:
     """Admission and freshness of one input. Not thread-safe: the node holds its lock."""
 
-    def __init__(self, cfg: InputCfg, period_s: float) -> None:
+    def __init__(self, cfg: InputCfg, period_s: float, gap_s: float | None = None) -> None:
+        """``gap_s``: time since the newest arrival that counts as a gap (``None``: not watched)."""
         self.cfg = cfg
+        self.gap_s = gap_s
         self.stamped = cfg.stamped
         self.stale_timeout_s = cfg.stale_timeout_s or STALE_ARRIVAL_PERIODS * period_s
         self.max_stamp_age_s = cfg.max_stamp_age_s or STALE_STAMP_PERIODS * period_s
@@ -101,6 +110,21 @@ class InputGate:
         self.publishers_lost = False
         self.accepted += 1
         return None
+
+    def gap_deadline(self) -> float:
+        """When the newest message becomes a gap on the node's clock (``inf``: not watched, or
+        no message yet)."""
+        latest = self.latest
+        return math.inf if self.gap_s is None or latest is None else latest.arrival_s + self.gap_s
+
+    def gap(self, now_s: float) -> tuple[str, str] | None:
+        """``(INPUT_GAP, detail)`` when no message arrived for ``gap_s`` at ``now_s``, else ``None``."""
+        since = now_s - (self.latest.arrival_s if self.latest is not None else math.inf)
+        if self.gap_s is None or not since >= self.gap_s:
+            return None
+        return INPUT_GAP, (
+            f"{self.cfg.name}: no message for {since * 1e3:.1f} ms (hold after {self.gap_s * 1e3:.1f} ms)"
+        )
 
     def judge(self, now_s: float, clock_s: Callable[[], float]) -> tuple[str, str] | None:
         """``None`` when the newest message is fresh at monotonic ``now_s``; else ``(reason, detail)``.

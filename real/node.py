@@ -14,6 +14,7 @@ over Cyclone DDS and rclpy.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -46,6 +47,7 @@ OK, WARN, ERROR = 0, 1, 2
 _LEVELS = {
     SafetyState.ARMED: OK,
     SafetyState.REARMING: WARN,
+    SafetyState.HOLD: WARN,
     SafetyState.WAITING: WARN,
     SafetyState.INACTIVE: WARN,
 }
@@ -81,9 +83,10 @@ class PolicyNode:
     replaces both: loop, arrival and stamp ages all run on ``/clock``. ``rt_priority``: the
     loop thread's ``SCHED_FIFO`` priority (0: normal scheduling; see :mod:`embodied.real.realtime`).
 
-    Safety events (every publisher of an input left, e-stop engaged) wake the loop for an extra
-    step at once instead of waiting for the next period; that step only ever sends the safe
-    command (the policy runs on its trained period only).
+    Safety events (every publisher of an input left, e-stop engaged, an input gap falling due:
+    the loop's watchdog) wake the loop for an extra step at once instead of waiting for the next
+    period; that step only ever sends the hold or safe command (the policy runs on its trained
+    period only).
     """
 
     def __init__(
@@ -113,7 +116,13 @@ class PolicyNode:
             compile_signal(robot, robot.safety.hold, "safety.hold") if robot.safety.hold is not None else None
         )
         self._lock = threading.Lock()
-        self.gates = {name: InputGate(cfg, self.period_s) for name, cfg in robot.inputs.items()}
+        gap = robot.safety.gap_hold
+        gap_s = None if gap is None else gap.after_periods * self.period_s
+        watched = set() if gap is None else set(gap.inputs or robot.inputs)
+        self.gates = {
+            name: InputGate(cfg, self.period_s, gap_s if name in watched else None)
+            for name, cfg in robot.inputs.items()
+        }
         self._stamped_input = next((n for n, g in self.gates.items() if g.stamped), None)
         self._answered_arrival: float | None = None
         self.received: dict[str, int] = dict.fromkeys(robot.inputs, 0)
@@ -161,6 +170,7 @@ class PolicyNode:
             (lambda deadline, stop: sim_clock.sleep_until(deadline, stop, self.loop.alarm)) if sim_clock else None,
             event_step=lambda now_s: self.step(now_s, sampled=False),
             rt_priority=rt_priority,
+            watchdog=self._gap_deadline if gap is not None else None,
         )
         self.commands_sent = 0
         self._last_hold: np.ndarray | None = None
@@ -246,7 +256,20 @@ class PolicyNode:
             problem = gate.judge(now_s, self.stamp_clock)
             if problem is not None:
                 return SafetyState.STALE, problem[0], problem[1]
+        if self.safety.state not in (SafetyState.ARMED, SafetyState.HOLD):
+            return None  # a gap matters only while the policy drives; it must not hide other reasons
+        for gate in self.gates.values():
+            problem = gate.gap(now_s)
+            if problem is not None:
+                return SafetyState.HOLD, problem[0], problem[1]
         return None
+
+    def _gap_deadline(self) -> float:
+        """The loop's watchdog: when the first watched input becomes a gap while the policy drives
+        (``inf`` otherwise: in every other state the hold or safe command goes out each period)."""
+        if self.safety.state is not SafetyState.ARMED:
+            return math.inf
+        return min(gate.gap_deadline() for gate in self.gates.values())
 
     def step(self, now_s: float, sampled: bool = True) -> np.ndarray | None:
         """One control period; returns the published command (physical units) or None.
@@ -278,6 +301,11 @@ class PolicyNode:
         self.reason = "" if problem is None else problem[2]
         if armed and self.safety.sent_action is not None:
             self.builder.history.push(self.safety.sent_action)
+        elif after is SafetyState.HOLD:
+            # Still armed: the hold is the action of this period (event steps between periods
+            # leave the history alone, so it advances once per trained period).
+            if sampled and self.safety.sent_action is not None:
+                self.builder.history.push(self.safety.sent_action)
         else:
             # The policy always restarts from an empty history, as at the start of an episode,
             # and a chunked policy from a fresh plan.

@@ -462,6 +462,18 @@ class ActionHistory:
         return self._buf.ravel()
 
 
+def policy_extra_number(io_spec: IOSpec, name: str, what: str) -> float:
+    """The number ``policy_io.json``'s ``extra`` holds under ``name`` (e.g. ``hover_action``);
+    ``what`` (file and key) starts the error when there is none."""
+    value = io_spec.extra.get(name)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ConfigError(
+            f"{what} names {name!r}, which policy_io.json's extra does not hold as a number "
+            f"(extra keys: {', '.join(sorted(io_spec.extra))})"
+        )
+    return float(value)
+
+
 class ObservationBuilder:
     """Checks a robot config against ``policy_io.json`` once, then builds observations.
 
@@ -508,13 +520,7 @@ class ObservationBuilder:
             if sig.action_history:
                 initial = sig.history_initial
         if isinstance(initial, str):
-            value = io_spec.extra.get(initial)
-            if not isinstance(value, int | float):
-                raise ConfigError(
-                    f"{robot.path}: action history initial value names {initial!r}, which policy_io.json's "
-                    f"extra does not hold as a number (extra keys: {', '.join(sorted(io_spec.extra))})"
-                )
-            return float(value)
+            return policy_extra_number(io_spec, initial, f"{robot.path}: action history initial value")
         return float(initial)
 
     def build(self, latest: Latest) -> np.ndarray:

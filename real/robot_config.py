@@ -106,6 +106,27 @@ class EnvelopeCheck:
 
 
 @dataclass(frozen=True)
+class GapHoldCfg:
+    """The first stage of losing an input: no new message for ``after_periods`` control periods.
+
+    The node then sends ``command`` (not the safe command) and does not disarm: the next fresh
+    message lets the policy drive again at once. Only a gap beyond the input's stale limit
+    (``stale_timeout_s``) escalates to the safe command and the re-arm rule. Checked on the
+    node's own clock, between periods too, so it does not wait for the middleware to report a
+    lost publisher (a crashed driver is reported only when its lease expires, seconds later).
+    """
+
+    after_periods: float = 1.5
+    """Gap length in control periods (1.5 at 100 Hz: 15 ms, so the command is out within 2 periods
+    of the last message, while one message arriving up to half a period late does not trip it)."""
+    command: tuple[float, ...] | str | None = None
+    """Physical command during the gap, or the name of a normalized action in ``policy_io.json``'s
+    ``extra`` for every entry (``hover_action``); ``None``: the robot's safe command."""
+    inputs: tuple[str, ...] = ()
+    """Inputs watched for gaps (empty: every input)."""
+
+
+@dataclass(frozen=True)
 class SafetyCfg:
     """Safe command, re-arm rule, rate limit and e-stop topic."""
 
@@ -124,6 +145,8 @@ class SafetyCfg:
     """Plausibility bounds from the training distribution; outside them -> safe command."""
     envelope_limits: dict[str, float] = field(default_factory=dict)
     """Overrides of ``policy_io.json``'s ``extra.envelope`` limits (same keys)."""
+    gap_hold: GapHoldCfg | None = None
+    """Short input gaps bridged with a hold command before the safe command (``None``: off)."""
 
 
 @dataclass(frozen=True)
@@ -256,6 +279,25 @@ def _envelope(r: _Reader, value: Any, observation: Mapping[str, SignalCfg]) -> t
     return tuple(checks)
 
 
+def _gap_hold(r: _Reader, value: Any, inputs: Mapping[str, InputCfg]) -> GapHoldCfg:
+    key = "safety.gap_hold"
+    data = r.mapping(value or {}, key, ("after_periods", "command", "inputs"))
+    after = r.number(data.get("after_periods", GapHoldCfg.after_periods), f"{key}.after_periods")
+    if not after > 0:
+        raise r.fail(f"{key}.after_periods", f"expected a positive number of control periods, got {after!r}")
+    raw = data.get("command")
+    command: tuple[float, ...] | str | None = (
+        raw if raw is None or isinstance(raw, str) else r.numbers(raw, f"{key}.command")
+    )
+    watched = data.get("inputs", []) or []
+    if not (isinstance(watched, list) and all(isinstance(i, str) for i in watched)):
+        raise r.fail(f"{key}.inputs", f"expected a list of input names, got {watched!r}")
+    for name in watched:
+        if name not in inputs:
+            raise r.fail(f"{key}.inputs", unknown_choice_message("input", name, inputs))
+    return GapHoldCfg(after_periods=after, command=command, inputs=tuple(watched))
+
+
 def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None) -> RobotConfig:
     """Read and check a robot config; ``params`` override its ``params`` block (e.g. setpoints)."""
     path = resolve_robot_path(name_or_path)
@@ -318,7 +360,7 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         "safety",
         (
             "safe_command", "hold", "rearm_periods", "max_action_rate_per_s", "estop_topic", "envelope",
-            "envelope_limits",
+            "envelope_limits", "gap_hold",
         ),
     )  # fmt: skip
     rate = raw_safety.get("max_action_rate_per_s")
@@ -335,6 +377,7 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
             k: r.number(v, f"safety.envelope_limits.{k}")
             for k, v in r.mapping(raw_safety.get("envelope_limits", {}) or {}, "safety.envelope_limits").items()
         },
+        gap_hold=_gap_hold(r, raw_safety["gap_hold"], inputs) if "gap_hold" in raw_safety else None,
     )
     if (safety.safe_command is None) == (safety.hold is None):
         raise r.fail("safety", "define exactly one of safe_command (a constant) or hold (a signal)")

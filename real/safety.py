@@ -13,6 +13,10 @@ States (``SafetyState``):
 - ``rearming``: inputs are fresh and valid again; the safe command is held until
   ``rearm_periods`` consecutive good periods have passed (sensor glitches cannot toggle the
   policy on and off).
+- ``hold``: armed, but a watched input has had no new message for ``safety.gap_hold``'s
+  ``after_periods``: its hold command (e.g. hover thrust) is sent instead of the policy's action,
+  and the first period with fresh inputs drives again at once (no re-arm). A gap that reaches the
+  input's stale limit escalates to ``stale`` (safe command, re-arm rule).
 - ``armed``: the policy drives. Its action is clipped to each field's ``[low, high]``,
   rate-limited, then mapped to physical units (``action * scale + offset``).
 
@@ -32,7 +36,8 @@ import numpy as np
 
 from embodied.config import ConfigError
 from embodied.io_spec import IOSpec
-from embodied.real.robot_config import EnvelopeCheck, SafetyCfg
+from embodied.real.observation import policy_extra_number
+from embodied.real.robot_config import EnvelopeCheck, GapHoldCfg, SafetyCfg
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +101,7 @@ class SafetyState(str, enum.Enum):
     ENVELOPE = "envelope"
     ESTOP = "estop"
     REARMING = "rearming"
+    HOLD = "hold"
     ARMED = "armed"
 
 
@@ -139,11 +145,30 @@ class SafetyLayer:
         rate = io_spec.extra.get("max_action_rate_per_s", cfg.max_action_rate_per_s)
         self.max_step = None if rate is None else float(rate) * period_s
         """Largest normalized change per period (policy_io's extra.max_action_rate_per_s wins)."""
+        self._gap_command = self._resolve_gap_command(io_spec, cfg.gap_hold, source)
         self.state = SafetyState.WAITING
         self.good_periods = 0
         self.estop_latched = False
         self.sent_action: np.ndarray | None = None
         """The normalized action sent on the last armed period (the rate limiter's reference)."""
+
+    def _resolve_gap_command(self, io_spec: IOSpec, gap: GapHoldCfg | None, source: str) -> np.ndarray | None:
+        """``gap_hold.command`` in physical units [A] (``None``: the safe command)."""
+        if gap is None or gap.command is None:
+            return None
+        if isinstance(gap.command, str):
+            normalized = policy_extra_number(io_spec, gap.command, f"{source}: safety.gap_hold.command")
+            return self.actions.to_physical(np.full(io_spec.action_dim, normalized))
+        if len(gap.command) != io_spec.action_dim:
+            raise ConfigError(
+                f"{source}: safety.gap_hold.command has {len(gap.command)} values but the policy has "
+                f"{io_spec.action_dim} actions"
+            )
+        return np.asarray(gap.command, dtype=np.float64)
+
+    def gap_command(self, hold_value: np.ndarray | None) -> np.ndarray | None:
+        """What is sent during a short input gap (physical units), or ``None`` when unknown."""
+        return self._gap_command if self._gap_command is not None else self.safe_command(hold_value)
 
     def set_estop(self, engaged: bool) -> None:
         """E-stop input: ``True`` latches; ``False`` releases (the node must still re-arm)."""
@@ -164,7 +189,8 @@ class SafetyLayer:
         self, problem: SafetyState | None, action: np.ndarray | None, hold_value: np.ndarray | None = None
     ) -> tuple[np.ndarray | None, bool]:
         """One period. ``problem`` is what is wrong with this period's inputs (``STALE``,
-        ``FAULT``, ``ENVELOPE``, ``INACTIVE``) or ``None``; ``action`` is the policy output.
+        ``FAULT``, ``ENVELOPE``, ``INACTIVE``, ``HOLD`` for a short input gap) or ``None``;
+        ``action`` is the policy output.
 
         Returns ``(command in physical units or None = send nothing, armed)``. ``armed`` is
         ``True`` only on periods where the policy's action was sent.
@@ -173,10 +199,20 @@ class SafetyLayer:
             problem = SafetyState.FAULT
         if self.estop_latched:
             self.state = SafetyState.ESTOP
+        elif problem is SafetyState.HOLD:
+            if self.state in (SafetyState.ARMED, SafetyState.HOLD):
+                self.state = SafetyState.HOLD
+                command = self.gap_command(hold_value)
+                if command is not None:  # the rate limiter resumes from what the robot was told
+                    self.sent_action = self.actions.to_normalized(command)
+                return command, False
+            self.good_periods = 0  # not driving: a period with a gap does not count towards re-arming
         elif problem is not None:
             waiting = self.state is SafetyState.WAITING and problem is SafetyState.STALE
             self.state = SafetyState.WAITING if waiting else problem
             self.good_periods = 0
+        elif self.state is SafetyState.HOLD:
+            self.state = SafetyState.ARMED  # a gap shorter than the stale limit does not disarm
         elif self.state is not SafetyState.ARMED:
             self.good_periods += 1
             self.state = SafetyState.REARMING

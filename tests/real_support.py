@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import random
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 from export_support import write_io
@@ -19,7 +24,10 @@ from embodied.export.onnx import export_onnx
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.policies.mlp import ExportedPolicy, mlp
 from embodied.real import messages
-from embodied.real.robot_config import ROBOTS_DIR
+from embodied.real.node import PolicyNode
+from embodied.real.robot_config import ROBOTS_DIR, load_robot
+from embodied.real.runner import PolicyRunner
+from embodied.real.transports.memory import MemoryTransport
 
 # The shipped crazyflie_sim.yaml speaks the heading-frame quad-hover interface (pos_err_h, rot_hb,
 # lin_vel_h, pos_err_int_h). While the task in this tree still has the world-frame fields, tests fly
@@ -183,3 +191,60 @@ def joint_state(names: Any, position: Any, velocity: Any, stamp_s: float | None 
 def free_domain_id() -> int:
     """A DDS domain unlikely to be used by a concurrent test run on this machine."""
     return random.Random().randrange(100, 230)
+
+
+PERIOD = 0.01
+"""Control period of the quad-hover policies in these tests (s)."""
+
+
+class Rig:
+    """A node on an in-process transport with a hand-driven clock."""
+
+    def __init__(self, export_dir: Path, robot: str | Path | None = None) -> None:
+        self.now = 0.0
+        self.transport = MemoryTransport()
+        self.robot = load_robot(robot or quad_robot())
+        self.node = PolicyNode(self.transport, self.robot, PolicyRunner(export_dir), clock=lambda: self.now)
+        first = next(iter(self.robot.inputs.values()))
+        self.sensor = self.transport.publisher(first.topic, first.type, first.qos)
+        self.estop = self.transport.publisher(self.robot.safety.estop_topic, "std_msgs/msg/Bool", "latched")
+
+    def period(self, message: Any | None) -> np.ndarray | None:
+        """Advance one control period, optionally delivering ``message`` first; return the command."""
+        self.now += PERIOD
+        if message is not None:
+            self.sensor(message)
+        return self.node.step(self.now)
+
+    def published(self) -> list[Any]:
+        return self.transport.published[self.transport.resolve(self.robot.command.topic)]
+
+    def diagnostics(self) -> dict[str, str]:
+        """Key/values of the newest /diagnostics message."""
+        last = self.transport.published["/diagnostics"][-1]
+        return {kv.key: kv.value for kv in last.status[0].values}
+
+
+@contextlib.contextmanager
+def armed_running_node(export_dir: Path, robot_path: Path) -> Iterator[tuple[PolicyNode, MemoryTransport]]:
+    """A node running its own loop (period :data:`PERIOD`) on an in-process transport, fed fresh
+    odometry until it armed; the loop stops on exit. The feed stops when the block starts."""
+    from embodied.real.safety import SafetyState
+
+    transport = MemoryTransport()
+    node = PolicyNode(transport, load_robot(robot_path), PolicyRunner(export_dir), period_s=PERIOD)
+    odom = node.robot.inputs["odom"]
+    sensor = transport.publisher(odom.topic, odom.type, odom.qos)
+    stop = threading.Event()
+    loop = threading.Thread(target=node.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 20.0
+        while node.state is not SafetyState.ARMED and time.monotonic() < deadline:
+            sensor(odometry())
+            time.sleep(PERIOD / 2)
+        assert node.state is SafetyState.ARMED
+        yield node, transport
+    finally:
+        stop.set()
+        loop.join(timeout=5.0)

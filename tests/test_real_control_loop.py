@@ -92,3 +92,27 @@ def test_wake_runs_an_event_step_at_once_outside_the_period_statistics() -> None
     assert stats.steps == 3 and stats.event_steps == 1 and len(stats.period_error_s) == 2
     summary = stats.jitter_summary_ms()
     assert set(summary) == {"p50", "p99", "max", "late_p99"} and summary["max"] >= summary["p99"] >= summary["p50"]
+
+
+def test_watchdog_wakes_the_loop_for_an_event_step_between_periods() -> None:
+    """The watchdog names a moment between two periods (an input gap falling due): the sleeping
+    loop runs an event step then, before the next period's step, and asks again afterwards."""
+    period = 5.0  # long: only the watchdog can explain an event step before the second period
+    events: list[float] = []
+    steps: list[float] = []
+    stop = threading.Event()
+    due = [math.inf]
+
+    def step(now: float) -> None:
+        steps.append(now)
+        due[0] = now + 0.02  # due 20 ms after the first period's step
+
+    def event(now: float) -> None:
+        events.append(now)
+        due[0] = math.inf  # handled: nothing more is due
+        stop.set()
+
+    loop = ControlLoop(period, step, event_step=event, watchdog=lambda: due[0])
+    loop.run(stop, max_steps=2)
+    assert len(steps) == 1 and len(events) == 1 and events[0] >= steps[0] + 0.02
+    assert loop.stats.event_steps == 1

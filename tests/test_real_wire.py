@@ -142,21 +142,21 @@ def test_node_over_dds_survives_malformed_joint_states(tmp_path: Path) -> None:
     worker.start()
     try:
         period = node.period_s
+        # Built at each publish: stamped now, so a starved test thread cannot make them stale.
         bad = [
-            joint_state(ARM_JOINTS[:3], [0.0] * 3, [0.0] * 3),  # missing joints
-            joint_state(ARM_JOINTS, [0.0] * 6, [0.0] * 2),  # velocity array too short
-            joint_state(ARM_JOINTS, [float("nan")] * 6, [0.0] * 6),  # NaN positions
+            lambda: joint_state(ARM_JOINTS[:3], [0.0] * 3, [0.0] * 3),  # missing joints
+            lambda: joint_state(ARM_JOINTS, [0.0] * 6, [0.0] * 2),  # velocity array too short
+            lambda: joint_state(ARM_JOINTS, [float("nan")] * 6, [0.0] * 6),  # NaN positions
         ]
         for message in bad:
             for _ in range(5):
-                publish(message)
+                publish(message())
                 time.sleep(period)
         assert worker.is_alive() and node.rejections["invalid_observation"] >= 3
         assert node.state is SafetyState.FAULT
-        good = joint_state(ARM_JOINTS, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.0] * 6)
         deadline = time.monotonic() + 120.0  # hang guard: re-arming takes a few periods
         while node.state is not SafetyState.ARMED and time.monotonic() < deadline:
-            publish(good)
+            publish(joint_state(ARM_JOINTS, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.0] * 6))
             time.sleep(period)
         assert node.state is SafetyState.ARMED
     finally:

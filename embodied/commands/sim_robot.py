@@ -17,8 +17,11 @@ Run one env of TASK as a robot behind ROS 2 topics: publish its state (nav_msgs/
 the robot config's input topics) and apply the commands `embodied deploy` sends back. Start
 the two in separate shells with the same --robot, e.g.
 
-  embodied sim-robot quad-hover --episodes 20 --loopback
+  embodied sim-robot quad-hover --run RUN_DIR --episodes 20 --loopback --handover-starts
   embodied deploy RUN_DIR --robot crazyflie_sim --loopback --use-sim-time
+
+(--run RUN_DIR: the task as that policy was trained, e.g. without the constant disturbance force
+the shipped quad-hover config leaves out.)
 
 By default (lockstep) simulation time advances one control period per step and is published on
 /clock; the simulator waits for the node's answer to each state it published, matched by the
