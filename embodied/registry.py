@@ -174,6 +174,11 @@ ALGOS: dict[str, Entry] = {
         "embodied.algos.reinflow:ReinFlowCfg",
         "ReinFlow: PPO over a flow policy's noisy denoising chain (--base RUN_DIR of bc-flow)",
     ),
+    "residual": Entry(
+        "embodied.algos.residual:Residual",
+        "embodied.algos.residual:ResidualCfg",
+        "residual RL: a zero-initialized residual on a frozen base, TD3 critic ensemble (--base RUN_DIR [--dataset PATH])",
+    ),
 }
 
 EXPERTS: dict[str, str] = {

@@ -108,7 +108,9 @@ def write_dataset(
 class Demonstrations:
     """All steps of a dataset, flattened: ``obs [M, D]``, ``actions [M, A]``, ``rewards [M]``,
     ``episode_index [M]`` (which episode a step belongs to), ``step_index [M]`` (its step in it),
-    ``episode_success [E]`` (the episode ended by termination)."""
+    ``episode_success [E]`` (the episode ended by termination); for transitions (off-policy
+    learners) ``next_obs [M, D]`` (each step's successor, the final observation at an episode's
+    last step) and ``terminations``/``truncations [M]`` bool."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -117,6 +119,9 @@ class Demonstrations:
     step_index: np.ndarray
     episode_success: np.ndarray
     path: Path
+    next_obs: np.ndarray | None = None
+    terminations: np.ndarray | None = None
+    truncations: np.ndarray | None = None
 
     @property
     def num_episodes(self) -> int:
@@ -162,6 +167,7 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
     except OSError as err:
         raise DatasetError(f"{data_file}: cannot be read as HDF5, truncated or corrupt ({err})") from None
     obs_parts, act_parts, rew_parts, success = [], [], [], []
+    next_parts, term_parts, trunc_parts = [], [], []
     try:
         names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k.split("_")[1]))
         if not names:
@@ -180,6 +186,9 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
                 raise DatasetError(f"{data_file}: {name} cannot be read, truncated or corrupt ({err})") from None
             _check_episode(ep, f"{data_file}: {name}", obs_dim, action_dim)
             obs_parts.append(ep["observations"][:-1])
+            next_parts.append(ep["observations"][1:])
+            term_parts.append(ep["terminations"].astype(bool))
+            trunc_parts.append(ep["truncations"].astype(bool))
             act_parts.append(ep["actions"])
             rew_parts.append(ep["rewards"])
             success.append(bool(ep["terminations"].any()))
@@ -194,6 +203,9 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
         step_index=np.concatenate([np.arange(n) for n in lengths]),
         episode_success=np.array(success),
         path=path,
+        next_obs=np.concatenate(next_parts).astype(np.float32),
+        terminations=np.concatenate(term_parts),
+        truncations=np.concatenate(trunc_parts),
     )
 
 

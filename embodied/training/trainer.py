@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from embodied import registry
-from embodied.algo import PreloadSource, Transition, preload_algorithm
+from embodied.algo import ExportUnsupportedError, PreloadSource, Transition, preload_algorithm
 from embodied.env import ObsDict, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.experiment import ExperimentCfg
@@ -261,7 +261,12 @@ class Trainer:
     def save(self) -> Path:
         path = save_checkpoint(self.run_dir, self.checkpoint_state())
         # The policy alone beside it (ckpt/policy.pt): what export, eval and deploy read.
-        write_policy_artifact(self.run_dir, self.algo.policy.export_module(), self.env.io_spec(), self.state.env_steps)
+        try:
+            module = self.algo.policy.export_module()
+        except ExportUnsupportedError as err:  # the checkpoint alone records such a policy
+            log.debug("%s: no policy artifact: %s", self.run_dir, err)
+        else:
+            write_policy_artifact(self.run_dir, module, self.env.io_spec(), self.state.env_steps)
         self._saved_steps = self.state.env_steps
         return path
 
