@@ -21,7 +21,12 @@ from embodied.policies.deterministic import DeterministicActor
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
 from embodied.tasks.arm_push import ArmPush, ArmPushCfg
 
-SMALL: dict[str, Any] = {"actor_hidden": (32, 32), "critic_hidden": (32, 32), "num_critics": 4, "buffer_size_per_env": 500}
+SMALL: dict[str, Any] = {
+    "actor_hidden": (32, 32),
+    "critic_hidden": (32, 32),
+    "num_critics": 4,
+    "buffer_size_per_env": 500,
+}
 
 
 @pytest.fixture
