@@ -115,6 +115,17 @@ class Preloadable(Protocol):
         ...
 
 
+class ExportUnsupportedError(EmbodiedError):
+    """The policy acts in a way no stateless ``obs -> action`` module carries (e.g. a base that
+    runs its action chunks open-loop); its ``export_module()`` raises this, saying why."""
+
+
+def base_outside_checkpoint(algo: object) -> bool:
+    """Whether ``algo`` keeps its frozen base policy out of its checkpoint (``algo.base_outside_checkpoint``),
+    so that every rebuild of the run preloads the run's ``trainer.base_run`` again (residual RL)."""
+    return bool(getattr(algo, "base_outside_checkpoint", False))
+
+
 class PreloadUnsupportedError(EmbodiedError):
     """The algorithm has no ``preload``, or cannot use the kind of source the config names."""
 

@@ -179,6 +179,11 @@ ALGOS: dict[str, Entry] = {
         "embodied.algos.o2o:O2OCfg",
         "offline-to-online: Cal-QL pretraining, then RLPD or WSRL-style SAC (--dataset PATH)",
     ),
+    "residual": Entry(
+        "embodied.algos.residual:Residual",
+        "embodied.algos.residual:ResidualCfg",
+        "residual RL: a zero-initialized residual on a frozen base, TD3 critic ensemble (--base RUN_DIR [--dataset PATH])",
+    ),
 }
 
 EXPERTS: dict[str, str] = {

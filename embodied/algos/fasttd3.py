@@ -4,6 +4,8 @@ Per gradient step: sample ``batch_size`` n-step transitions; the target action i
 actor's plus clipped Gaussian smoothing noise; each target critic's distribution of
 ``r + discount * Z(s', a')`` is projected onto the support and, per sample, the projection with
 the smaller mean is the target (clipped double Q); both critics minimize cross-entropy to it.
+With ``critic_subset = k > 0`` the target is the min over a fresh random subset of ``k`` of the
+target critics (an ensemble with the min of a random pair, as in REDQ/RLPD/ResFiT).
 Every ``policy_frequency`` critic steps the actor maximizes the critics' mean Q. Target critics
 track the critics with Polyak factor ``tau``; there is no target actor.
 
@@ -48,6 +50,9 @@ class FastTD3Cfg(OffPolicyCfg):
     """Clip of the target-policy smoothing noise."""
     actor_out_init_std: float = 0.01
     """Std of the actor's last-layer initial weights."""
+    critic_subset: int = 0
+    """Target critics the Bellman target takes the min over, a fresh random subset per step
+    (0: all ``num_critics``, clipped double Q)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -57,6 +62,10 @@ class FastTD3Cfg(OffPolicyCfg):
             )
         if self.policy_noise < 0 or self.noise_clip < 0:
             raise ConfigError("algo.policy_noise and algo.noise_clip must be >= 0")
+        if not 0 <= self.critic_subset <= self.num_critics:
+            raise ConfigError(
+                f"algo.critic_subset must be in [0, num_critics={self.num_critics}] (0: all), got {self.critic_subset}"
+            )
 
 
 class FastTD3(OffPolicyBase):
@@ -102,19 +111,19 @@ class FastTD3(OffPolicyBase):
         self.noise_std = torch.where(done[:, None], self._draw_std(self.num_envs), self.noise_std)
 
     def critic_loss(self, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        loss, q_mean = self._critic_loss(batch)
+        loss, q_mean = self._critic_loss(batch, self.critic_index(self.cfg.critic_subset))
         return loss, {"q_mean": q_mean}
 
     def actor_loss(self, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return self._actor_loss(batch), {}
 
-    def _critic_loss_eager(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loss, mean Q)``: cross-entropy (C51) or MSE to the clipped double-Q target."""
+    def _critic_loss_eager(self, batch: TrainBatch, subset: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, mean Q)``: cross-entropy (C51) or MSE to the clipped target over ``subset``."""
         with torch.no_grad(), self.autocast():
             next_action = self.policy(batch.next_actor_obs)
             noise = torch.randn_like(next_action) * self.cfg.policy_noise
             next_action = (next_action + noise.clamp(-self.cfg.noise_clip, self.cfg.noise_clip)).clamp(-1.0, 1.0)
-            next_out = self.critic_target(batch.next_critic_obs, next_action)
+            next_out = self.critic_target(batch.next_critic_obs, next_action, subset)
         target = self.critic.td_target(next_out, batch.reward, batch.discount)
         with self.autocast():
             out = self.critic(batch.critic_obs, batch.action)

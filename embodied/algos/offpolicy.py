@@ -210,22 +210,30 @@ class OffPolicyBase:
         """Transitions observed so far (summed over the envs of all ranks)."""
         self.num_updates = 0
         """Critic gradient steps so far."""
-        seed = int(torch.randint(0, 2**31 - 1, (1,)).item())  # derived from the run's global seed
-        self.replay = ReplayBuffer(
-            self.num_envs,
-            cfg.buffer_size_per_env,
-            self.obs_spec,
-            self.action_dim,
-            device=self.device,
-            n_step=cfg.n_step,
-            gamma=cfg.gamma,
-            seed=seed,
-        )
+        self.replay = self.new_replay(self.num_envs, cfg.buffer_size_per_env)
         # A separate normalizer only for a privileged critic group; otherwise critics share
         # the actor's statistics (merged once per step).
         self.critic_norm: RunningNormalizer | None = None
         if cfg.normalize_obs and self.critic_group != "policy":
             self.critic_norm = RunningNormalizer(self.critic_obs_dim, clip=cfg.obs_clip).to(self.device)
+
+    def replay_obs_spec(self) -> dict[str, tuple[int, ...]]:
+        """Hook: the observation groups a replay row stores (default: the env's groups)."""
+        return self.obs_spec
+
+    def new_replay(self, num_envs: int, capacity_per_env: int) -> ReplayBuffer:
+        """A replay buffer with the config's n-step settings and :meth:`replay_obs_spec` groups."""
+        seed = int(torch.randint(0, 2**31 - 1, (1,)).item())  # derived from the run's global seed
+        return ReplayBuffer(
+            num_envs,
+            capacity_per_env,
+            self.replay_obs_spec(),
+            self.action_dim,
+            device=self.device,
+            n_step=self.cfg.n_step,
+            gamma=self.cfg.gamma,
+            seed=seed,
+        )
 
     def build_critics(self) -> None:
         """Critic ensemble, its target copy and its AdamW optimizer, from the config."""
@@ -338,7 +346,7 @@ class OffPolicyBase:
             loss, metrics = self.critic_loss(batch)
             optimize(self.critic_opt, loss, self.critic.parameters(), self.cfg.max_grad_norm, self.world)
             metrics["critic_loss"] = loss
-            if self.num_updates % self.cfg.policy_frequency == 0:
+            if self.actor_update_due():
                 # Freezing the critic skips its weight gradients, which the actor loss never uses.
                 self.critic.requires_grad_(False)
                 try:
@@ -354,6 +362,16 @@ class OffPolicyBase:
                 sums[key] = sums[key] + value.detach() if key in sums else value.detach()
                 counts[key] = counts.get(key, 0) + 1
         return {key: float(value) / counts[key] for key, value in sums.items()}
+
+    def actor_update_due(self) -> bool:
+        """Hook: whether this gradient step also updates the actor (every ``policy_frequency``)."""
+        return self.num_updates % self.cfg.policy_frequency == 0
+
+    def critic_index(self, subset: int) -> list[int]:
+        """Indices of the target critics a Bellman target takes the min over: all of them when
+        ``subset`` is 0 or ``num_critics``, else a fresh random subset of that size."""
+        n = self.cfg.num_critics
+        return list(range(n)) if subset in (0, n) else torch.randperm(n)[:subset].tolist()
 
     def critic_loss(self, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss of all critics on ``batch`` and extra metrics."""

@@ -124,8 +124,7 @@ class SAC(OffPolicyBase):
 
     def _subset(self) -> list[int]:
         """Indices of the target critics the min is taken over (all, or a fresh random subset)."""
-        n, k = self.cfg.num_critics, self.cfg.critic_subset
-        return list(range(n)) if k == n else torch.randperm(n)[:k].tolist()
+        return self.critic_index(self.cfg.critic_subset)
 
     def _critic_loss_eager(
         self, batch: TrainBatch, alpha: torch.Tensor, subset: list[int]

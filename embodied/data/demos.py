@@ -108,8 +108,9 @@ def write_dataset(
 class Demonstrations:
     """All steps of a dataset, flattened: ``obs [M, D]``, ``actions [M, A]``, ``rewards [M]``,
     ``episode_index [M]`` (which episode a step belongs to), ``step_index [M]`` (its step in it),
-    ``episode_success [E]`` (the episode ended by termination), ``next_obs [M, D]`` (each step's
-    successor: the episode's final observation after its last step), ``terminations [M]`` bool."""
+    ``episode_success [E]`` (the episode ended by termination); for transitions (off-policy
+    learners) ``next_obs [M, D]`` (each step's successor, the final observation at an episode's
+    last step) and ``terminations``/``truncations [M]`` bool."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -120,6 +121,7 @@ class Demonstrations:
     path: Path
     next_obs: np.ndarray
     terminations: np.ndarray
+    truncations: np.ndarray
 
     @property
     def num_episodes(self) -> int:
@@ -164,7 +166,7 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
         f = h5py.File(data_file, "r")
     except OSError as err:
         raise DatasetError(f"{data_file}: cannot be read as HDF5, truncated or corrupt ({err})") from None
-    obs_parts, act_parts, rew_parts, success, next_parts, term_parts = [], [], [], [], [], []
+    obs_parts, act_parts, rew_parts, success, next_parts, term_parts, trunc_parts = [], [], [], [], [], [], []
     try:
         names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k.split("_")[1]))
         if not names:
@@ -185,6 +187,7 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
             obs_parts.append(ep["observations"][:-1])
             next_parts.append(ep["observations"][1:])
             term_parts.append(ep["terminations"].astype(bool))
+            trunc_parts.append(ep["truncations"].astype(bool))
             act_parts.append(ep["actions"])
             rew_parts.append(ep["rewards"])
             success.append(bool(ep["terminations"].any()))
@@ -201,6 +204,7 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
         path=path,
         next_obs=np.concatenate(next_parts).astype(np.float32),
         terminations=np.concatenate(term_parts),
+        truncations=np.concatenate(trunc_parts),
     )
 
 

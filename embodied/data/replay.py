@@ -59,6 +59,18 @@ class ReplayBatch:
     mc_return: torch.Tensor | None = None
 
 
+def cat_batches(first: ReplayBatch, second: ReplayBatch) -> ReplayBatch:
+    """One batch of ``B1 + B2`` rows: ``first``'s rows, then ``second``'s (same groups and sizes)."""
+    return ReplayBatch(
+        obs={k: torch.cat([first.obs[k], second.obs[k]]) for k in first.obs},
+        action=torch.cat([first.action, second.action]),
+        reward=torch.cat([first.reward, second.reward]),
+        discount=torch.cat([first.discount, second.discount]),
+        next_obs={k: torch.cat([first.next_obs[k], second.next_obs[k]]) for k in first.next_obs},
+        steps=torch.cat([first.steps, second.steps]),
+    )
+
+
 def available_memory_bytes(device: torch.device) -> int:
     """Free memory of ``device`` in bytes: CUDA's free memory, else the host's available RAM."""
     if device.type == "cuda":

@@ -33,6 +33,7 @@ import torch
 import yaml
 
 from embodied import registry
+from embodied.algo import PreloadSource, base_outside_checkpoint, preload_algorithm
 from embodied.checkpoint_seal import SealError, seal, unseal
 from embodied.config import to_plain
 from embodied.errors import EmbodiedError
@@ -378,6 +379,10 @@ def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
     env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs // checkpoint_world_size(checkpoint), device, cfg.seed)
     try:
         algo = registry.make_algo(cfg.algo_name, cfg.algo, env)
+        base_run = cfg.trainer.base_run
+        if base_run is not None and base_outside_checkpoint(algo):
+            base = load_run(Path(base_run), device=device).policy
+            preload_algorithm(algo, cfg.algo_name, PreloadSource(base_run=Path(base_run), base_policy=base))
         load_algo_state(algo, checkpoint, run_dir)
         io_spec = env.io_spec()
     finally:

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from embodied import distributed, registry
-from embodied.algo import PreloadSource, Transition, preload_algorithm
+from embodied.algo import ExportUnsupportedError, PreloadSource, Transition, preload_algorithm
 from embodied.config import ConfigError
 from embodied.env import ObsDict, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
@@ -358,7 +358,12 @@ class Trainer:
             state[WORLD_KEY] = {"size": self.world.size, "ranks": others[1:]}
         path = save_checkpoint(self.run_dir, state)
         # The policy alone beside it (ckpt/policy.pt): what export, eval and deploy read.
-        write_policy_artifact(self.run_dir, self.algo.policy.export_module(), self.env.io_spec(), self.state.env_steps)
+        try:
+            module = self.algo.policy.export_module()
+        except ExportUnsupportedError as err:  # the checkpoint alone records such a policy
+            log.debug("%s: no policy artifact: %s", self.run_dir, err)
+        else:
+            write_policy_artifact(self.run_dir, module, self.env.io_spec(), self.state.env_steps)
         self._saved_steps = self.state.env_steps
         return path
 

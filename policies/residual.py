@@ -1,0 +1,164 @@
+"""A residual policy on a frozen base: ``a = clip(a_base + scale * r(obs, a_base), -1, 1)``.
+
+The residual network ``r`` sees the normalized observation and the base's action and ends in
+``tanh``; its last linear layer starts at exactly zero (weights and bias), so before training
+the combined action *is* the base action, bit for bit. ``scale`` bounds how far the residual
+may move the base (``|a - a_base| <= scale`` before the clip).
+
+The base is any ``Policy`` (an MLP actor, a flow policy running action chunks, ...). It is
+held outside this module's parameters and ``state_dict``: checkpoints hold only the residual,
+and the base comes from its own run (``--base RUN_DIR``) every time the run is rebuilt.
+
+Shapes: ``B`` = batch, ``D`` = observation size, ``A`` = action size.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from embodied.algo import ExportUnsupportedError, Policy
+from embodied.env import ObsDict
+from embodied.errors import EmbodiedError
+from embodied.normalizer import RunningNormalizer
+from embodied.policies.deterministic import policy_obs
+from embodied.policies.mlp import mlp
+
+
+def open_loop_steps(base: Policy) -> int:
+    """Actions a base runs per plan without looking at new observations (``cfg.exec_steps`` of
+    an action-chunk policy; 1 for a policy that acts on every observation)."""
+    return int(getattr(getattr(base, "cfg", None), "exec_steps", 1))
+
+
+class FirstAction(nn.Module):
+    """``forward(obs [B, D]) -> [B, A]``: a base's export, reduced to the first action of a fresh
+    plan where it plans action chunks (``[B, H, A]``, e.g. a flow sampler)."""
+
+    def __init__(self, plan: nn.Module) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.plan(obs)
+        return out[:, 0] if out.dim() == 3 else out
+
+
+def stateless_base(base: Policy) -> FirstAction:
+    """The base's ``obs -> action`` of a fresh plan, for successors its running plan never saw."""
+    return FirstAction(base.export_module())
+
+
+class ResidualPolicy(nn.Module):
+    """Frozen base plus a zero-initialized, scaled residual (see module docstring).
+
+    ``forward(x [B, D + A])`` takes ``[normalized obs, base action]`` (the learner's input) and
+    returns the combined action ``[B, A]``; ``act(obs)`` asks the base for its action first.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        scale: float,
+        hidden: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        normalize_obs: bool = True,
+        obs_clip: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.action_dim = action_dim
+        self.scale = float(scale)
+        self.net = mlp(obs_dim + action_dim, hidden, action_dim, act=activation, out_act="tanh")
+        out_layer = self.net[-2]
+        assert isinstance(out_layer, nn.Linear)
+        with torch.no_grad():  # tanh(0) = 0: the residual starts at exactly nothing
+            out_layer.weight.zero_()
+            out_layer.bias.zero_()
+        self.obs_norm = RunningNormalizer(obs_dim, clip=obs_clip) if normalize_obs else None
+        self._base: list[Policy] = []  # a list keeps the base out of parameters and state_dict
+
+    @property
+    def base(self) -> Policy:
+        if not self._base:
+            raise EmbodiedError("the residual policy has no base policy: train it with --base RUN_DIR")
+        return self._base[0]
+
+    def set_base(self, base: Policy) -> None:
+        self._base[:] = [base]
+
+    def normalize(self, obs_raw: torch.Tensor) -> torch.Tensor:
+        """Raw ``[B, D]`` -> normalized ``[B, D]`` (identity without normalization)."""
+        return obs_raw if self.obs_norm is None else self.obs_norm(obs_raw)
+
+    def residual(self, x: torch.Tensor) -> torch.Tensor:
+        """``scale * r(x)`` ``[B, A]`` for ``x = [obs_n, base_action]`` ``[B, D + A]``."""
+        out: torch.Tensor = self.net(x) * self.scale
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Combined actions ``[B, A]`` from ``x = [obs_n, base_action]`` ``[B, D + A]``."""
+        base_action = x[:, self.obs_dim :]
+        return (base_action + self.residual(x)).clamp(-1.0, 1.0)
+
+    def combine(self, obs_raw: torch.Tensor, base_action: torch.Tensor) -> torch.Tensor:
+        """Combined actions ``[B, A]`` for raw observations ``[B, D]`` and base actions ``[B, A]``."""
+        return self(torch.cat([self.normalize(obs_raw), base_action], dim=-1))
+
+    @torch.no_grad()
+    def act(self, obs: ObsDict | torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Combined actions ``[B, A]``; the base acts deterministically (it is frozen) and so does
+        the residual: exploration noise is the training algorithm's, not the policy's."""
+        return self.combine(policy_obs(obs), self.base.act(obs, deterministic=True))
+
+    def export_module(self) -> ResidualExport:
+        """``obs [B, D] -> action [B, A]``: the base's export module and the residual in one graph.
+
+        A base that runs action chunks open-loop keeps state between calls that no stateless
+        module carries: :class:`ExportUnsupportedError` then names it."""
+        steps = open_loop_steps(self.base)
+        if bool(getattr(getattr(self.base, "cfg", None), "temporal_ensemble", False)):
+            raise ExportUnsupportedError(
+                f"the residual policy's base ({type(self.base).__name__}) blends its last chunks "
+                "(temporal_ensemble), state that a stateless obs -> action export cannot carry; "
+                "train the base with policy.temporal_ensemble=false to export base and residual together"
+            )
+        if steps > 1:
+            raise ExportUnsupportedError(
+                f"the residual policy's base ({type(self.base).__name__}) runs {steps} actions of each chunk "
+                "open-loop (exec_steps > 1), which a stateless obs -> action export cannot carry; "
+                "train the base with exec_steps=1 to export base and residual together"
+            )
+        return ResidualExport(self)
+
+
+class ResidualExport(nn.Module):
+    """The combined policy as one pure graph (a deep copy): ``forward(obs [B, D] float32) -> [B, A]``.
+
+    ``clamp(b + scale * r([clamp((obs - mean) / std, ±clip), b]), ±1)`` with ``b = base(obs)``.
+    """
+
+    obs_mean: torch.Tensor
+    obs_std: torch.Tensor
+
+    def __init__(self, policy: ResidualPolicy) -> None:
+        super().__init__()
+        self.base = stateless_base(policy.base)
+        self.residual_net = copy.deepcopy(policy.net).eval()
+        norm = policy.obs_norm
+        mean = torch.zeros(policy.obs_dim) if norm is None else norm.mean.detach().clone()
+        std = torch.ones(policy.obs_dim) if norm is None else torch.sqrt(norm.var + norm.eps).detach().clone()
+        self.register_buffer("obs_mean", mean.float())
+        self.register_buffer("obs_std", std.float())
+        self.obs_clip = float("inf") if norm is None else float(norm.clip)
+        self.scale = policy.scale
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        base_action = self.base(obs)
+        obs_n = ((obs - self.obs_mean) / self.obs_std).clamp(-self.obs_clip, self.obs_clip)
+        residual = self.residual_net(torch.cat([obs_n, base_action], dim=-1)) * self.scale
+        return (base_action + residual).clamp(-1.0, 1.0)

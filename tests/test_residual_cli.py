@@ -1,0 +1,73 @@
+"""collect -> bc-flow -> residual through the command line and the shared trainer (tiny budgets):
+resume, rebuilding the run (its base comes from --base again) and export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from embodied.algo import ExportUnsupportedError
+from embodied.cli import main
+from embodied.training.run import CHECKPOINT_FILE, load_run
+
+FLOW = ["algo.policy.hidden=[32,32]", "algo.policy.chunk=2", "algo.policy.denoise_steps=2"]
+QUICK = ["trainer.eval_episodes=4", "trainer.torch_threads=1", "--no-progress", "--num-envs", "2"]
+SMALL = ["algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "algo.learning_starts=8"]
+SMALL += [
+    "algo.critic_warmup_updates=2",
+    "algo.batch_size=16",
+    "algo.updates_per_step=1",
+    "trainer.log_every_updates=1",
+]
+
+
+def test_residual_on_a_flow_base(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    demos = tmp_path / "demos"
+    assert main(["collect", "scripted:arm-push", "--episodes", "4", "--num-envs", "2", "--out", str(demos)]) == 0
+    bases = {}
+    for exec_steps in (1, 2):
+        bases[exec_steps] = tmp_path / f"bc{exec_steps}"
+        argv = ["train", "arm-push", "--algo", "bc-flow", "--dataset", str(demos), "--run-dir", str(bases[exec_steps])]
+        argv += [
+            *FLOW,
+            f"algo.policy.exec_steps={exec_steps}",
+            "algo.policy.temporal_ensemble=false",
+            *QUICK,
+            "trainer.total_env_steps=8",
+        ]
+        assert main(argv) == 0
+
+    run = tmp_path / "res"
+    argv = ["train", "arm-push", "--algo", "residual", "--base", str(bases[1]), "--dataset", str(demos)]
+    argv += ["--run-dir", str(run), *SMALL, *QUICK, "trainer.total_env_steps=40"]
+    assert main(argv) == 0
+    assert (run / CHECKPOINT_FILE).is_file()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("algo/actor_loss" in row for row in rows)  # past the critic warm-up
+    assert main(["train", "--resume", str(run), "trainer.total_env_steps=60", "--no-progress"]) == 0
+
+    loaded = load_run(run)  # the base is rebuilt from trainer.base_run
+    obs = torch.randn(5, 18)
+    exported = loaded.policy.export_module()
+    torch.testing.assert_close(exported(obs), loaded.policy.act(obs), rtol=0, atol=1e-6)
+
+    chunked = tmp_path / "res_chunked"
+    argv = ["train", "arm-push", "--algo", "residual", "--base", str(bases[2]), "--run-dir", str(chunked)]
+    argv += [*SMALL, *QUICK, "trainer.total_env_steps=20"]
+    assert main(argv) == 0  # trains and checkpoints; only its export is refused
+    with pytest.raises(ExportUnsupportedError, match="open-loop"):
+        load_run(chunked).policy.export_module()
+
+    # without --base the algorithm says what it needs
+    argv = ["train", "arm-push", "--algo", "residual", "--dataset", str(demos), "--run-dir", str(tmp_path / "x")]
+    assert main([*argv, *QUICK, "trainer.total_env_steps=10"]) == 2
+    assert "give --base RUN_DIR" in caplog.text
+    capsys.readouterr()
+
+    assert main(["list"]) == 0
+    assert "residual" in capsys.readouterr().out
