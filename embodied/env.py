@@ -117,6 +117,18 @@ class FinalObsReport(Protocol):
     exact_final_obs: bool
 
 
+@runtime_checkable
+class TrainingCurriculum(Protocol):
+    """An env whose training distribution depends on how far training has come.
+
+    The trainer calls ``set_training_progress(fraction)`` with ``env_steps / total_env_steps``
+    (in [0, 1]) on its training env before each rollout; envs built for evaluation are never
+    told, so they keep their full (final) distribution.
+    """
+
+    def set_training_progress(self, fraction: float) -> None: ...
+
+
 def final_obs_exact(env: object) -> bool:
     """Whether ``env``'s ``info["final_obs"]`` holds the true last observations (:class:`FinalObsReport`)."""
     return not isinstance(env, FinalObsReport) or bool(env.exact_final_obs)

@@ -134,25 +134,36 @@ class QuadGaps:
         self._envs = torch.arange(num_envs, device=device)
 
     # ------------------------------------------------------------------ per episode
-    def reset(self, mask: torch.Tensor, state_obs: torch.Tensor) -> None:
+    def reset(self, mask: torch.Tensor, state_obs: torch.Tensor, scale: float = 1.0) -> None:
         """New per-episode draws for envs where ``mask [N]``; their buffers hold the fresh
-        observation ``state_obs [N, 18]`` (no older one exists) and the hover command."""
+        observation ``state_obs [N, 18]`` (no older one exists) and the hover command.
+
+        ``scale`` in [0, 1] (a training curriculum) shrinks every draw towards the model being
+        off: delays ``round(scale * d)``, thrust scale ``1 + scale (m - 1)``, sag and biases
+        times ``scale``. The random numbers drawn do not depend on it.
+        """
         c, g, dev, n = self.cfg, self.generator, self.device, self.n
         u = torch.rand(n, 7, generator=g, device=dev)
         gauss = torch.randn(n, 6, generator=g, device=dev)
+        if scale < 1.0:
+            gauss = gauss * scale
         m1 = mask.unsqueeze(1)
 
         def draw_int(lo_hi: tuple[int, int], col: int) -> torch.Tensor:
             lo, hi = lo_hi
-            return (lo + (u[:, col] * (hi - lo + 1)).floor().clamp(max=hi - lo)).long()
+            steps = lo + (u[:, col] * (hi - lo + 1)).floor().clamp(max=hi - lo)
+            return (steps * scale).round().long() if scale < 1.0 else steps.long()
 
         self.obs_delay = torch.where(mask, draw_int(c.obs_delay_steps, 0), self.obs_delay)
         self.motor_delay = torch.where(mask, draw_int(c.motor_delay_steps, 1), self.motor_delay)
         lo, hi = c.thrust_mismatch
         mismatch = lo + u[:, 2:6] * (hi - lo)
-        self.rpm_scale = torch.where(m1, torch.sqrt(mismatch), self.rpm_scale)
         lo, hi = c.battery_sag
         sag = (lo + u[:, 6:7] * (hi - lo)) / self.episode_steps
+        if scale < 1.0:  # the full ranges keep their exact arithmetic
+            mismatch = 1.0 + (mismatch - 1.0) * scale
+            sag = sag * scale
+        self.rpm_scale = torch.where(m1, torch.sqrt(mismatch), self.rpm_scale)
         self.sag_per_step = torch.where(m1, sag, self.sag_per_step)
         self.pos_bias = torch.where(m1, gauss[:, 0:3] * c.pos_bias_std_m, self.pos_bias)
         self.gyro_bias = torch.where(m1, gauss[:, 3:6] * c.gyro_bias_std_rad_s, self.gyro_bias)

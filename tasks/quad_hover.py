@@ -200,6 +200,15 @@ class QuadHoverCfg:
     the ~0.08 m offset the disturbance leaves (0.16 m*s). It bounds the wind-up of large errors
     (it would reach 1.2 m*s at the 0.6 m box edge), so a transient cannot leave an integral that
     dwarfs the other observation entries or takes many seconds to unwind."""
+    randomization_ramp: float = 0.0
+    """Curriculum: the fraction of training (of ``trainer.total_env_steps``) over which every
+    per-episode draw of the parameter randomization (``sim.randomization``) and of the gap models
+    (delays, thrust mismatch, battery sag, position and gyro biases) grows linearly from the
+    nominal vehicle to its configured range. A draw ``x`` is used as ``nominal + s (x - nominal)``
+    with ``s = min(1, progress / ramp)`` (delays rounded to whole steps); white noise, drag and
+    ground effect are not scaled. 0 (default): full ranges from the start. Only the training
+    env ramps (the trainer reports its progress); envs built for ``eval`` or ``verify`` always
+    draw from the full ranges."""
     pos_err_integral_decay: float = 0.995
     """Leak per control step in (0, 1] (1 = pure integrator). 0.995 at 10 ms is a time constant
     dt / (1 - decay) = 2 s: a few seconds, so the integral settles within an episode (5 s) and
@@ -240,6 +249,7 @@ class QuadHoverCfg:
                 "success_radius_m",
                 "success_max_tilt_rad",
                 "pos_err_integral_decay",
+                "randomization_ramp",
             )
         }
         require_finite("quad-hover", {k: tuple(v) if isinstance(v, list) else v for k, v in finite.items()})
@@ -271,6 +281,10 @@ class QuadHoverCfg:
         need(
             math.isfinite(self.pos_err_integral_limit_ms) and self.pos_err_integral_limit_ms > 0.0,
             f"pos_err_integral_limit_ms must be a finite number > 0, got {self.pos_err_integral_limit_ms}",
+        )
+        need(
+            0.0 <= self.randomization_ramp <= 1.0,
+            f"randomization_ramp must be in [0, 1] (a fraction of training), got {self.randomization_ramp}",
         )
         need(
             0.0 < self.pos_err_integral_decay <= 1.0,
@@ -426,6 +440,9 @@ class QuadHover:
             else None
         )
         """Reality-gap state, or None when every gap model is off."""
+        self.randomization_scale = 1.0
+        """``s`` of ``cfg.randomization_ramp``: how far per-episode draws reach into their ranges
+        (1 = full); only :meth:`set_training_progress` lowers it."""
         self.reset(seed)
 
     # ------------------------------------------------------------------ VecEnv
@@ -517,6 +534,14 @@ class QuadHover:
             final_obs = {**final_obs, "policy": obs["policy"] if final_policy is None else final_policy}
         info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success} | step_info
         return obs, reward, terminated, truncated, info
+
+    def set_training_progress(self, fraction: float) -> None:
+        """Curriculum hook (:class:`embodied.env.TrainingCurriculum`): ``fraction`` of training
+        done, in [0, 1]. With ``cfg.randomization_ramp > 0`` episodes that start from now on draw
+        their parameters and gaps from ranges scaled by ``min(1, fraction / ramp)``."""
+        ramp = self.cfg.randomization_ramp
+        if ramp > 0.0:
+            self.randomization_scale = min(1.0, max(0.0, float(fraction)) / ramp)
 
     # ------------------------------------------------------------------ task hooks
     def _setpoint_at(self, step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -757,6 +782,8 @@ class QuadHover:
         """``[count, INIT_ROW_DIM]`` fresh initial conditions from L2F's distribution."""
         c, g, dev = self.cfg, self.generator, self.device
         scales = self.sim.sample_param_scales(count)
+        if self.randomization_scale < 1.0:  # curriculum: towards the nominal vehicle (scale 1)
+            scales = 1.0 + (scales - 1.0) * self.randomization_scale
         u = torch.rand(count, 13, generator=g, device=dev)
         gauss = torch.randn(count, 9, generator=g, device=dev)
         moving = (u[:, 10:11] >= c.init_level_fraction).float()  # 0 for the level-at-setpoint starts
@@ -824,7 +851,7 @@ class QuadHover:
             self.heading = heading_cos_sin(self.yaw_sp_rad)
         self._refresh_critic_static()
         if self.gaps is not None:  # new per-episode draws; delay buffers start at the fresh state
-            self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM])
+            self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM], self.randomization_scale)
 
 
 class CoreConsts(NamedTuple):

@@ -10,6 +10,7 @@ import torch
 
 from embodied.config import ConfigError
 from embodied.experiment import resolve_experiment
+from embodied.sim.quadrotor import RandomizationCfg
 from embodied.tasks.quad_gaps import QuadGapCfg
 from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
 
@@ -163,3 +164,37 @@ def test_robust_preset_loads_and_enables_every_model() -> None:
     from embodied.commands.train import list_presets
 
     assert "quad_hover: ppo.robust" in list_presets()  # what `embodied train --help` lists
+
+
+def test_curriculum_scales_every_draw_towards_the_nominal_vehicle() -> None:
+    """``randomization_ramp``: at progress 0 every per-episode draw is nominal, at half the ramp
+    the draws span half their ranges, at the end (and in an env never told) the full ranges."""
+    gaps = {
+        "obs_delay_steps": (2, 2),
+        "motor_delay_steps": (1, 1),
+        "thrust_mismatch": (0.8, 0.8),
+        "battery_sag": (0.2, 0.2),
+        "pos_bias_std_m": 0.01,
+        "gyro_bias_std_rad_s": 0.01,
+    }
+    cfg = QuadHoverCfg(gaps=QuadGapCfg(**gaps), randomization_ramp=0.5)  # type: ignore[arg-type]
+    cfg = dataclasses.replace(
+        cfg, sim=dataclasses.replace(cfg.sim, randomization=RandomizationCfg(mass_scale=(1.2, 1.2)))
+    )
+    env = QuadHover(cfg, 16, CPU, seed=0)
+    full = (env.gaps.obs_delay.clone(), env.gaps.rpm_scale.clone(), env.gaps.pos_bias.clone())
+    assert env.randomization_scale == 1.0 and torch.allclose(env.sim.param_scales[:, 0], torch.tensor(1.2))
+    for progress, s in ((0.0, 0.0), (0.25, 0.5), (0.9, 1.0)):
+        env.set_training_progress(progress)
+        env.reset(seed=0)
+        g = env.gaps
+        assert env.randomization_scale == s
+        assert torch.allclose(env.sim.param_scales[:, 0], torch.tensor(1.0 + 0.2 * s))
+        assert torch.equal(g.obs_delay, (full[0] * s).round().long())
+        assert torch.equal(g.motor_delay, torch.full((16,), round(s)))
+        assert torch.allclose(g.rpm_scale, torch.full((16, 4), math.sqrt(1.0 - 0.2 * s)))
+        assert torch.allclose(g.sag_per_step, torch.full((16, 1), 0.2 * s / cfg.episode_steps))
+        assert torch.allclose(g.pos_bias, full[2] * s)
+    assert torch.equal(g.rpm_scale, full[1])  # the full range keeps its exact arithmetic
+    with pytest.raises(ConfigError, match="randomization_ramp"):
+        QuadHoverCfg(randomization_ramp=1.5)

@@ -225,16 +225,32 @@ def test_export_module_carries_the_task_symmetry(tmp_path: Path) -> None:
     assert report.model_sha256 == weights_sha256(module) != weights_sha256(bare)
 
 
+def robust_preset_layout() -> dict[str, object]:
+    """The observation options of ``--preset robust`` (integral, action history)."""
+    from embodied.commands.train import preset_file
+    from embodied.experiment import resolve_experiment
+
+    env = resolve_experiment("quad-hover", "ppo", preset_file("quad-hover", "ppo", "robust")).env
+    assert env.pos_err_integral and env.action_history > 1  # what this layout is meant to cover
+    return {"pos_err_integral": env.pos_err_integral, "action_history": env.action_history}
+
+
 @needs_gcc
-def test_firmware_controller_on_physical_state_equals_the_task_policy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", [{"action_history": 2}, "robust"], ids=["history2", "robust_preset"])
+def test_firmware_controller_on_physical_state_equals_the_task_policy(
+    tmp_path: Path, layout: dict[str, object] | str
+) -> None:
     """quad_ctrl.c builds the physical observation from the raw state and runs the exported C
     policy (flip inside); its motor commands equal the task's: the bare network on the task's
-    canonical observation, relabelled back where the task flipped. Closed loop, physical actions."""
+    canonical observation, relabelled back where the task flipped. Closed loop, physical actions.
+    The robust preset's layout adds the position-error integral and four previous actions."""
     from embodied.crazyflie.sil import packed_state
     from embodied.tasks.quad_terms import yaw_flip_action
 
     n = 32
-    cfg = QuadHoverCfg(action_history=2, obs_noise_std=(0.0,) * 4, episode_steps=30)
+    options = robust_preset_layout() if layout == "robust" else layout
+    assert isinstance(options, dict)
+    cfg = QuadHoverCfg(obs_noise_std=(0.0,) * 4, episode_steps=30, **options)  # type: ignore[arg-type]
     env = QuadHover(cfg, n, CPU, seed=5)
     env.physical_actions = True
     spec = env.io_spec()

@@ -205,3 +205,24 @@ def test_a_second_trainer_on_a_held_run_dir_is_refused(tmp_path: Path) -> None:
     first.train()
     with pytest.raises(EmbodiedError, match="already holds a run"):
         Trainer(_tiny_cfg(64), tmp_path / "run")
+
+
+def test_the_training_env_learns_how_far_training_has_come(tmp_path: Path) -> None:
+    """A task with a curriculum (``env.randomization_ramp``) is told ``env_steps / total`` before
+    each rollout: half-way through a ramp over all of training its draws reach half their range;
+    resumed, the schedule continues from the checkpoint's counters."""
+    overrides = ["algo.num_steps_per_env=8", "env.randomization_ramp=1.0", "env.sim.randomization.mass_scale=[0.5,1.5]"]
+    cfg = resolve_experiment("quad-hover", "ppo", overrides=overrides, num_envs=8, seed=3)
+    cfg = replace_trainer(
+        cfg, total_env_steps=4 * 64, eval_episodes=0, eval_every_env_steps=0, progress=False, tensorboard=False
+    )
+    seen: list[float] = []
+    trainer = Trainer(cfg, tmp_path / "run")
+    tell = trainer.env.set_training_progress  # type: ignore[attr-defined]
+    trainer.env.set_training_progress = lambda f: (seen.append(f), tell(f))  # type: ignore[attr-defined]
+    trainer.train()
+    assert seen == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert trainer.env.randomization_scale == 1.0  # type: ignore[attr-defined]
+    resumed = Trainer(replace_trainer(cfg, total_env_steps=8 * 64), tmp_path / "run", resume=True)
+    resumed._tell_progress()
+    assert resumed.env.randomization_scale == 0.5  # type: ignore[attr-defined]

@@ -36,7 +36,7 @@ from torch import nn
 from embodied import distributed, registry
 from embodied.algo import ExportUnsupportedError, PreloadSource, Transition, preload_algorithm
 from embodied.config import ConfigError
-from embodied.env import ObsDict, resumes_exactly
+from embodied.env import ObsDict, TrainingCurriculum, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.experiment import ExperimentCfg
 from embodied.progress import TrainProgress
@@ -517,6 +517,14 @@ class Trainer:
         log.info("done: %s", ", ".join(f"{k.split('/')[1]}={v:.4g}" for k, v in summary.items()))
         return st
 
+    def _tell_progress(self) -> None:
+        """Pass ``env_steps / total_env_steps`` to a training env with a curriculum
+        (:class:`embodied.env.TrainingCurriculum`); recomputed from the counters, so a resumed
+        run continues the same schedule."""
+        if isinstance(self.env, TrainingCurriculum):
+            total = max(self.cfg.trainer.total_env_steps, 1)
+            self.env.set_training_progress(min(self.state.env_steps / total, 1.0))
+
     def _train(self) -> None:
         tcfg, st = self.cfg.trainer, self.state
         next_eval = (
@@ -531,6 +539,7 @@ class Trainer:
         with progress, deferred_stop() as stop:
             tick = time.perf_counter()
             iteration = 0
+            self._tell_progress()
             while st.env_steps < tcfg.total_env_steps:
                 signum = self._agreed_stop(stop, iteration)
                 iteration += 1
@@ -539,6 +548,7 @@ class Trainer:
                 self._env_step()
                 if not self.algo.ready_to_update():
                     continue
+                self._tell_progress()  # the next rollout's episodes start from the new distribution
                 metrics = self.algo.update()
                 st.updates += 1
                 if tcfg.check_finite:
