@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from env_support import StatelessEnvMixin
 
 from embodied.algo import Transition
 from embodied.algos.fasttd3 import FastTD3, FastTD3Cfg
@@ -24,7 +25,7 @@ from embodied.errors import EmbodiedError
 from embodied.io_spec import ActionField, IOSpec, ObsField
 
 
-class TorchPendulum:
+class TorchPendulum(StatelessEnvMixin):
     """``num_envs`` Pendulum-v1 copies: obs ``[cos th, sin th, th_dot]``, action ``[N, 1]`` -> torque 2a."""
 
     max_speed, max_torque, dt, g, mass, length = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0
@@ -82,15 +83,6 @@ class TorchPendulum:
 
     def io_spec(self) -> IOSpec:
         return IOSpec((ObsField("cos_sin_thdot", 3),), (ActionField("torque", 1, "N m", scale=2.0),), self.dt)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def train(algo: Any, env: TorchPendulum, env_steps: int) -> None:

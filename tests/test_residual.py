@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from env_support import StatelessEnvMixin
 
 from embodied.algo import ExportUnsupportedError, PreloadSource, Transition
 from embodied.algos.residual import BASE_GROUP, Residual, ResidualCfg
@@ -165,7 +166,7 @@ def test_replay_keeps_the_base_actions_and_demos_fill_half_a_batch(env: ArmPush,
     assert from_demos == [False] * 5 + [True] * 5
 
 
-class BiasedReach:
+class BiasedReach(StatelessEnvMixin):
     """A one-step contextual task: observe a goal ``g`` in [-0.6, 0.6], succeed (reward 1) when
     the action lands within 0.1 of it. A stand-in for a real task so that learning shows in
     seconds; the base below always misses by 0.3, which only a learned correction fixes."""
@@ -198,15 +199,6 @@ class BiasedReach:
 
     def io_spec(self) -> IOSpec:
         return IOSpec((ObsField("goal", 1),), (ActionField("position", 1, "m"),), self.dt)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class OffsetBase(torch.nn.Module):
