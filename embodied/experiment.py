@@ -203,12 +203,15 @@ so an old run still resumes, evaluates and exports as it was trained. A config t
 but not all of them was cut or edited, and, like any other missing key, means a damaged file.
 Keys of a later release form their own group in :data:`KEY_GROUPS_ADDED_LATER`."""
 
-FLOW_EXECUTION_KEYS: dict[str, Any] = {
+FINETUNING_RELEASE_KEYS: dict[str, Any] = {
     "algo.policy.temporal_ensemble": False,  # flow policies acted the first action of each plan
+    "algo.critic_subset": 0,  # FastTD3 took the minimum over all of its critics
+    "env.randomization_ramp": 0.0,  # quadrotor randomization drew its full ranges from the start
 }
-"""The release that added temporal ensembling of flow action chunks (bc-flow, reinflow runs)."""
+"""The release that added temporal ensembling of flow action chunks, residual RL (FastTD3's
+critic subset) and the randomization curriculum of the quadrotor tasks."""
 
-KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (KEYS_ADDED_LATER, FLOW_EXECUTION_KEYS)
+KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (KEYS_ADDED_LATER, FINETUNING_RELEASE_KEYS)
 """One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
 
 

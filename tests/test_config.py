@@ -230,3 +230,29 @@ def test_flow_runs_saved_before_temporal_ensembling_load_as_trained(tmp_path: Pa
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(plain, sort_keys=False))
     assert load_experiment(path).algo.policy.temporal_ensemble is False
+
+
+@pytest.mark.parametrize(
+    ("task", "algo", "key", "old_value"),
+    [
+        ("quad-hover", "ppo", "env.randomization_ramp", 0.0),
+        ("halfcheetah", "fasttd3", "algo.critic_subset", 0),
+    ],
+)
+def test_runs_saved_before_the_finetuning_release_load_as_trained(
+    tmp_path: Path, task: str, algo: str, key: str, old_value: object
+) -> None:
+    """Keys of the release that added residual RL and the randomization curriculum: a run saved
+    before them (its config lacks the key) loads with the behaviour it was trained with."""
+    import yaml
+
+    from embodied.config import to_plain
+    from embodied.experiment import FINETUNING_RELEASE_KEYS, load_experiment, resolve_experiment
+
+    assert key in FINETUNING_RELEASE_KEYS
+    group, name = key.split(".")
+    plain = to_plain(resolve_experiment(task, algo))
+    del plain[group][name]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(plain, sort_keys=False))
+    assert getattr(getattr(load_experiment(path), group), name) == old_value
