@@ -145,6 +145,8 @@ class FlowPolicy(nn.Module):
         )
         self.register_buffer("x0_fixed", x0)
         spec = ChunkSpec(cfg.chunk, cfg.exec_steps, cfg.temporal_ensemble)
+        self.chunk_spec = spec
+        """How this policy's chunks are executed (length, exec_steps, temporal_ensemble)."""
         # one executor per sampler: deterministic evaluation never mixes with stochastic plans
         # (the planner is passed per call: a deep copy of the policy must plan with its own weights)
         self._executors: dict[bool, ChunkExecutor[torch.Tensor]] = {

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from embodied.action_chunks import ChunkSpec
 from embodied.algo import ExportUnsupportedError, Policy
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
@@ -28,10 +29,11 @@ from embodied.policies.deterministic import policy_obs
 from embodied.policies.mlp import mlp
 
 
-def open_loop_steps(base: Policy) -> int:
-    """Actions a base runs per plan without looking at new observations (``cfg.exec_steps`` of
-    an action-chunk policy; 1 for a policy that acts on every observation)."""
-    return int(getattr(getattr(base, "cfg", None), "exec_steps", 1))
+def base_chunk_spec(base: Policy) -> ChunkSpec:
+    """How a base executes its plans: a chunked policy's ``chunk_spec``, else one action per
+    observation (a plain actor has no state between calls)."""
+    spec = getattr(base, "chunk_spec", None)
+    return spec if isinstance(spec, ChunkSpec) else ChunkSpec()
 
 
 class FirstAction(nn.Module):
@@ -120,16 +122,16 @@ class ResidualPolicy(nn.Module):
 
         A base that runs action chunks open-loop keeps state between calls that no stateless
         module carries: :class:`ExportUnsupportedError` then names it."""
-        steps = open_loop_steps(self.base)
-        if bool(getattr(getattr(self.base, "cfg", None), "temporal_ensemble", False)):
+        spec = base_chunk_spec(self.base)
+        if spec.temporal_ensemble:
             raise ExportUnsupportedError(
                 f"the residual policy's base ({type(self.base).__name__}) blends its last chunks "
                 "(temporal_ensemble), state that a stateless obs -> action export cannot carry; "
                 "train the base with policy.temporal_ensemble=false to export base and residual together"
             )
-        if steps > 1:
+        if spec.exec_steps > 1:
             raise ExportUnsupportedError(
-                f"the residual policy's base ({type(self.base).__name__}) runs {steps} actions of each chunk "
+                f"the residual policy's base ({type(self.base).__name__}) runs {spec.exec_steps} actions of each chunk "
                 "open-loop (exec_steps > 1), which a stateless obs -> action export cannot carry; "
                 "train the base with exec_steps=1 to export base and residual together"
             )
