@@ -119,11 +119,12 @@ class FinalObsReport(Protocol):
 
 @runtime_checkable
 class TrainingCurriculum(Protocol):
-    """An env whose training distribution depends on how far training has come.
+    """An env whose training distribution (or an algorithm whose schedule, e.g. PPO's learning-rate
+    cooldown) depends on how far training has come.
 
     The trainer calls ``set_training_progress(fraction)`` with ``env_steps / total_env_steps``
-    (in [0, 1]) on its training env before each rollout; envs built for evaluation are never
-    told, so they keep their full (final) distribution.
+    (in [0, 1]) on its training env and its algorithm before each rollout; envs built for
+    evaluation are never told, so they keep their full (final) distribution.
     """
 
     def set_training_progress(self, fraction: float) -> None: ...

@@ -211,7 +211,13 @@ FINETUNING_RELEASE_KEYS: dict[str, Any] = {
 """The release that added temporal ensembling of flow action chunks, residual RL (FastTD3's
 critic subset) and the randomization curriculum of the quadrotor tasks."""
 
-KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (KEYS_ADDED_LATER, FINETUNING_RELEASE_KEYS)
+VISION_RELEASE_KEYS: dict[str, Any] = {
+    "algo.lr_cooldown": 0.0,  # PPO kept its adaptive learning rate's cap to the last update
+}
+"""The release that added camera observations, VLA-shaped policies, a legged robot and PPO's
+learning-rate cooldown."""
+
+KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (KEYS_ADDED_LATER, FINETUNING_RELEASE_KEYS, VISION_RELEASE_KEYS)
 """One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
 
 

@@ -18,6 +18,7 @@ from embodied.algos.ppo import (
     adapt_learning_rate,
     clipped_surrogate_loss,
     compute_gae,
+    cooled_lr_max,
     value_loss_fn,
 )
 from embodied.config import ConfigError
@@ -229,6 +230,28 @@ def test_adaptive_schedule_reacts_to_a_too_large_step() -> None:
         assert math.isfinite(metrics[key]), key
 
 
+def test_lr_cooldown_lowers_the_cap_to_lr_min_over_the_last_fraction() -> None:
+    cfg = PPOCfg(learning_rate=1e-3, lr_min=1e-5, lr_max=1e-3, lr_cooldown=0.25)
+    assert cooled_lr_max(cfg, 0.5) == pytest.approx(1e-3)
+    assert cooled_lr_max(cfg, 0.75) == pytest.approx(1e-3)
+    assert cooled_lr_max(cfg, 0.875) == pytest.approx(0.5 * (1e-3 + 1e-5))
+    assert cooled_lr_max(cfg, 1.0) == pytest.approx(1e-5)
+    assert cooled_lr_max(PPOCfg(lr_max=1e-3), 1.0) == pytest.approx(1e-3)  # no cooldown: unchanged
+    # The algorithm applies the cap to its rate (told by the trainer before each rollout), and the
+    # adaptive schedule cannot push it back above the cap.
+    env = PointMassReach(16)
+    algo = PPO(cfg, env)
+    algo.set_training_progress(0.875)
+    assert float(algo.lr) == pytest.approx(0.5 * (1e-3 + 1e-5))
+    obs = env.reset()
+    metrics = None
+    while metrics is None:
+        obs, metrics = rollout_step(algo, env, obs)
+    assert metrics["learning_rate"] <= 0.5 * (1e-3 + 1e-5) + 1e-9
+    algo.set_training_progress(1.0)
+    assert float(algo.lr) == pytest.approx(1e-5)
+
+
 def test_ppo_learns_point_mass_reach() -> None:
     torch.manual_seed(0)
     env = PointMassReach(64, seed=1)
@@ -263,6 +286,7 @@ def test_init_action_mean_from_env_and_tuple() -> None:
         {"learning_rate": 0.5},
         {"init_action_mean": (2.0,)},
         {"kl_lr_factor": 1.0},
+        {"lr_cooldown": 1.0},
     ],
 )
 def test_config_validation(overrides: dict[str, Any]) -> None:

@@ -73,6 +73,11 @@ class PPOCfg:
     """Lower bound of the adaptive learning rate."""
     lr_max: float = 1e-2
     """Upper bound of the adaptive learning rate."""
+    lr_cooldown: float = 0.0
+    """Final fraction of training (in [0, 1)) over which the learning rate's upper bound falls
+    linearly from ``lr_max`` to ``lr_min``; 0 keeps ``lr_max`` to the end. The adaptive schedule
+    alone keeps taking steps of ``desired_kl`` to the last update, so the final policy is one
+    sample of a still-moving one; a cooldown lets it settle."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip (<= 0 disables)."""
     normalize_advantage: bool = True
@@ -110,6 +115,8 @@ class PPOCfg:
         for name in ("value_coef", "entropy_coef"):
             if getattr(self, name) < 0.0:
                 raise ConfigError(f"PPOCfg.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.lr_cooldown < 1.0:
+            raise ConfigError(f"PPOCfg.lr_cooldown must be in [0, 1), got {self.lr_cooldown}")
         if self.kl_lr_factor <= 1.0:
             raise ConfigError(f"PPOCfg.kl_lr_factor must be > 1, got {self.kl_lr_factor}")
         if not self.lr_min <= self.learning_rate <= self.lr_max:
@@ -160,14 +167,25 @@ def value_loss_fn(
     return torch.max(error, (value_clipped - returns).square()).mean()
 
 
-def adapt_learning_rate(lr: torch.Tensor, kl: torch.Tensor, cfg: PPOCfg) -> None:
-    """In-place adaptive-KL step on the 0-d tensor ``lr`` (no host sync, so no ``.item()``)."""
+def cooled_lr_max(cfg: PPOCfg, progress: float) -> float:
+    """The learning rate's upper bound at ``progress`` (``env_steps / total_env_steps``): ``lr_max``
+    until the last ``lr_cooldown`` of training, then linearly down to ``lr_min`` at the end."""
+    if cfg.lr_cooldown <= 0.0:
+        return cfg.lr_max
+    into_cooldown = (progress - (1.0 - cfg.lr_cooldown)) / cfg.lr_cooldown
+    weight = min(max(into_cooldown, 0.0), 1.0)
+    return cfg.lr_max + weight * (cfg.lr_min - cfg.lr_max)
+
+
+def adapt_learning_rate(lr: torch.Tensor, kl: torch.Tensor, cfg: PPOCfg, lr_max: float | None = None) -> None:
+    """In-place adaptive-KL step on the 0-d tensor ``lr`` (no host sync, so no ``.item()``);
+    ``lr_max``: the current upper bound (default ``cfg.lr_max``; :func:`cooled_lr_max`)."""
     factor = torch.where(
         kl > 2.0 * cfg.desired_kl,
         1.0 / cfg.kl_lr_factor,
         torch.where(kl < 0.5 * cfg.desired_kl, cfg.kl_lr_factor, 1.0),
     )
-    lr.mul_(factor).clamp_(cfg.lr_min, cfg.lr_max)
+    lr.mul_(factor).clamp_(cfg.lr_min, cfg.lr_max if lr_max is None else lr_max)
 
 
 class PPO:
@@ -230,6 +248,8 @@ class PPO:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         self._acted = False
+        self.lr_cap = cfg.lr_max
+        """The learning rate's current upper bound (:meth:`set_training_progress`)."""
         self.world = distributed.current()
         """The training processes this rank averages with (None: a single process)."""
 
@@ -286,6 +306,15 @@ class PPO:
 
     def ready_to_update(self) -> bool:
         return self.storage.cursor >= self.storage.steps
+
+    def set_training_progress(self, fraction: float) -> None:
+        """Lower the learning rate's cap during the cooldown (:attr:`PPOCfg.lr_cooldown`); the
+        trainer calls it before each rollout (:class:`embodied.env.TrainingCurriculum`)."""
+        self.lr_cap = cooled_lr_max(self.cfg, fraction)
+        if self.cfg.schedule == "fixed":
+            self.lr.fill_(min(self.cfg.learning_rate, self.lr_cap))
+        else:
+            self.lr.clamp_(max=self.lr_cap)
 
     # --- update ---------------------------------------------------------------------------
 
@@ -358,7 +387,7 @@ class PPO:
                     kl = kl.reshape(())
                 if cfg.schedule == "adaptive":
                     # the rate only matters at optimizer.step(), so adapting after backward is the same
-                    adapt_learning_rate(self.lr, kl, cfg)
+                    adapt_learning_rate(self.lr, kl, cfg, self.lr_cap)
                 if cfg.max_grad_norm > 0.0:
                     torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()

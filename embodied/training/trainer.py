@@ -518,12 +518,13 @@ class Trainer:
         return st
 
     def _tell_progress(self) -> None:
-        """Pass ``env_steps / total_env_steps`` to a training env with a curriculum
+        """Pass ``env_steps / total_env_steps`` to a training env or an algorithm with a schedule
         (:class:`embodied.env.TrainingCurriculum`); recomputed from the counters, so a resumed
         run continues the same schedule."""
-        if isinstance(self.env, TrainingCurriculum):
-            total = max(self.cfg.trainer.total_env_steps, 1)
-            self.env.set_training_progress(min(self.state.env_steps / total, 1.0))
+        fraction = min(self.state.env_steps / max(self.cfg.trainer.total_env_steps, 1), 1.0)
+        for scheduled in (self.env, self.algo):
+            if isinstance(scheduled, TrainingCurriculum):
+                scheduled.set_training_progress(fraction)
 
     def _train(self) -> None:
         tcfg, st = self.cfg.trainer, self.state
