@@ -180,6 +180,12 @@ def _run(words: list[str], timeout_s: float) -> tuple[str, str, float, str]:
     return status, out, time.perf_counter() - start, err[-2000:]
 
 
+def _last_line(text: str, default: str) -> str:
+    """The last line of a process's stderr (its error message), or ``default`` when it printed none."""
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else default
+
+
 def _last_json(text: str) -> dict[str, Any]:
     """The JSON object the bench printed last (its stdout is that object, indented)."""
     start = text.rfind("\n{")
@@ -228,7 +234,7 @@ def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: 
         if outcome.status == "ok":
             outcome.result = _last_json(out)
         else:
-            outcome.error = err.strip().splitlines()[-1] if err.strip() else outcome.status
+            outcome.error = _last_line(err, outcome.status)
         log.info("bench gpu: %s at %d envs: %s", part.target, n, outcome.status)
     return outcomes
 
@@ -257,7 +263,7 @@ def run_trainings(
         if outcome.status == "timeout" and outcome.result["env_steps"] > 0:
             outcome.status = "time-boxed"  # stopped by the time box after it logged progress
         elif outcome.status != "ok":
-            outcome.error = err.strip().splitlines()[-1] if err.strip() else outcome.status
+            outcome.error = _last_line(err, outcome.status)
         log.info("bench gpu: %s: %s", outcome.name, outcome.status)
     return outcomes
 
@@ -280,6 +286,19 @@ def machine(device: str) -> dict[str, str]:
     return info
 
 
+def _cell(result: dict[str, Any], key: str, spec: str) -> str:
+    """``result[key]`` formatted with ``spec``; empty when the part did not produce it."""
+    return format(result[key], spec) if key in result else ""
+
+
+def _status(row: dict[str, Any]) -> str:
+    return row["status"] + (f" ({row['error']})" if row["error"] else "")
+
+
+def _table_row(cells: list[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report as two markdown tables (throughput, training)."""
     lines = [
@@ -292,13 +311,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for row in report["throughput"]:
         r = row["result"]
-        rate = f"{r['steps_per_s']:,.0f}" if "steps_per_s" in r else ""
-        raw = f"{r['raw_steps_per_s']:,.0f}" if "raw_steps_per_s" in r else ""
-        ratio = f"{r['ratio_vs_raw']:.2f}" if "ratio_vs_raw" in r else ""
-        status = row["status"] + (f" ({row['error']})" if row["error"] else "")
-        lines.append(
-            f"| {row['name']} | {row['num_envs']} | {status} | {rate} | {raw} | {ratio} | {row['seconds']:.0f} |"
-        )
+        cells = [_cell(r, "steps_per_s", ",.0f"), _cell(r, "raw_steps_per_s", ",.0f"), _cell(r, "ratio_vs_raw", ".2f")]
+        lines.append(_table_row([row["name"], row["num_envs"], _status(row), *cells, f"{row['seconds']:.0f}"]))
     lines += [
         "",
         "| training | backend | num_envs | status | env steps | last train return | seconds |",
@@ -306,11 +320,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for row in report["training"]:
         r = row["result"]
-        ret = f"{r['last_train_return']:.2f}" if "last_train_return" in r else ""
-        status = row["status"] + (f" ({row['error']})" if row["error"] else "")
-        lines.append(
-            f"| {row['name']} | {row['backend']} | {row['num_envs']} | {status} | {r.get('env_steps', 0):,} | {ret} | {row['seconds']:.0f} |"
-        )
+        cells = [_cell(r, "env_steps", ","), _cell(r, "last_train_return", ".2f"), f"{row['seconds']:.0f}"]
+        lines.append(_table_row([row["name"], row["backend"], row["num_envs"], _status(row), *cells]))
     return "\n".join(lines) + "\n"
 
 
