@@ -81,3 +81,20 @@ def test_parts_that_do_not_fit_the_budget_are_skipped(tmp_path: Path) -> None:
     report = json.loads((out / "bench_gpu.json").read_text())
     assert all(row["status"] == "skipped" for row in report["throughput"] + report["training"])
     assert report["training"][0]["error"] == "time budget spent"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_full_run_on_cuda_fits_the_budget(tmp_path: Path) -> None:
+    """The command a lent GPU machine runs: every part finishes or is time-boxed inside 8 minutes,
+    and MuJoCo-Warp's rows carry numbers. Not yet run on a GPU (none was lent when it was written)."""
+    pytest.importorskip("mujoco_warp")
+    out = tmp_path / "bench"
+    assert main(["bench", "gpu", "--out", str(out)]) == 0
+    report = json.loads((out / "bench_gpu.json").read_text())
+    assert report["total_s"] < bench_gpu.BUDGET_S
+    rows = {row["name"]: row for row in report["throughput"]}
+    assert rows["mjwarp:go1-flat"]["status"] == "ok" and rows["mjwarp:go1-flat"]["result"]["steps_per_s"] > 0
+    for row in report["training"]:
+        assert row["backend"] == "mjwarp" and row["status"] in ("ok", "time-boxed"), row
+        assert row["result"]["env_steps"] > 0
