@@ -78,6 +78,10 @@ PARTS: tuple[Part, ...] = (
 )
 """Throughput parts, in order; a part whose backend is not installed is skipped."""
 
+QUICK_EPISODES = ("env.backend.max_episode_steps=16", "trainer.eval_episodes=4")
+"""``--quick``: short episodes, so the final evaluation is as small as the training (warp's CPU
+device steps tens of env-steps per second)."""
+
 TRAININGS: tuple[Training, ...] = (
     Training(
         "ppo",
@@ -90,7 +94,7 @@ TRAININGS: tuple[Training, ...] = (
             "algo.critic_hidden=[512,256,128]",
             "trainer.total_env_steps=50000000",
         ),
-        quick_args=("algo.num_steps_per_env=8", "trainer.total_env_steps=64"),
+        quick_args=("algo.num_steps_per_env=8", "trainer.total_env_steps=64", *QUICK_EPISODES),
     ),
     Training(
         "fasttd3",
@@ -111,6 +115,7 @@ TRAININGS: tuple[Training, ...] = (
             "algo.learning_starts=8",
             "algo.buffer_size_per_env=64",
             "trainer.total_env_steps=64",
+            *QUICK_EPISODES,
         ),
     ),
 )
@@ -239,6 +244,8 @@ def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: 
         outcome.status, out, outcome.seconds, err = _run(words, timeout_s)
         if outcome.status == "ok":
             outcome.result = _last_json(out)
+        elif outcome.status == "timeout":
+            outcome.error = f"stopped after {timeout_s:.0f} s"
         else:
             outcome.error = _last_line(err, outcome.status)
         log.info("bench gpu: %s at %d envs: %s", part.target, n, outcome.status)
@@ -268,6 +275,8 @@ def run_trainings(
         outcome.result = _training_result(run_dir)
         if outcome.status == "timeout" and outcome.result["env_steps"] > 0:
             outcome.status = "time-boxed"  # stopped by the time box after it logged progress
+        elif outcome.status == "timeout":
+            outcome.error = f"no progress logged in {timeout_s:.0f} s"
         elif outcome.status != "ok":
             outcome.error = _last_line(err, outcome.status)
         log.info("bench gpu: %s: %s", outcome.name, outcome.status)
