@@ -31,6 +31,7 @@ import mujoco
 import numpy as np
 import torch
 
+from embodied.config import ConfigError
 from embodied.io_spec import IOSpec
 from embodied.tasks.mujoco_locomotion import (
     LocomotionBackendCfg,
@@ -112,6 +113,9 @@ class Go1FlatCfg:
 
     def __post_init__(self) -> None:
         validate_cfg(self)
+        for name in ("action_scale_rad", "tracking_sigma", "termination_contact_force_n"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
 class _Go1FlatTerms(LocomotionTerms):

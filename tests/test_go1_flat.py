@@ -211,3 +211,15 @@ def test_ppo_walks_on_mjwarp_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(args) == 0
     line = next(li for li in capsys.readouterr().out.splitlines() if li.startswith("eval:"))
     assert float(line.split("mean_return")[1].split()[0]) > 20.0
+
+
+def test_config_rejects_nonpositive_scales() -> None:
+    from embodied.config import ConfigError
+
+    for key in ("action_scale_rad", "tracking_sigma", "termination_contact_force_n"):
+        with pytest.raises(ConfigError, match=key):
+            Go1FlatCfg(**{key: 0.0})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="torque_weight"):
+        Go1FlatCfg(torque_weight=-1.0)
+    with pytest.raises(ConfigError, match="command_vx_range"):
+        Go1FlatCfg(command_vx_range=(1.0, 0.0))
