@@ -139,6 +139,16 @@ TASKS: dict[str, Entry] = {
             ("mjwarp", "embodied.tasks.mujoco_locomotion:HumanoidWarp"),
         ),
     ),
+    "go1-flat": Entry(
+        "embodied.tasks.go1_flat:Go1Flat",
+        "embodied.tasks.go1_flat:Go1FlatCfg",
+        "Unitree Go1 class quadruped (PD joints): track a commanded forward velocity on flat ground",
+        backend="mujoco",
+        backends=(
+            ("mujoco", "embodied.tasks.go1_flat:Go1Flat"),
+            ("mjwarp", "embodied.tasks.go1_flat:Go1FlatWarp"),
+        ),
+    ),
     "arm-push": Entry(
         "embodied.tasks.arm_push:ArmPush",
         "embodied.tasks.arm_push:ArmPushCfg",

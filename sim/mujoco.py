@@ -218,17 +218,31 @@ class MujocoVecEnv(ABC):
         self._reset_envs(np.arange(self.num_envs))
         return {"policy": self._to_torch(self.observe())}
 
-    def step(self, action: torch.Tensor) -> StepResult:
-        """Hold ``action`` [N, nu] in [-1, 1] for ``frame_skip`` substeps; auto-reset ended envs."""
+    def _apply(self, action: torch.Tensor) -> np.ndarray:
+        """Write ``action`` [N, nu] in [-1, 1] as the control; the control ``[N, nu]`` (actuator units)."""
         act = action.detach().to("cpu", torch.float64).numpy()
         if act.shape != (self.num_envs, self.action_dim):
             raise ValueError(f"action must be [{self.num_envs}, {self.action_dim}], got {tuple(act.shape)}")
         ctrl = self.ctrl_mid + self.ctrl_half * np.clip(act, -1.0, 1.0)
         self.ctrl[:] = ctrl
-        self.before_step()
+        return ctrl
+
+    def _physics_steps(self) -> None:
         self.physics.step(self.backend.frame_skip)
         if self.contact_forces:
             self.physics.rne_post_constraint()
+
+    def raw_step(self, action: torch.Tensor) -> None:
+        """The bare physics of one control step (``action`` [N, nu] as control, no task terms):
+        what ``embodied bench sim mujoco:TASK`` compares :meth:`step` against (``ratio_vs_raw``)."""
+        self._apply(action)
+        self._physics_steps()
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        """Hold ``action`` [N, nu] in [-1, 1] for ``frame_skip`` substeps; auto-reset ended envs."""
+        ctrl = self._apply(action)
+        self.before_step()
+        self._physics_steps()
         terms, terminated = self.after_step(ctrl)
         reward = np.zeros(self.num_envs)
         for value in terms.values():

@@ -42,10 +42,14 @@ _CONVENTIONS = {
 }
 
 
-def _actions(model: mujoco.MjModel, units: str) -> tuple[ActionField, ...]:
-    low, high = model.actuator_ctrlrange.T
-    mid, half = (low + high) / 2, (high - low) / 2
-    # one field per actuator: each carries its own scale/offset into actuator units
+def actuator_fields(
+    model: mujoco.MjModel,
+    units: str,
+    mid: np.ndarray,
+    half: np.ndarray,
+    description: str = "actuator control (gear converts it to joint torque)",
+) -> tuple[ActionField, ...]:
+    """One action field per actuator: control = ``action * half[i] + mid[i]`` (``[nu]`` each)."""
     return tuple(
         ActionField(
             name=mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f"actuator_{i}",
@@ -53,13 +57,18 @@ def _actions(model: mujoco.MjModel, units: str) -> tuple[ActionField, ...]:
             units=units,
             scale=float(half[i]),
             offset=float(mid[i]),
-            description="actuator control (gear converts it to joint torque)",
+            description=description,
         )
         for i in range(model.nu)
     )
 
 
-def _validate(cfg: object) -> None:
+def _actions(model: mujoco.MjModel, units: str) -> tuple[ActionField, ...]:
+    low, high = model.actuator_ctrlrange.T
+    return actuator_fields(model, units, (low + high) / 2, (high - low) / 2)
+
+
+def validate_cfg(cfg: object) -> None:
     """Weights and noise scales must be >= 0, ``*_range`` pairs ordered (low <= high)."""
     for name, value in vars(cfg).items():
         if (name.endswith("_weight") or name == "reset_noise_scale") and value < 0:
@@ -91,11 +100,11 @@ class LocomotionBackendCfg(MujocoBackendCfg):
     """MuJoCo-Warp buffer sizes (used when ``name`` is ``mjwarp``)."""
 
 
-class _Locomotion:
+class LocomotionTerms:
     """Terms shared by every locomotion task: the model, reset noise and IOSpec assembly.
 
     The backend base supplies ``xp``, ``model``, ``qpos``, ``qvel``, ``out``, ``rng``, ``dt``,
-    ``num_envs``, ``body_masses()`` and the two helpers below (``cat``, ``zeros``)."""
+    ``num_envs``, ``body_masses()`` and the helpers below (``cat``, ``zeros``, ``asarray``)."""
 
     xml = ""
     xp: Any
@@ -110,15 +119,20 @@ class _Locomotion:
     """``parts`` (``[N, k_i]``) side by side as the float32 observation ``[N, sum k_i]``."""
     body_masses: Callable[[], Any]
     """Per-env body masses ``[N, nbody]``."""
+    zeros: Callable[..., Any]
+    """A float scratch buffer of the given shape, in the backend's array type."""
+    asarray: Callable[[np.ndarray], Any]
+    """A numpy array as the backend's array type (on its device)."""
 
     def _noisy_qpos(self, n: int, scale: float) -> np.ndarray:
         """qpos0 + U(-scale, scale), ``[n, nq]``."""
         return self.model.qpos0 + self.rng.uniform(-scale, scale, size=(n, self.model.nq))
 
-    def _spec(self, obs_fields: tuple[ObsField, ...]) -> IOSpec:
+    def _spec(self, obs_fields: tuple[ObsField, ...], actions: tuple[ActionField, ...] = ()) -> IOSpec:
+        """The task's IOSpec; ``actions`` default to the actuators' control ranges."""
         return IOSpec(
             obs_fields=obs_fields,
-            action_fields=_actions(self.model, "ctrl"),
+            action_fields=actions or _actions(self.model, "ctrl"),
             control_period_s=self.dt,
             conventions=_CONVENTIONS,
         )
@@ -128,7 +142,7 @@ def _model(xml: str) -> mujoco.MjModel:
     return mujoco.MjModel.from_xml_path(str(gymnasium_asset(xml)))
 
 
-class _OnMujoco(MujocoVecEnv):
+class OnMujoco(MujocoVecEnv):
     """The MuJoCo backend (``sim/mujoco.py``) for a locomotion task: numpy float64 terms."""
 
     xp = np
@@ -136,8 +150,12 @@ class _OnMujoco(MujocoVecEnv):
 
     def __init__(self, cfg: Any, num_envs: int, device: torch.device | str, seed: int) -> None:
         self.cfg = cfg
-        super().__init__(_model(self.xml), cfg.backend, num_envs, device, seed)
+        super().__init__(self.load_model(), cfg.backend, num_envs, device, seed)
         self._before = self.zeros(num_envs, 2)
+
+    def load_model(self) -> mujoco.MjModel:
+        """The task's model (default: ``xml`` from the gymnasium package)."""
+        return _model(self.xml)
 
     def cat(self, parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts, axis=1, dtype=np.float32)
@@ -145,19 +163,31 @@ class _OnMujoco(MujocoVecEnv):
     def zeros(self, *shape: int) -> np.ndarray:
         return np.zeros(shape)
 
+    def asarray(self, values: np.ndarray) -> np.ndarray:
+        """``values`` as this backend's array type (numpy float64 here)."""
+        return np.asarray(values, dtype=np.float64)
 
-class _OnMjwarp(MjwarpVecEnv):
+
+class OnMjwarp(MjwarpVecEnv):
     """The MuJoCo-Warp backend (``sim/mjwarp.py``) for a locomotion task: torch float32 terms."""
 
     xml = ""
 
     def __init__(self, cfg: Any, num_envs: int, device: torch.device | str, seed: int) -> None:
         self.cfg = cfg
-        super().__init__(_model(self.xml), cfg.backend, cfg.backend.mjwarp, num_envs, device, seed)
+        super().__init__(self.load_model(), cfg.backend, cfg.backend.mjwarp, num_envs, device, seed)
         self._before = self.zeros(num_envs, 2)
+
+    def load_model(self) -> mujoco.MjModel:
+        """The task's model (default: ``xml`` from the gymnasium package)."""
+        return _model(self.xml)
 
     def cat(self, parts: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(parts, dim=1).to(torch.float32)
+
+    def asarray(self, values: np.ndarray) -> torch.Tensor:
+        """``values`` as this backend's array type (float32 tensor on the simulator's device)."""
+        return torch.as_tensor(values, dtype=torch.float32, device=self.device)
 
 
 # --------------------------------------------------------------------------------- HalfCheetah
@@ -174,10 +204,10 @@ class HalfCheetahCfg:
     """qpos += U(-s, s), qvel += s * N(0, 1) at reset."""
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate_cfg(self)
 
 
-class _HalfCheetahTerms(_Locomotion):
+class _HalfCheetahTerms(LocomotionTerms):
     """Planar cheetah; observation ``[N, 17]`` = qpos without root x (8) + qvel (9)."""
 
     xml = "half_cheetah.xml"
@@ -243,10 +273,10 @@ class AntCfg:
     """qpos += U(-s, s), qvel += s * N(0, 1) at reset."""
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate_cfg(self)
 
 
-class _AntTerms(_Locomotion):
+class _AntTerms(LocomotionTerms):
     """Quadruped; observation ``[N, 105]`` = qpos without x, y (13) + qvel (14) + cfrc_ext (13 x 6)."""
 
     xml = "ant.xml"
@@ -327,10 +357,10 @@ class HumanoidCfg:
     """qpos += U(-s, s), qvel += U(-s, s) at reset."""
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate_cfg(self)
 
 
-class _HumanoidTerms(_Locomotion):
+class _HumanoidTerms(LocomotionTerms):
     """Humanoid; observation ``[N, 348]`` = qpos without x, y (22) + qvel (23) + cinert (13 x 10)
     + cvel (13 x 6) + qfrc_actuator without the root (17) + cfrc_ext (13 x 6)."""
 
@@ -399,25 +429,25 @@ class _HumanoidTerms(_Locomotion):
 
 
 # ------------------------------------------------------------------------- one class per backend
-class HalfCheetah(_HalfCheetahTerms, _OnMujoco):
+class HalfCheetah(_HalfCheetahTerms, OnMujoco):
     """HalfCheetah on the MuJoCo backend."""
 
 
-class HalfCheetahWarp(_HalfCheetahTerms, _OnMjwarp):
+class HalfCheetahWarp(_HalfCheetahTerms, OnMjwarp):
     """HalfCheetah on the MuJoCo-Warp backend."""
 
 
-class Ant(_AntTerms, _OnMujoco):
+class Ant(_AntTerms, OnMujoco):
     """Ant on the MuJoCo backend."""
 
 
-class AntWarp(_AntTerms, _OnMjwarp):
+class AntWarp(_AntTerms, OnMjwarp):
     """Ant on the MuJoCo-Warp backend."""
 
 
-class Humanoid(_HumanoidTerms, _OnMujoco):
+class Humanoid(_HumanoidTerms, OnMujoco):
     """Humanoid on the MuJoCo backend."""
 
 
-class HumanoidWarp(_HumanoidTerms, _OnMjwarp):
+class HumanoidWarp(_HumanoidTerms, OnMjwarp):
     """Humanoid on the MuJoCo-Warp backend."""

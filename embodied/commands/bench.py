@@ -7,6 +7,8 @@ import inspect
 import json
 from typing import Any
 
+from embodied.commands import bench_gpu
+
 SIM_BENCHES: dict[str, str] = {
     "quadrotor": "embodied.sim.quadrotor_bench:bench_quadrotor",
     "mujoco-ant": "embodied.commands.bench_mujoco:bench_ant",
@@ -37,6 +39,12 @@ Time simulator throughput in env-steps per second (envs x steps / seconds), the 
                                                         a ManiSkill3 task (physx CPU, one scene per
                                                         env) against ManiSkill's own env.step loop
 
+  embodied bench gpu                                    on a lent CUDA machine: every installed backend's
+                                                        throughput at GPU-scale sizes, a short PPO and
+                                                        FastTD3 training on go1-flat; JSON + markdown
+                                                        report, under 8 minutes (docs/backends.md)
+  embodied bench gpu --device cpu --quick               the same script at tiny sizes (a smoke check)
+
 --compile/--no-compile: run the physics through torch.compile. Default: compile when it pays,
 i.e. from {min_envs} envs up (the one-off compile, reported as warmup_s, is not timed).
 With --json each size prints one JSON object (a list for several sizes), key steps_per_s.
@@ -60,8 +68,16 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION.format(min_envs=COMPILE_MIN_ENVS),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("kind", choices=("sim", "env"), help="sim: bare physics bench; env: full step of a task")
-    p.add_argument("name", help="sim bench name (e.g. quadrotor, or BACKEND:TASK like mjwarp:halfcheetah) or task name")
+    p.add_argument(
+        "kind",
+        choices=("sim", "env", "gpu"),
+        help="sim: bare physics bench; env: full step of a task; gpu: every backend and two short trainings on a GPU",
+    )
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="sim bench name (e.g. quadrotor, or BACKEND:TASK like mjwarp:halfcheetah) or task name (not for gpu)",
+    )
     p.add_argument(
         "--num-envs",
         type=_parse_sizes,
@@ -71,7 +87,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--steps", type=int, default=200, help="steps per timed repeat (default: 200)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported (default: 5)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cpu; gpu: cuda)")
     p.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
@@ -85,6 +101,7 @@ def register(subparsers: Any) -> None:
         help="torch CPU threads (default: torch's choice; 1 avoids thread-pool stalls on a busy machine)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    bench_gpu.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -109,6 +126,12 @@ def run(args: argparse.Namespace) -> int:
     from embodied.config import ConfigError
     from embodied.registry import resolve_device
 
+    if args.kind == "gpu":
+        if args.name is not None:
+            raise ConfigError(f"bench gpu takes no name (got {args.name!r}); --backends narrows what it measures")
+        return bench_gpu.run(args)
+    if args.name is None:
+        raise ConfigError(f"bench {args.kind} needs a name: a sim bench or BACKEND:TASK (sim), a task (env)")
     if args.steps < 1 or args.repeats < 1:
         raise ConfigError("--steps and --repeats must be >= 1")
     if args.threads is not None:
@@ -117,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    device = str(resolve_device(args.device))
+    device = str(resolve_device(args.device or "cpu"))
     fn = _bench_fn(args.kind, args.name)
     try:
         accepted = set(inspect.signature(fn).parameters)

@@ -1,0 +1,385 @@
+"""``embodied bench gpu``: one command for a lent GPU machine, finished in under 8 minutes.
+
+It measures every installed backend's throughput (``embodied bench sim`` at GPU-scale batch
+sizes) and runs a short PPO and a short FastTD3 training on ``go1-flat`` (MuJoCo-Warp when
+installed), then writes ``bench_gpu.json`` and ``bench_gpu.md`` into ``--out``.
+
+Every part runs as its own ``python -m embodied`` process with a time box (:data:`PARTS`,
+:data:`TRAININGS`): a part that overruns gets SIGTERM (a training stops at its next step and
+keeps what it logged), then SIGKILL, and the table records how far it got. The throughput parts
+share the total budget (``--budget-s``, 480 s) minus the trainings' time boxes; a part that
+would not start with 10 s left is skipped. A failing part is recorded with its error; the
+others still run.
+
+Without CUDA it refuses, unless ``--device cpu --quick``: tiny sizes and steps, a smoke check of
+the script itself (the numbers mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from embodied.config import ConfigError
+
+log = logging.getLogger("embodied.bench_gpu")
+
+BUDGET_S = 480.0
+"""Default wall-clock budget of the whole command (8 minutes)."""
+
+GRACE_S = 10.0
+"""How long a part that overran its time box gets to stop after SIGTERM before SIGKILL."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One ``embodied bench sim`` measurement: ``target`` at ``num_envs`` (GPU) or ``quick_envs``."""
+
+    backend: str
+    target: str
+    num_envs: int
+    quick_envs: int
+    timeout_s: float
+    steps: int = 100
+
+
+@dataclass(frozen=True)
+class Training:
+    """One short training run on ``task`` (``train_args``/``quick_args`` are extra CLI words)."""
+
+    algo: str
+    task: str
+    num_envs: int
+    quick_envs: int
+    timeout_s: float
+    train_args: tuple[str, ...] = ()
+    quick_args: tuple[str, ...] = ()
+
+
+PARTS: tuple[Part, ...] = (
+    # eager: torch.compile's one-off warm-up (15-90 s) does not fit the time box
+    Part("quadrotor", "quadrotor", 65536, 64, 40.0),
+    Part("mujoco", "mujoco:go1-flat", 4096, 4, 40.0, steps=50),
+    # MuJoCo-Warp compiles its kernels per model on the first run (cached afterwards, also for
+    # the trainings that follow)
+    Part("mjwarp", "mjwarp:go1-flat", 8192, 2, 90.0),
+    Part("mjwarp", "mjwarp:humanoid", 8192, 2, 60.0),
+    Part("maniskill", "maniskill:PushCube-v1", 1024, 2, 40.0, steps=50),
+)
+"""Throughput parts, in order; a part whose backend is not installed is skipped."""
+
+QUICK_EPISODES = ("env.backend.max_episode_steps=16", "trainer.eval_episodes=4")
+"""``--quick``: short episodes, so the final evaluation is as small as the training (warp's CPU
+device steps tens of env-steps per second)."""
+
+TRAININGS: tuple[Training, ...] = (
+    Training(
+        "ppo",
+        "go1-flat",
+        4096,
+        4,
+        100.0,
+        train_args=(
+            "algo.actor_hidden=[512,256,128]",
+            "algo.critic_hidden=[512,256,128]",
+            "trainer.total_env_steps=50000000",
+        ),
+        quick_args=("algo.num_steps_per_env=8", "trainer.total_env_steps=64", *QUICK_EPISODES),
+    ),
+    Training(
+        "fasttd3",
+        "go1-flat",
+        1024,
+        4,
+        100.0,
+        train_args=(
+            "algo.batch_size=32768",
+            "algo.actor_hidden=[512,256,128]",
+            "algo.critic_hidden=[1024,512,256]",
+            "algo.buffer_size_per_env=10000",
+            "algo.learning_starts=32768",
+            "trainer.total_env_steps=5000000",
+        ),
+        quick_args=(
+            "algo.batch_size=32",
+            "algo.learning_starts=8",
+            "algo.buffer_size_per_env=64",
+            "trainer.total_env_steps=64",
+            *QUICK_EPISODES,
+        ),
+    ),
+)
+"""Short trainings (PPO and FastTD3 on the legged task), after the throughput parts."""
+
+
+@dataclass
+class Outcome:
+    """What one part or training produced; ``status`` is ok, timeout, failed or skipped."""
+
+    name: str
+    backend: str
+    num_envs: int
+    status: str = "skipped"
+    seconds: float = 0.0
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags only ``bench gpu`` reads."""
+    group = parser.add_argument_group("bench gpu")
+    group.add_argument("--quick", action="store_true", help="gpu: tiny sizes (the only mode --device cpu accepts)")
+    group.add_argument(
+        "--out", type=Path, default=None, help="gpu: folder for bench_gpu.json/.md (default: runs/bench_gpu/<stamp>)"
+    )
+    group.add_argument(
+        "--budget-s", type=float, default=BUDGET_S, help=f"gpu: total time box in seconds (default: {BUDGET_S:.0f})"
+    )
+    group.add_argument(
+        "--backends", default=None, help="gpu: comma-separated backends to measure (default: every installed one)"
+    )
+
+
+def check_device(device: str, quick: bool) -> None:
+    """Refuse a run that would not measure a GPU: no CUDA, or the CPU without ``--quick``."""
+    import torch
+
+    kind = device.split(":")[0]
+    if kind == "cpu" and not quick:
+        raise ConfigError(
+            "bench gpu measures GPU-scale batches and needs --device cuda; on a CPU only "
+            "`embodied bench gpu --device cpu --quick` runs (tiny sizes: a check of the script, not a measurement)"
+        )
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"bench gpu: CUDA is not available here (torch {torch.__version__}); run it on a machine with an "
+            "NVIDIA GPU, or check the script with `embodied bench gpu --device cpu --quick`"
+        )
+    if kind not in ("cpu", "cuda"):
+        raise ConfigError(f"bench gpu: --device must be cpu or cuda[:N], got {device!r}")
+
+
+def _run(words: list[str], timeout_s: float) -> tuple[str, str, float, str]:
+    """Run ``python -m embodied WORDS``; ``(status, stdout, seconds, stderr tail)``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embodied", *words], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    status = "ok"
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        status = "timeout"
+        proc.send_signal(signal.SIGTERM)  # a training stops cleanly at its next step
+        try:
+            out, err = proc.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    if status == "ok" and proc.returncode != 0:
+        status = "failed"
+    return status, out, time.perf_counter() - start, err[-2000:]
+
+
+def _last_line(text: str, default: str) -> str:
+    """The last line of a process's stderr (its error message), or ``default`` when it printed none."""
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else default
+
+
+def _last_json(text: str) -> dict[str, Any]:
+    """The JSON object the bench printed last (its stdout is that object, indented)."""
+    start = text.rfind("\n{")
+    data = json.loads(text[start + 1 :] if start >= 0 else text)
+    return data[-1] if isinstance(data, list) else dict(data)
+
+
+def _training_result(run_dir: Path) -> dict[str, Any]:
+    """Env steps reached, last logged training return, last evaluation and its time, from metrics.jsonl."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    result: dict[str, Any] = {"env_steps": max((int(r.get("env_steps", 0)) for r in rows), default=0)}
+    returns = [r for r in rows if "train/return" in r]
+    if returns:
+        result["last_train_return"] = float(returns[-1]["train/return"])
+    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
+    if evals:
+        result.update({k: v for k, v in evals[-1].items() if k.startswith("eval/") or k == "train_time_s"})
+    return result
+
+
+def _budget_left(deadline: float, timeout_s: float) -> float:
+    return min(timeout_s, deadline - time.perf_counter())
+
+
+def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: set[str]) -> list[Outcome]:
+    """Throughput of every selected part; skips what is not installed or does not fit the budget."""
+    outcomes = []
+    for part in PARTS:
+        n = part.quick_envs if args.quick else part.num_envs
+        outcome = Outcome(part.target, part.backend, n)
+        outcomes.append(outcome)
+        if part.backend not in backends:
+            outcome.error = "backend not installed or not selected"
+            continue
+        timeout_s = _budget_left(deadline, part.timeout_s)
+        if timeout_s < 10:
+            outcome.error = "time budget spent"
+            continue
+        steps, repeats = (3, 1) if args.quick else (part.steps, 3)
+        words = ["bench", "sim", part.target, "--num-envs", str(n), "--steps", str(steps)]
+        words += ["--repeats", str(repeats), "--device", device, "--json"]
+        if part.backend == "quadrotor":
+            words.append("--no-compile")
+        outcome.status, out, outcome.seconds, err = _run(words, timeout_s)
+        if outcome.status == "ok":
+            outcome.result = _last_json(out)
+        elif outcome.status == "timeout":
+            outcome.error = f"stopped after {timeout_s:.0f} s"
+        else:
+            outcome.error = _last_line(err, outcome.status)
+        log.info("bench gpu: %s at %d envs: %s", part.target, n, outcome.status)
+    return outcomes
+
+
+def run_trainings(
+    args: argparse.Namespace, device: str, deadline: float, backends: set[str], out: Path
+) -> list[Outcome]:
+    """The short trainings on MuJoCo-Warp when it is selected, else on the MuJoCo backend."""
+    backend = "mjwarp" if "mjwarp" in backends else "mujoco"
+    outcomes = []
+    for training in TRAININGS:
+        n = training.quick_envs if args.quick else training.num_envs
+        outcome = Outcome(f"{training.algo} {training.task}", backend, n)
+        outcomes.append(outcome)
+        timeout_s = _budget_left(deadline, training.timeout_s)
+        if timeout_s < 10:
+            outcome.error = "time budget spent"
+            continue
+        run_dir = out / f"train_{training.algo}"
+        words = ["train", training.task, "--algo", training.algo, "--backend", backend, "--device", device]
+        words += ["--num-envs", str(n), "--run-dir", str(run_dir), "--no-progress"]
+        words += list(training.quick_args if args.quick else training.train_args)
+        words += ["trainer.eval_every_env_steps=0", "trainer.tensorboard=false"]
+        outcome.status, _, outcome.seconds, err = _run(words, timeout_s)
+        outcome.result = _training_result(run_dir)
+        if outcome.status == "timeout" and outcome.result["env_steps"] > 0:
+            outcome.status = "time-boxed"  # stopped by the time box after it logged progress
+        elif outcome.status == "timeout":
+            outcome.error = f"no progress logged in {timeout_s:.0f} s"
+        elif outcome.status != "ok":
+            outcome.error = _last_line(err, outcome.status)
+        log.info("bench gpu: %s: %s", outcome.name, outcome.status)
+    return outcomes
+
+
+def machine(device: str) -> dict[str, str]:
+    """The GPU (if used) and CPU this ran on."""
+    import torch
+
+    info = {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()}
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [
+            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
+        ]
+        if names:
+            info["cpu"] = f"{names[0]} x{len(names)}"
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    info["torch"] = torch.__version__
+    return info
+
+
+def _cell(result: dict[str, Any], key: str, spec: str) -> str:
+    """``result[key]`` formatted with ``spec``; empty when the part did not produce it."""
+    return format(result[key], spec) if key in result else ""
+
+
+def _status(row: dict[str, Any]) -> str:
+    return row["status"] + (f" ({row['error']})" if row["error"] else "")
+
+
+def _table_row(cells: list[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as two markdown tables (throughput, training)."""
+    lines = [
+        f"# embodied bench gpu ({report['started']}, device {report['device']}{', quick' if report['quick'] else ''})",
+        "",
+        f"Machine: {', '.join(f'{k} {v}' for k, v in report['machine'].items())}. Total {report['total_s']:.0f} s.",
+        "",
+        "| bench | num_envs | status | env-steps/s | raw env-steps/s | ratio_vs_raw | seconds |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for row in report["throughput"]:
+        r = row["result"]
+        cells = [_cell(r, "steps_per_s", ",.0f"), _cell(r, "raw_steps_per_s", ",.0f"), _cell(r, "ratio_vs_raw", ".2f")]
+        lines.append(_table_row([row["name"], row["num_envs"], _status(row), *cells, f"{row['seconds']:.0f}"]))
+    lines += [
+        "",
+        "| training | backend | num_envs | status | env steps | last train return | seconds |",
+        "|---|---|---:|---|---:|---:|---:|",
+    ]
+    for row in report["training"]:
+        r = row["result"]
+        cells = [_cell(r, "env_steps", ","), _cell(r, "last_train_return", ".2f"), f"{row['seconds']:.0f}"]
+        lines.append(_table_row([row["name"], row["backend"], row["num_envs"], _status(row), *cells]))
+    return "\n".join(lines) + "\n"
+
+
+def installed_backends(selected: str | None) -> set[str]:
+    """Backends whose packages are importable, narrowed to ``selected`` (comma-separated) if given."""
+    from embodied import registry
+
+    names = {name for name, backend in registry.BACKENDS.items() if not backend.missing()}
+    if selected is None:
+        return names
+    wanted = {s.strip() for s in selected.split(",") if s.strip()}
+    unknown = wanted - set(registry.BACKENDS)
+    if unknown:
+        raise ConfigError(f"bench gpu --backends: unknown {sorted(unknown)}; backends: {', '.join(registry.BACKENDS)}")
+    return names & wanted
+
+
+def run(args: argparse.Namespace) -> int:
+    """``embodied bench gpu``: throughput parts, then trainings; writes the JSON and markdown report."""
+    device = args.device or "cuda"
+    check_device(device, args.quick)
+    backends = installed_backends(args.backends)
+    started = datetime.now(timezone.utc)
+    out: Path = args.out or Path("runs") / "bench_gpu" / started.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    deadline = start + args.budget_s - GRACE_S  # the last part's SIGTERM grace stays inside the budget
+    # the trainings' time boxes are kept free of throughput parts that run long
+    reserved_s = sum(t.timeout_s for t in TRAININGS)
+    throughput = run_parts(args, device, deadline - reserved_s, backends)
+    training = run_trainings(args, device, deadline, backends, out)
+    report = {
+        "started": started.isoformat(timespec="seconds"),
+        "device": device,
+        "quick": bool(args.quick),
+        "budget_s": args.budget_s,
+        "total_s": time.perf_counter() - start,
+        "machine": machine(device),
+        "throughput": [asdict(o) for o in throughput],
+        "training": [asdict(o) for o in training],
+    }
+    (out / "bench_gpu.json").write_text(json.dumps(report, indent=1))
+    (out / "bench_gpu.md").write_text(markdown(report))
+    print(markdown(report), flush=True)
+    print(out / "bench_gpu.json", flush=True)
+    return 0
