@@ -3,7 +3,7 @@
 :class:`ImageEncoder` turns uint8 images ``[B, H, W, 3]`` (the ``"image"`` observation group,
 channels last) into features ``[B, F]``: pixels scaled to [0, 1] inside, three ReLU convolutions
 (16 8x8 stride 4, 32 4x4 stride 2, 32 3x3 stride 1, the Nature-DQN pattern narrowed for CPU
-training) and a ReLU linear projection. At 64x64 the convolutions leave a 32x4x4 map.
+training) and a linear projection with LayerNorm and tanh. At 64x64 the convolutions leave a 32x4x4 map.
 
 :class:`ImageExportedPolicy` is what an image policy's ``export_module()`` returns:
 ``forward(obs [B, D] float32, image [B, H, W, 3] uint8) -> action [B, A]``, the proprioceptive
@@ -43,7 +43,9 @@ class ImageEncoder(nn.Module):
             prev = out
         layers.append(nn.Flatten())
         self.convs = nn.Sequential(*layers)
-        self.project = nn.Sequential(nn.Linear(prev * h * w, features), nn.ReLU())
+        # LayerNorm + tanh keep the features on the scale of the normalized proprioceptive vector
+        # they are concatenated with, whatever the pixel statistics (as DrQ's encoder does)
+        self.project = nn.Sequential(nn.Linear(prev * h * w, features), nn.LayerNorm(features), nn.Tanh())
         self.features = int(features)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:

@@ -218,3 +218,51 @@ def test_images_need_a_camera() -> None:
     env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)
     with pytest.raises(ValueError, match="env.backend.camera"):
         collect_episodes(env, ScriptedExpert().act, 1, images=True)
+
+
+def _reach_env(num_envs: int, seed: int) -> ArmPush:
+    """Arm-push rewarding only ``-|fingertip - block|`` per step, 40-step episodes, 48 px images."""
+    cfg = ArmPushCfg(reward="dense", push_weight=0.0, reach_weight=1.0)
+    cfg = dataclasses.replace(
+        cfg, backend=dataclasses.replace(cfg.backend, camera="top", image_size_px=48, max_episode_steps=40)
+    )
+    try:
+        return ArmPush(cfg, num_envs=num_envs, device="cpu", seed=seed)
+    except MissingDependencyError as err:
+        pytest.skip(str(err))
+
+
+def _reach_return(policy: torch.nn.Module) -> float:
+    """Mean deterministic 40-step return of 32 fixed episodes."""
+    env = _reach_env(32, seed=123)
+    obs = env.reset(seed=7)
+    total = torch.zeros(32)
+    for _ in range(40):
+        obs, reward, *_ = env.step(policy.act(obs, deterministic=True))  # type: ignore[operator]
+        total += reward
+    return float(total.mean())
+
+
+@pytest.mark.slow  # ~30 s on a 2-core CPU: 4096 rendered steps and CNN updates
+def test_ppo_with_images_learns_to_reach() -> None:
+    """PPO with the CNN encoder (image + proprioception) learns to bring the fingertip to the
+    block: the return rises past a level no untrained policy of these seeds reached (untrained:
+    -6.1 to -11.8 over 8 initializations; trained for 8 updates: -2.7 to -5.3)."""
+    from embodied.algo import Transition
+
+    torch.manual_seed(3)
+    env = _reach_env(16, seed=0)
+    cfg = PPOCfg(encoder="cnn", learning_rate=1e-3, schedule="fixed", init_std=0.5, entropy_coef=0.0)
+    algo = PPO(cfg, env)
+    untrained = _reach_return(algo.policy)
+    obs = env.reset(seed=0)
+    for _ in range(8):
+        while not algo.ready_to_update():
+            action = algo.act(obs)
+            nxt, reward, term, trunc, info = env.step(action)
+            algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
+            obs = nxt
+        algo.update()
+    trained = _reach_return(algo.policy)
+    assert trained > -4.5, (untrained, trained)
+    assert trained > untrained + 2.0, (untrained, trained)
