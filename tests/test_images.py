@@ -31,12 +31,11 @@ from embodied.tasks.arm_push_expert import ScriptedExpert
 SIZE_PX = 64
 
 
-def camera_env(num_envs: int, seed: int = 0, **backend: object) -> ArmPush:
+def camera_env(num_envs: int, seed: int = 0, max_episode_steps: int = 100) -> ArmPush:
     """Arm-push with its ``top`` camera on; skips the test when no offscreen GL exists here."""
     cfg = ArmPushCfg()
-    cfg = dataclasses.replace(
-        cfg, backend=dataclasses.replace(cfg.backend, camera="top", image_size_px=SIZE_PX, **backend)
-    )
+    backend = dataclasses.replace(cfg.backend, camera="top", image_size_px=SIZE_PX, max_episode_steps=max_episode_steps)
+    cfg = dataclasses.replace(cfg, backend=backend)
     try:
         return ArmPush(cfg, num_envs=num_envs, device="cpu", seed=seed)
     except MissingDependencyError as err:  # names the Debian packages (EGL or OSMesa)
@@ -64,14 +63,14 @@ def test_no_camera_by_default() -> None:
     env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)
     assert IMAGE_GROUP not in env.reset(seed=0) and IMAGE_GROUP not in env.obs_spec
     assert not renders_images(env)
-    with pytest.raises(RuntimeError, match="env.backend.camera"):
+    with pytest.raises(RuntimeError, match=r"env\.backend\.camera"):
         env.render_images()
 
 
 def test_unknown_camera_is_named() -> None:
     cfg = ArmPushCfg()
     cfg = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, camera="side"))
-    with pytest.raises(ConfigError, match="no camera 'side'.*top"):
+    with pytest.raises(ConfigError, match=r"no camera 'side'.*top"):
         ArmPush(cfg, num_envs=1, device="cpu", seed=0)
 
 
@@ -107,7 +106,7 @@ def test_final_obs_images_are_taken_before_the_reset() -> None:
     for _ in range(2):
         obs, *_ = env.step(torch.full((4, 3), 0.5))
     before = env.render_images()  # the state the next step starts from
-    obs, _, term, trunc, info = env.step(torch.full((4, 3), 0.5))
+    obs, _, _, trunc, info = env.step(torch.full((4, 3), 0.5))
     assert bool(trunc.all())
     final = info["final_obs"][IMAGE_GROUP]
     assert torch.equal(obs[IMAGE_GROUP], env.render_images())  # the reset states
@@ -130,7 +129,7 @@ def test_encoder_shapes_and_scaling() -> None:
 
 def test_cnn_encoder_needs_images() -> None:
     env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)
-    with pytest.raises(ConfigError, match="env.backend.camera"):
+    with pytest.raises(ConfigError, match=r"env\.backend\.camera"):
         PPO(PPOCfg(encoder="cnn"), env)
 
 
@@ -203,20 +202,21 @@ def test_image_demos_round_trip(tmp_path: Path) -> None:
     write_dataset(tmp_path / "demos", episodes, "embodied/arm-push-images-v0", "scripted")
     data = load_dataset(tmp_path / "demos", obs_dim=18, action_dim=3)
     assert data.images is not None and data.next_images is not None
-    steps = len(episodes[0].actions)
-    assert np.array_equal(data.images[:steps], episodes[0].images[:-1])
-    assert np.array_equal(data.next_images[:steps], episodes[0].images[1:])
+    steps, first_images = len(episodes[0].actions), episodes[0].images
+    assert first_images is not None
+    assert np.array_equal(data.images[:steps], first_images[:-1])
+    assert np.array_equal(data.next_images[:steps], first_images[1:])
     assert len(data.images) == len(data.obs)
     minari = pytest.importorskip("minari")
     loaded = minari.MinariDataset(tmp_path / "demos" / "data")
     first = next(iter(loaded.iterate_episodes()))
-    assert np.array_equal(first.observations["image"], episodes[0].images)
+    assert np.array_equal(first.observations["image"], first_images)
     assert np.array_equal(first.observations["policy"], episodes[0].observations)
 
 
 def test_images_need_a_camera() -> None:
     env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)
-    with pytest.raises(ValueError, match="env.backend.camera"):
+    with pytest.raises(ValueError, match=r"env\.backend\.camera"):
         collect_episodes(env, ScriptedExpert().act, 1, images=True)
 
 

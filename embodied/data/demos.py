@@ -210,7 +210,8 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
         f = h5py.File(data_file, "r")
     except OSError as err:
         raise DatasetError(f"{data_file}: cannot be read as HDF5, truncated or corrupt ({err})") from None
-    obs_parts, act_parts, rew_parts, success, next_parts, term_parts, trunc_parts = [], [], [], [], [], [], []
+    obs_parts: list[np.ndarray] = []
+    act_parts, rew_parts, success, next_parts, term_parts, trunc_parts = [], [], [], [], [], []
     image_parts: list[np.ndarray] = []
     next_image_parts: list[np.ndarray] = []
     try:

@@ -59,8 +59,8 @@ def probe_inputs(module: nn.Module, num: int = 64, seed: int = 0) -> dict[str, n
     if shape is None:
         raise EmbodiedError(f"{type(module).__name__} reads no images")
     rng = np.random.default_rng(seed)
-    mean = np.asarray(module.obs_mean, dtype=np.float32)  # type: ignore[arg-type]
-    std = np.asarray(module.obs_std, dtype=np.float32)  # type: ignore[arg-type]
+    mean = np.asarray(module.obs_mean, dtype=np.float32)
+    std = np.asarray(module.obs_std, dtype=np.float32)
     obs = (mean + rng.uniform(-4.0, 4.0, size=(num, len(mean))).astype(np.float32) * std).astype(np.float32)
     return {"obs": obs, "image": rng.integers(0, 256, size=(num, *shape), dtype=np.uint8)}
 
@@ -95,7 +95,7 @@ def export_image_onnx(
     shape = image_shape_of(module)
     if shape is None:
         raise EmbodiedError(f"{type(module).__name__} reads no images: export it with export_onnx")
-    obs_dim = int(module.obs_mean.shape[0])  # type: ignore[union-attr, index]
+    obs_dim = int(np.asarray(module.obs_mean).shape[0])
     if obs_dim != io_spec.obs_dim:
         raise EmbodiedError(f"policy reads {obs_dim} observations but its policy_io describes {io_spec.obs_dim}")
     probes = probe_inputs(module)
