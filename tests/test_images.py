@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from env_support import fill_rollout
 
 from embodied.algos.ppo import PPO, PPOCfg
 from embodied.config import ConfigError
@@ -146,14 +147,7 @@ def test_ppo_trains_the_encoder() -> None:
     algo = _image_policy(env)
     assert algo.policy.encoder is not None
     before = [p.detach().clone() for p in algo.policy.encoder.parameters()]
-    obs = env.reset(seed=0)
-    from embodied.algo import Transition
-
-    while not algo.ready_to_update():
-        action = algo.act(obs)
-        nxt, reward, term, trunc, info = env.step(action)
-        algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
-        obs = nxt
+    obs = fill_rollout(algo, env, env.reset(seed=0))
     algo.update()
     after = list(algo.policy.encoder.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
@@ -248,8 +242,6 @@ def test_ppo_with_images_learns_to_reach() -> None:
     """PPO with the CNN encoder (image + proprioception) learns to bring the fingertip to the
     block: the return rises past a level no untrained policy of these seeds reached (untrained:
     -6.1 to -11.8 over 8 initializations; trained for 8 updates: -2.7 to -5.3)."""
-    from embodied.algo import Transition
-
     torch.manual_seed(3)
     env = _reach_env(16, seed=0)
     cfg = PPOCfg(encoder="cnn", learning_rate=1e-3, schedule="fixed", init_std=0.5, entropy_coef=0.0)
@@ -257,11 +249,7 @@ def test_ppo_with_images_learns_to_reach() -> None:
     untrained = _reach_return(algo.policy)
     obs = env.reset(seed=0)
     for _ in range(8):
-        while not algo.ready_to_update():
-            action = algo.act(obs)
-            nxt, reward, term, trunc, info = env.step(action)
-            algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
-            obs = nxt
+        obs = fill_rollout(algo, env, obs)
         algo.update()
     trained = _reach_return(algo.policy)
     assert trained > -4.5, (untrained, trained)
