@@ -254,3 +254,27 @@ def test_ppo_with_images_learns_to_reach() -> None:
     trained = _reach_return(algo.policy)
     assert trained > -4.5, (untrained, trained)
     assert trained > untrained + 2.0, (untrained, trained)
+
+
+def test_cli_train_eval_export_collect_with_images(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from embodied.cli import main
+
+    camera_env(1)  # skips without offscreen GL
+    run_dir = tmp_path / "run"
+    code = main([
+        "train", "arm-push", "--algo", "ppo", "--run-dir", str(run_dir), "--no-progress", "--num-envs", "4",
+        "env.backend.camera=top", "env.backend.image_size_px=40", "env.backend.max_episode_steps=8",
+        "algo.encoder=cnn", "algo.num_steps_per_env=8", "algo.num_minibatches=2",
+        "trainer.total_env_steps=32", "trainer.eval_episodes=4", "trainer.torch_threads=1",
+    ])  # fmt: skip
+    assert code == 0
+    assert main(["eval", str(run_dir), "--episodes", "4", "--json"]) == 0
+    assert main(["export", str(run_dir), "--format", "onnx"]) == 0
+    policy_io = json.loads((run_dir / "export" / "policy_io.json").read_text())
+    assert policy_io[IMAGE_INPUT_KEY]["shape"] == ["batch", 40, 40, 3] and policy_io[IMAGE_INPUT_KEY]["camera"] == "top"
+    assert main(["export", str(run_dir), "--format", "c"]) == 2
+    assert "Conv2d" in caplog.text
+    out = tmp_path / "demos"
+    assert main(["collect", str(run_dir), "--episodes", "2", "--num-envs", "2", "--images", "--out", str(out)]) == 0
+    data = load_dataset(out, obs_dim=18, action_dim=3)
+    assert data.images is not None and data.images.shape[1:] == (40, 40, 3)

@@ -118,7 +118,7 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
         raise PolicyArtifactError(
             f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "
             "--policy and the firmware tools cannot read it alone; evaluate it with `embodied eval` "
-            "(torch)"
+            "(torch; an image policy also exports with --format onnx)"
         )
     return read_policy_artifact(path)
 
