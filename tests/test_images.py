@@ -60,6 +60,13 @@ def test_image_group_shape_dtype_and_spec() -> None:
     assert red.sum() >= 4 and green.sum() >= 4
 
 
+def test_the_registry_says_which_backends_render() -> None:
+    from embodied.registry import BACKENDS
+
+    # the envs of these backends are RenderingEnvs; the others put no images in observations
+    assert [name for name, row in BACKENDS.items() if row.renders] == ["mujoco"]
+
+
 def test_no_camera_by_default() -> None:
     env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)
     assert IMAGE_GROUP not in env.reset(seed=0) and IMAGE_GROUP not in env.obs_spec
