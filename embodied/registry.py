@@ -202,9 +202,7 @@ def make_expert(task_name: str) -> Any:
 
 
 BACKENDS: dict[str, Backend] = {
-    "quadrotor": Backend(
-        "built-in batched torch quadrotor", install="(built in)", devices=("cpu", "cuda")
-    ),
+    "quadrotor": Backend("built-in batched torch quadrotor", install="(built in)", devices=("cpu", "cuda")),
     "mujoco": Backend(
         "MuJoCo's native batch API on C threads (physics on the CPU; tensors moved to the device)",
         install='pip install "embodied[mujoco]"',

@@ -285,3 +285,17 @@ def test_cli_train_eval_export_collect_with_images(tmp_path: Path, caplog: pytes
     assert main(["collect", str(run_dir), "--episodes", "2", "--num-envs", "2", "--images", "--out", str(out)]) == 0
     data = load_dataset(out, obs_dim=18, action_dim=3)
     assert data.images is not None and data.images.shape[1:] == (40, 40, 3)
+
+
+def test_off_policy_replay_leaves_the_images_out() -> None:
+    from embodied.algo import Transition
+    from embodied.algos.sac import SAC, SACCfg
+
+    env = camera_env(2)
+    algo = SAC(SACCfg(buffer_size_per_env=64), env)
+    assert IMAGE_GROUP not in algo.replay.obs  # the actor and critics read the policy vector only
+    obs = env.reset(seed=0)
+    action = algo.act(obs)
+    nxt, reward, term, trunc, info = env.step(action)
+    algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
+    assert len(algo.replay) == 2  # one transition per env
