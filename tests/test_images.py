@@ -299,3 +299,24 @@ def test_off_policy_replay_leaves_the_images_out() -> None:
     nxt, reward, term, trunc, info = env.step(action)
     algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
     assert len(algo.replay) == 2  # one transition per env
+
+
+def test_runs_saved_before_the_camera_keys_load(tmp_path: Path) -> None:
+    """A config.yaml from before ``env.backend.camera`` / ``algo.encoder`` (with or without the
+    same release's ``algo.lr_cooldown``) loads with the camera off and the MLP encoder."""
+    import yaml
+
+    from embodied.experiment import load_experiment, resolve_experiment
+    from embodied.training.run import write_config
+
+    write_config(tmp_path, resolve_experiment("arm-push", "ppo"))
+    path = tmp_path / "config.yaml"
+    data = yaml.safe_load(path.read_text())
+    del data["env"]["backend"]["camera"], data["env"]["backend"]["image_size_px"]
+    del data["algo"]["encoder"], data["algo"]["image_features"]
+    for keep_cooldown in (True, False):
+        if not keep_cooldown:
+            del data["algo"]["lr_cooldown"]
+        path.write_text(yaml.safe_dump(data))
+        loaded = load_experiment(path)
+        assert loaded.env.backend.camera == "" and loaded.algo.encoder == "mlp"
