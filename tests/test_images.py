@@ -263,7 +263,9 @@ def test_ppo_with_images_learns_to_reach() -> None:
     assert trained > untrained + 2.0, (untrained, trained)
 
 
-def test_cli_train_eval_export_collect_with_images(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_cli_train_eval_export_collect_with_images(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
     from embodied.cli import main
 
     camera_env(1)  # skips without offscreen GL
@@ -277,6 +279,12 @@ def test_cli_train_eval_export_collect_with_images(tmp_path: Path, caplog: pytes
     assert code == 0
     assert main(["eval", str(run_dir), "--episodes", "4", "--json"]) == 0
     assert main(["export", str(run_dir), "--format", "onnx"]) == 0
+    # the exported graph flies the env like the torch policy (same episodes, same returns)
+    assert main(["eval", str(run_dir), "--episodes", "4", "--json", "--policy", "onnx"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    torch_eval, onnx_eval = lines[-2], lines[-1]
+    assert onnx_eval["policy"] == "onnx"
+    assert abs(onnx_eval["mean_return"] - torch_eval["mean_return"]) < 1e-4
     policy_io = json.loads((run_dir / "export" / "policy_io.json").read_text())
     assert policy_io[IMAGE_INPUT_KEY]["shape"] == ["batch", 40, 40, 3] and policy_io[IMAGE_INPUT_KEY]["camera"] == "top"
     assert main(["export", str(run_dir), "--format", "c"]) == 2

@@ -16,6 +16,8 @@ convolution).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from embodied.env import IMAGE_GROUP, ObsDict
 from embodied.errors import EmbodiedError
 from embodied.export.onnx import OnnxExport
 from embodied.export.onnx_traced import export_traced_inputs
-from embodied.export.policy_io import write_policy_io
+from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io, write_policy_io
 from embodied.io_spec import IOSpec
+from embodied.policy_io import check_session_hash
 
 IMAGE_INPUT_KEY = "image_input"
 """Top-level ``policy_io.json`` key describing the image input of an image policy."""
@@ -109,3 +113,45 @@ def export_image_onnx(
     entry = image_input_entry(shape, camera)
     write_policy_io(Path(export_dir), io_spec, report.model_sha256, source_run, **{IMAGE_INPUT_KEY: entry})
     return report
+
+
+def image_input_of(export_dir: Path) -> dict[str, Any] | None:
+    """``policy_io.json``'s ``image_input`` in ``export_dir`` (None: a vector policy or no file)."""
+    path = Path(export_dir) / POLICY_IO_FILENAME
+    if not path.is_file():
+        return None
+    entry = json.loads(path.read_text()).get(IMAGE_INPUT_KEY)
+    return entry if isinstance(entry, dict) else None
+
+
+def load_image_onnx_policy(export_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tensor]:
+    """``obs -> action [N, A]`` running ``export_dir/policy.onnx`` of an image policy on
+    onnxruntime, fed ``obs["policy"]`` and ``obs["image"]``; checks the sizes against the env and
+    the file's hash against ``policy_io.json``."""
+    import onnxruntime as ort
+
+    export_dir = Path(export_dir)
+    policy_io = read_policy_io(export_dir)
+    entry = image_input_of(export_dir)
+    if entry is None:
+        raise EmbodiedError(f"{policy_io.path} describes no image input")
+    image_shape = tuple(int(v) for v in entry["shape"][1:])
+    env_image = tuple(env.obs_spec.get(IMAGE_GROUP, ()))
+    if int(env.obs_spec["policy"][0]) != policy_io.io_spec.obs_dim or env_image != image_shape:
+        raise EmbodiedError(
+            f"{policy_io.path} reads obs [{policy_io.io_spec.obs_dim}] and images {image_shape}, but the env gives "
+            f"[{env.obs_spec['policy'][0]}] and {env_image or 'no images'} (camera {entry.get('camera', '')!r})"
+        )
+    path = export_dir / ONNX_FILENAME
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    check_session_hash(session, policy_io, path)
+
+    def act(obs: ObsDict) -> torch.Tensor:
+        feeds = {
+            "obs": np.ascontiguousarray(obs["policy"].detach().to("cpu", torch.float32).numpy()),
+            "image": np.ascontiguousarray(obs[IMAGE_GROUP].detach().cpu().numpy()),
+        }
+        (out,) = session.run(["action"], feeds)
+        return torch.from_numpy(np.asarray(out)).to(env.device)
+
+    return act

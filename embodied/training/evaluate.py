@@ -165,7 +165,9 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     from embodied.crazyflie import sil
     from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
     from embodied.errors import EmbodiedError
+    from embodied.export.artifact import PolicyArtifactError
     from embodied.export.formats import EXPORT_SUBDIR, EXPORTERS
+    from embodied.export.image_onnx import image_input_of
     from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io
     from embodied.training.run_policy import export_run, policy_artifact
 
@@ -178,7 +180,12 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
         log.info("%s has no export yet: exporting %s", run_dir, kind)
         export_run(run_dir, kind)
     exported = read_policy_io(export)
-    trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")
+    try:
+        trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")
+    except PolicyArtifactError:
+        if image_input_of(export) is None:
+            raise
+        trained = vehicle_name(exported)  # an image policy has no artifact to compare with
     if vehicle_name(exported) != trained:
         raise EmbodiedError(
             f"{exported.path}: extra.vehicle is {vehicle_name(exported)!r} but the run's policy says "
