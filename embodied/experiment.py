@@ -218,7 +218,21 @@ VISION_RELEASE_KEYS: dict[str, Any] = {
 """The release that added camera observations, VLA-shaped policies, a legged robot and PPO's
 learning-rate cooldown."""
 
-KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (KEYS_ADDED_LATER, FINETUNING_RELEASE_KEYS, VISION_RELEASE_KEYS)
+CAMERA_KEYS: dict[str, Any] = {
+    "env.backend.camera": "",  # MuJoCo tasks rendered no camera images
+    "env.backend.image_size_px": 64,
+    "algo.encoder": "mlp",  # PPO read the proprioceptive vector only
+    "algo.image_features": 64,
+}
+"""Camera observations and PPO's CNN encoder: a group of their own, because runs saved with
+``algo.lr_cooldown`` (the vision release's first key) but before these keys must load too."""
+
+KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (
+    KEYS_ADDED_LATER,
+    FINETUNING_RELEASE_KEYS,
+    VISION_RELEASE_KEYS,
+    CAMERA_KEYS,
+)
 """One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
 
 

@@ -70,7 +70,8 @@ class Backend:
     devices: tuple[str, ...] = ("cpu",)
     """Where its envs run (``cpu``, ``cuda``)."""
     renders: bool = False
-    """Whether its envs render images (:class:`embodied.env.RenderingEnv`)."""
+    """Whether its envs can render camera images into their observations (:class:`embodied.env.RenderingEnv`,
+    docs/backends.md "Images"); the quadrotor's videos are drawn from its state by ``play``, not rendered."""
     exact_resume: bool = True
     """Whether ``load_state_dict`` restores the simulator bit-exactly (:class:`embodied.env.ResumeReport`)."""
 
@@ -211,14 +212,13 @@ def make_expert(task_name: str) -> Any:
 
 
 BACKENDS: dict[str, Backend] = {
-    "quadrotor": Backend(
-        "built-in batched torch quadrotor", install="(built in)", devices=("cpu", "cuda"), renders=True
-    ),
+    "quadrotor": Backend("built-in batched torch quadrotor", install="(built in)", devices=("cpu", "cuda")),
     "mujoco": Backend(
         "MuJoCo's native batch API on C threads (physics on the CPU; tensors moved to the device)",
         install='pip install "embodied[mujoco]"',
         modules=("mujoco", "gymnasium"),
         devices=("cpu", "cuda"),
+        renders=True,
     ),
     "mjwarp": Backend(
         "MuJoCo-Warp: batched worlds as warp kernels, zero-copy torch tensors (warp's CPU device works, slowly)",
@@ -238,7 +238,6 @@ BACKENDS: dict[str, Backend] = {
         # checked when sim/isaaclab.py builds the env (a wrapped or stand-in env needs none)
         install="Isaac Lab's own installation (docs/backends.md)",
         devices=("cpu", "cuda"),
-        renders=True,
         exact_resume=False,
     ),
     "maniskill": Backend(

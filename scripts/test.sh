@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v qemu-system-arm >/dev/null 2>&1; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc make >/dev/null
+    gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc make libegl1 libegl-mesa0 >/dev/null
 fi
 # ManiSkill3 needs a Vulkan device even on the CPU: Mesa >= 23 lavapipe, from bookworm-backports
 # on Debian 12 (whose own mesa-vulkan-drivers, 22.3, is too old for SAPIEN). Without it the

@@ -124,6 +124,11 @@ class MjwarpVecEnv(ABC):
     ) -> None:
         if num_envs < 1:
             raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
+        if backend.camera:
+            raise ConfigError(
+                f"env.backend.camera={backend.camera!r}: the mjwarp backend renders no camera images; "
+                "use the mujoco backend (--backend mujoco) for image observations"
+            )
         wp, mjw = warp_modules()
         self._wp, self._mjw = wp, mjw
         self.model = model

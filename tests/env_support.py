@@ -17,3 +17,16 @@ class StatelessEnvMixin:
 
     def close(self) -> None:
         pass
+
+
+def fill_rollout(algo: Any, env: Any, obs: dict[str, Any]) -> dict[str, Any]:
+    """Step ``env`` with ``algo`` (act, step, observe) until ``algo.ready_to_update()``; returns
+    the last observation, where the next rollout continues."""
+    from embodied.algo import Transition
+
+    while not algo.ready_to_update():
+        action = algo.act(obs)
+        next_obs, reward, term, trunc, info = env.step(action)
+        algo.observe(Transition(obs, action, reward, term, trunc, next_obs, info["final_obs"]))
+        obs = next_obs
+    return obs

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 import torch
+from env_support import fill_rollout
 
-from embodied.algo import PreloadSource, PreloadUnsupportedError, Transition, preload_algorithm
+from embodied.algo import PreloadSource, PreloadUnsupportedError, preload_algorithm
 from embodied.algos.bc_flow import BCFlow, BCFlowCfg
 from embodied.algos.ppo import PPO, PPOCfg
 from embodied.algos.reinflow import RATIO_TOL, RatioCheckError, ReinFlow, ReinFlowCfg, check_first_ratio
@@ -79,12 +80,7 @@ def test_noise_is_bounded(env: ArmPush) -> None:
 
 
 def _rollout(algo: ReinFlow, env: ArmPush) -> None:
-    obs = env.reset(seed=1)
-    while not algo.ready_to_update():
-        action = algo.act(obs)
-        next_obs, reward, term, trunc, info = env.step(action)
-        algo.observe(Transition(obs, action, reward, term, trunc, next_obs, info["final_obs"]))
-        obs = next_obs
+    fill_rollout(algo, env, env.reset(seed=1))
 
 
 def test_first_minibatch_ratio_is_one_every_update(env: ArmPush, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,7 +28,7 @@ from embodied.algo import Transition
 from embodied.algos.common import resolve_init_action_mean
 from embodied.config import ConfigError
 from embodied.data.replay import ReplayBatch, ReplayBuffer
-from embodied.env import VecEnv, require_box_actions
+from embodied.env import IMAGE_GROUP, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.distributional import CriticEnsemble
@@ -191,7 +191,9 @@ class OffPolicyBase:
         self.use_bf16 = resolve_bf16(cfg.bf16, self.device)
         self.num_envs = int(env.num_envs)
         self.action_dim = int(env.action_dim)
-        self.obs_spec = {k: tuple(v) for k, v in env.obs_spec.items()}
+        # camera images (a RenderingEnv's "image" group) are not read by these actors and critics
+        # yet: leaving them out of the replay keeps its rows small (an image is 12k floats there)
+        self.obs_spec = {k: tuple(v) for k, v in env.obs_spec.items() if k != IMAGE_GROUP}
         if "policy" not in self.obs_spec:
             raise EmbodiedError(f"{algo_name}: env has no 'policy' observation group (has {list(self.obs_spec)})")
         self.obs_dim = int(torch.Size(self.obs_spec["policy"]).numel())

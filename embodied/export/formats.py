@@ -26,6 +26,7 @@ from embodied.export.c_build import HOST_LIBRARY, build_policy_library
 from embodied.export.c_header import generate_c
 from embodied.export.flow_arrays import FlowArrays
 from embodied.export.host_lib import HostPolicyLib
+from embodied.export.image_onnx import image_input_of, load_image_onnx_policy
 from embodied.export.onnx import PARITY_TOL, export_onnx, load_onnx_policy
 from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io
 
@@ -86,6 +87,9 @@ class OnnxExporter:
         return FormatResult([report.path], report.max_abs_err)
 
     def load_policy(self, run_dir: Path, env: Any) -> PolicyFn:
+        export = Path(run_dir) / EXPORT_SUBDIR
+        if image_input_of(export) is not None:
+            return load_image_onnx_policy(export, env)
         return load_onnx_policy(run_dir, env)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from embodied.config import ConfigError, unknown_choice_message
-from embodied.env import ObsDict
+from embodied.env import IMAGE_GROUP, ObsDict
 
 PolicyFn = Callable[[ObsDict], torch.Tensor]
 """``obs -> action [N, A]`` in [-1, 1], deterministic."""
@@ -118,10 +118,29 @@ def _run_batch(
 
 
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
-    """The run's policy artifact as a torch module (deterministic actions), without its algorithm."""
+    """The run's policy artifact as a torch module (deterministic actions), without its algorithm.
+
+    A policy that reads camera images has no artifact kind yet: its exported module is rebuilt
+    from the checkpoint and fed ``obs["policy"]`` and ``obs["image"]``."""
+    from embodied.export.artifact import PolicyArtifactError
+    from embodied.export.image_onnx import image_shape_of
+    from embodied.training.run import load_run
     from embodied.training.run_policy import policy_artifact
 
-    policy = policy_artifact(run_dir).policy(env.device)  # chunked kinds run receding-horizon
+    try:
+        policy = policy_artifact(run_dir).policy(env.device)  # chunked kinds run receding-horizon
+    except PolicyArtifactError:
+        module = load_run(run_dir).policy.export_module()
+        if image_shape_of(module) is None:
+            raise
+        module = module.to(env.device)
+
+        @torch.no_grad()
+        def act_on_images(obs: ObsDict) -> torch.Tensor:
+            out: torch.Tensor = module(obs["policy"].float(), obs[IMAGE_GROUP])
+            return out
+
+        return act_on_images
 
     def act(obs: ObsDict) -> torch.Tensor:
         return policy(obs["policy"])
@@ -146,7 +165,9 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     from embodied.crazyflie import sil
     from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
     from embodied.errors import EmbodiedError
+    from embodied.export.artifact import PolicyArtifactError
     from embodied.export.formats import EXPORT_SUBDIR, EXPORTERS
+    from embodied.export.image_onnx import image_input_of
     from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io
     from embodied.training.run_policy import export_run, policy_artifact
 
@@ -159,7 +180,12 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
         log.info("%s has no export yet: exporting %s", run_dir, kind)
         export_run(run_dir, kind)
     exported = read_policy_io(export)
-    trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")
+    try:
+        trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")
+    except PolicyArtifactError:
+        if image_input_of(export) is None:
+            raise
+        trained = vehicle_name(exported)  # an image policy has no artifact to compare with
     if vehicle_name(exported) != trained:
         raise EmbodiedError(
             f"{exported.path}: extra.vehicle is {vehicle_name(exported)!r} but the run's policy says "
