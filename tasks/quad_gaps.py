@@ -54,11 +54,6 @@ class QuadGapCfg:
     body_drag_n_per_mps: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """Linear drag coefficient per body axis: force_b = -coef * lin_vel_b (N per m/s)."""
 
-    critic_obs: bool = False
-    """The critic also sees each episode's draws (:meth:`QuadGaps.critic_block`, 13 entries): a
-    training-only input (asymmetric actor-critic; the policy and every export never see them)
-    that tells the value function why the same observed state fares differently."""
-
     def __post_init__(self) -> None:
         where = "quad gaps"
         for name in ("obs_delay_steps", "motor_delay_steps"):
@@ -92,7 +87,7 @@ class QuadGapCfg:
     @property
     def enabled(self) -> bool:
         """Whether any model is on (otherwise the task skips this module entirely)."""
-        return self != QuadGapCfg(rotor_radius_m=self.rotor_radius_m, critic_obs=self.critic_obs)
+        return self != QuadGapCfg(rotor_radius_m=self.rotor_radius_m)
 
     @property
     def max_obs_delay(self) -> int:
@@ -101,10 +96,6 @@ class QuadGapCfg:
     @property
     def max_motor_delay(self) -> int:
         return int(self.motor_delay_steps[1])
-
-
-GAP_CRITIC_DIM = 13
-"""Width of :meth:`QuadGaps.critic_block`."""
 
 
 class QuadGaps:
@@ -179,22 +170,6 @@ class QuadGaps:
         m3 = mask.view(1, -1, 1)
         self.state_buf = torch.where(m3, state_obs.unsqueeze(0), self.state_buf)
         self.action_buf = torch.where(m3, self.hover_action, self.action_buf)
-
-    def critic_block(self) -> torch.Tensor:
-        """``[N, 13]`` this episode's draws for the critic (:attr:`QuadGapCfg.critic_obs`):
-        observation and motor delay (steps), per-motor thrust scale - 1 (4), thrust lost to the
-        battery over the episode (fraction), position bias (3, m) and gyro bias (3, rad/s)."""
-        return torch.cat(
-            (
-                self.obs_delay.unsqueeze(1).float(),
-                self.motor_delay.unsqueeze(1).float(),
-                self.rpm_scale.square() - 1.0,
-                self.sag_per_step * self.episode_steps,
-                self.pos_bias,
-                self.gyro_bias,
-            ),
-            dim=1,
-        )
 
     # ------------------------------------------------------------------ before the physics
     def motor_action(self, action: torch.Tensor) -> torch.Tensor:

@@ -54,7 +54,7 @@ from embodied.sim.quadrotor import (
     require_finite,
     rk4_step,
 )
-from embodied.tasks.quad_gaps import GAP_CRITIC_DIM, QuadGapCfg, QuadGaps
+from embodied.tasks.quad_gaps import QuadGapCfg, QuadGaps
 from embodied.tasks.quad_terms import (
     STATE_DIM,
     assemble,
@@ -313,15 +313,9 @@ class QuadHoverCfg:
         return terms_dim(self.policy_terms)
 
     @property
-    def critic_gap_dim(self) -> int:
-        """Gap draws the critic sees: 13 with ``gaps.critic_obs`` (and a gap model on), else 0."""
-        return GAP_CRITIC_DIM if self.gaps.enabled and self.gaps.critic_obs else 0
-
-    @property
     def critic_dim(self) -> int:
-        """Size of the critic observation: 34 (+ 3 with the integral, + 13 gap draws with
-        ``gaps.critic_obs``)."""
-        return CRITIC_DIM + self.integral_dim + self.critic_gap_dim
+        """Size of the critic observation: 34 (+ 3 with the integral)."""
+        return CRITIC_DIM + self.integral_dim
 
 
 class QuadHover:
@@ -418,9 +412,8 @@ class QuadHover:
         self._pool_size = max(1024, 4 * self.num_envs)
         self._pool = torch.zeros(0, INIT_ROW_DIM, dtype=f32, device=self.device)
         self._pool_cursor = 0
-        self._critic_static = torch.zeros(self.num_envs, 12 + cfg.critic_gap_dim, dtype=f32, device=self.device)
-        """``[N, 12 (+ 13)]`` per-episode critic inputs: parameter scales - 1, normalized disturbances
-        (and the gap draws with ``gaps.critic_obs``)."""
+        self._critic_static = torch.zeros(self.num_envs, 12, dtype=f32, device=self.device)
+        """``[N, 12]`` per-episode critic inputs: parameter scales - 1 and normalized disturbances."""
 
         self.action_hist = torch.zeros(self.num_envs, 4 * cfg.action_history, dtype=f32, device=self.device)
         self.episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
@@ -783,10 +776,7 @@ class QuadHover:
 
     def _refresh_critic_static(self) -> None:
         disturb = torch.cat((self.sim.force_w, self.sim.torque_b), dim=1) * self._disturb_norm
-        parts = [self.sim.param_scales - 1.0, disturb]
-        if self.cfg.critic_gap_dim and self.gaps is not None:
-            parts.append(self.gaps.critic_block())
-        self._critic_static = torch.cat(parts, dim=1)
+        self._critic_static = torch.cat((self.sim.param_scales - 1.0, disturb), dim=1)
 
     def _draw_initial(self, count: int) -> torch.Tensor:
         """``[count, INIT_ROW_DIM]`` fresh initial conditions from L2F's distribution."""
@@ -859,9 +849,9 @@ class QuadHover:
             self.pos_err_int_h = torch.where(m, 0.0, self.pos_err_int_h)
             self.yaw_sp_rad = torch.where(mask, rows[:, YAW_SP_COL], self.yaw_sp_rad)
             self.heading = heading_cos_sin(self.yaw_sp_rad)
+        self._refresh_critic_static()
         if self.gaps is not None:  # new per-episode draws; delay buffers start at the fresh state
             self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM], self.randomization_scale)
-        self._refresh_critic_static()  # after the gap draws, which the critic may see
 
 
 class CoreConsts(NamedTuple):

@@ -198,24 +198,3 @@ def test_curriculum_scales_every_draw_towards_the_nominal_vehicle() -> None:
     assert torch.equal(g.rpm_scale, full[1])  # the full range keeps its exact arithmetic
     with pytest.raises(ConfigError, match="randomization_ramp"):
         QuadHoverCfg(randomization_ramp=1.5)
-
-
-def test_critic_sees_each_episodes_gap_draws_and_the_policy_does_not() -> None:
-    """``gaps.critic_obs``: the critic group ends with the episode's draws (13 entries), refreshed
-    at every reset; the policy group is the same with the option on or off."""
-    draws = {"obs_delay_steps": (0, 2), "motor_delay_steps": (0, 1), "thrust_mismatch": (0.9, 1.1)}
-    seen, hidden = make(16, critic_obs=True, **draws), make(16, **draws)
-    assert seen.obs_spec["critic"][0] == hidden.obs_spec["critic"][0] + 13
-    obs_seen, obs_hidden = seen.reset(seed=3), hidden.reset(seed=3)
-    assert torch.equal(obs_seen["policy"], obs_hidden["policy"])
-    g = seen.gaps
-    block = obs_seen["critic"][:, -13:]
-    assert torch.equal(block[:, 0], g.obs_delay.float()) and torch.equal(block[:, 1], g.motor_delay.float())
-    assert torch.allclose(block[:, 2:6], g.rpm_scale.square() - 1.0)
-    assert not QuadGapCfg(critic_obs=True).enabled  # the option alone turns no gap model on
-    before = g.obs_delay.clone()
-    obs = obs_seen
-    for _ in range(seen.max_episode_steps):  # every env ends once: new draws reach the critic
-        obs = seen.step(torch.full((16, 4), seen.hover_action))[0]
-    assert not torch.equal(g.obs_delay, before)
-    assert torch.equal(obs["critic"][:, -13], g.obs_delay.float())
