@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,13 +163,21 @@ def symmetry_twin(arrays: MlpArrays, obs: np.ndarray) -> np.ndarray:
 
 def check_parity(module: nn.Module, path: Path, observations: np.ndarray, tol: float = PARITY_TOL) -> float:
     """Max ``|onnxruntime - torch|`` over ``observations`` [N, D]; raises above ``tol``."""
+    return check_parity_inputs(module, path, {"obs": np.asarray(observations, dtype=np.float32)}, tol)
+
+
+def check_parity_inputs(
+    module: nn.Module, path: Path, inputs: Mapping[str, np.ndarray], tol: float = PARITY_TOL
+) -> float:
+    """Max ``|onnxruntime - torch|`` of the output ``action`` for the graph's named ``inputs``
+    (``module`` takes them positionally, in this order); raises above ``tol``."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    obs = np.ascontiguousarray(observations, dtype=np.float32)
-    (got,) = session.run(["action"], {"obs": obs})
+    arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
+    (got,) = session.run(["action"], arrays)
     with torch.no_grad():
-        want = module(torch.from_numpy(obs)).numpy()
+        want = module(*(torch.from_numpy(a) for a in arrays.values())).numpy()
     err = float(np.max(np.abs(got - want))) if got.size else 0.0
     if not err <= tol:
         raise EmbodiedError(f"{path}: onnxruntime differs from torch by {err:.3g} (> {tol:g}); export is wrong")

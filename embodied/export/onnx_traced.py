@@ -29,32 +29,49 @@ log = logging.getLogger(__name__)
 def export_traced_onnx(module: nn.Module, obs_dim: int, export_dir: Path, probes: np.ndarray) -> OnnxExport:
     """Trace ``module`` (``obs [B, obs_dim] -> action [B, A]``) to ``export_dir/policy.onnx``;
     check onnxruntime against torch on ``probes`` ``[N, obs_dim]``."""
+    path = trace_to_onnx(module, {"obs": torch.zeros(2, obs_dim)}, export_dir)
+    sha = seal_onnx(path)
+    err = check_parity(module, path, probes)
+    log.info("wrote %s (max |onnx - torch| = %.2e over %d observations)", path, err, len(probes))
+    return OnnxExport(path, sha, err, len(probes))
+
+
+def trace_to_onnx(module: nn.Module, examples: dict[str, torch.Tensor], export_dir: Path) -> Path:
+    """Trace ``module(*examples.values())`` to ``export_dir/policy.onnx`` with inputs named as
+    ``examples``' keys (batch dimension dynamic) and one output ``action``; checked by onnx."""
     import onnx
 
-    example = torch.zeros(2, obs_dim)
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
     path = export_dir / ONNX_FILENAME
     tmp = path.with_suffix(".onnx.tmp")
+    names = list(examples)
     with warnings.catch_warnings():
         # the TorchScript exporter is deprecated in favour of one that needs onnxscript
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
             module.eval(),
-            (example,),
+            tuple(examples.values()),
             str(tmp),
-            input_names=["obs"],
+            input_names=names,
             output_names=["action"],
-            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+            dynamic_axes={**{name: {0: "batch"} for name in names}, "action": {0: "batch"}},
             opset_version=OPSET,
             dynamo=False,
         )
-    model = onnx.load(str(tmp))
-    onnx.checker.check_model(model)
+    onnx.checker.check_model(onnx.load(str(tmp)))
+    tmp.replace(path)
+    return path
+
+
+def seal_onnx(path: Path) -> str:
+    """Write the graph's hash into ``path``'s ``model_sha256`` property (what deployments recompute)."""
+    import onnx
+
+    model = onnx.load(str(path))
     sha = graph_sha256(model.graph)
     onnx.helper.set_model_props(model, {"model_sha256": sha})
+    tmp = path.with_suffix(".onnx.tmp")
     onnx.save(model, str(tmp))
     tmp.replace(path)
-    err = check_parity(module, path, probes)
-    log.info("wrote %s (max |onnx - torch| = %.2e over %d observations)", path, err, len(probes))
-    return OnnxExport(path, sha, err, len(probes))
+    return sha
