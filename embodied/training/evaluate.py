@@ -118,10 +118,17 @@ def _run_batch(
 
 
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
-    """The run's policy artifact as a torch module (deterministic actions), without its algorithm."""
-    from embodied.training.run_policy import policy_artifact
+    """The run's policy artifact as a torch module (deterministic actions), without its algorithm;
+    for a policy with no artifact kind (a VLA-shaped one reads images and an instruction), the
+    checkpoint's policy itself."""
+    from embodied.training.run import load_run
+    from embodied.training.run_policy import NoArtifactKindError, policy_artifact
 
-    policy = policy_artifact(run_dir).policy(env.device)  # chunked kinds run receding-horizon
+    try:
+        policy = policy_artifact(run_dir).policy(env.device)  # chunked kinds run receding-horizon
+    except NoArtifactKindError:
+        trained = load_run(run_dir, env.device).policy
+        return lambda obs: trained.act(obs, deterministic=True)
 
     def act(obs: ObsDict) -> torch.Tensor:
         return policy(obs["policy"])

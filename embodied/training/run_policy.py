@@ -76,6 +76,10 @@ def write_policy_artifact(run_dir: Path, module: nn.Module, io_spec: IOSpec, env
 _SKIPPED: set[Path] = set()
 
 
+class NoArtifactKindError(PolicyArtifactError):
+    """The run's policy has no artifact kind (e.g. a VLA-shaped policy): only its checkpoint holds it."""
+
+
 def policy_artifact(run_dir: Path) -> PolicyArtifact:
     """The run's policy artifact, without rebuilding its algorithm.
 
@@ -112,7 +116,7 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
     env_steps = int(run.checkpoint.get("trainer", {}).get("env_steps", 0))
     module = run.policy.export_module()
     if write_policy_artifact(run_dir, module, run.io_spec, env_steps) is None:
-        raise PolicyArtifactError(
+        raise NoArtifactKindError(
             f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "
             "--policy and the firmware tools cannot read it alone; evaluate it with `embodied eval` "
             "(torch)"
@@ -131,7 +135,15 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
             f"{run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
         )
     selected(fmt)  # an unknown format fails before the artifact is read
-    artifact = policy_artifact(run_dir)
+    try:
+        artifact = policy_artifact(run_dir)
+    except NoArtifactKindError:
+        from embodied.training.vla_export import export_vla_run
+
+        report = export_vla_run(run_dir, fmt)  # a VLA-shaped policy has no artifact kind
+        if report is None:
+            raise
+        return report
     recorded = None
     if record:
         cfg = load_experiment(run_dir / CONFIG_FILE)
@@ -153,6 +165,7 @@ def ensure_export(run_dir: Path, fmt: str = "all") -> None:
 
 
 __all__ = [
+    "NoArtifactKindError",
     "PolicyArtifactError",
     "checkpoint_seal",
     "ensure_export",
