@@ -1,7 +1,8 @@
 """The vectorized-environment contract every simulator backend and task implements.
 
 Shapes: ``N`` = ``num_envs``; observation groups are dicts of ``[N, dim]`` float32 tensors on
-``device``; actions are ``[N, action_dim]`` in [-1, 1]. Environments auto-reset: after a step
+``device``, except the camera group ``"image"`` of a :class:`RenderingEnv`: ``[N, H, W, 3]``
+uint8 RGB (channels last, row 0 at the top, as renderers produce it); actions are ``[N, action_dim]`` in [-1, 1]. Environments auto-reset: after a step
 in which an env terminated or was truncated, the returned observation is already the first
 observation of its next episode, and ``info["final_obs"]`` holds the observation it ended on.
 """
@@ -16,7 +17,11 @@ from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
 
 ObsDict = dict[str, torch.Tensor]
-"""Observation groups: ``"policy"`` always, ``"critic"`` for privileged observations."""
+"""Observation groups: ``"policy"`` always, ``"critic"`` for privileged observations, ``"image"``
+for camera images (:class:`RenderingEnv`)."""
+
+IMAGE_GROUP = "image"
+"""Observation group of camera images: ``[N, H, W, 3]`` uint8, ``obs_spec`` entry ``(H, W, 3)``."""
 
 StepResult = tuple[ObsDict, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 """``(obs, reward [N], terminated [N] bool, truncated [N] bool, info)``."""
@@ -38,7 +43,8 @@ class VecEnv(Protocol):
     num_envs: int
     device: torch.device
     obs_spec: dict[str, tuple[int, ...]]
-    """Observation group name -> per-env shape, e.g. ``{"policy": (30,), "critic": (40,)}``."""
+    """Observation group name -> per-env shape, e.g. ``{"policy": (30,), "critic": (40,)}``; a
+    rendering env adds ``"image": (H, W, 3)`` (uint8, channels last)."""
     action_dim: int
     dt: float
     """Control period in seconds (one ``step``)."""
@@ -128,6 +134,28 @@ class TrainingCurriculum(Protocol):
     """
 
     def set_training_progress(self, fraction: float) -> None: ...
+
+
+@runtime_checkable
+class RenderingEnv(Protocol):
+    """An env that renders camera images (:attr:`embodied.registry.Backend.renders`).
+
+    ``camera`` names the camera that is rendered ("" when images are off for this run). When it
+    is set, ``obs_spec`` holds ``"image": (H, W, 3)`` and every observation dict the env returns,
+    ``info["final_obs"]`` included, carries ``"image"`` ``[N, H, W, 3]`` uint8 of the state the
+    other groups describe. ``render_images()`` renders the current state again without stepping.
+    """
+
+    camera: str
+
+    def render_images(self) -> torch.Tensor:
+        """``[N, H, W, 3]`` uint8 images of every env's current state."""
+        ...
+
+
+def renders_images(env: object) -> bool:
+    """Whether ``env`` puts camera images into its observations (a :class:`RenderingEnv` with a camera)."""
+    return isinstance(env, RenderingEnv) and bool(env.camera)
 
 
 def final_obs_exact(env: object) -> bool:

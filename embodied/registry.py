@@ -209,6 +209,7 @@ BACKENDS: dict[str, Backend] = {
         install='pip install "embodied[mujoco]"',
         modules=("mujoco", "gymnasium"),
         devices=("cpu", "cuda"),
+        renders=True,
     ),
     "mjwarp": Backend(
         "MuJoCo-Warp: batched worlds as warp kernels, zero-copy torch tensors (warp's CPU device works, slowly)",

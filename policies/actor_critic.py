@@ -2,8 +2,11 @@
 
 The actor is a mean network plus a state-independent log standard deviation; the critic may
 read a different (privileged) observation group than the actor, with its own normalizer.
+With ``image_shape`` the actor also sees the ``"image"`` group through a CNN
+(:class:`~embodied.policies.cnn.ImageEncoder`) whose features are concatenated with the
+normalized proprioceptive vector; a critic without a privileged group shares that encoder.
 Shapes: ``B`` = batch, ``D`` = actor observation size, ``C`` = critic observation size,
-``A`` = action size.
+``A`` = action size, ``P = H * W * 3`` pixels of an image, ``F`` = image features.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from embodied.env import ObsDict
+from embodied.env import IMAGE_GROUP, ObsDict
 from embodied.normalizer import RunningNormalizer
+from embodied.policies.cnn import ImageEncoder, ImageExportedPolicy
 from embodied.policies.mlp import ExportedPolicy, mlp
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -42,8 +46,13 @@ class ActorCritic(nn.Module):
         normalize_obs: bool = True,
         obs_clip: float = 10.0,
         separate_critic_obs: bool = False,
+        image_shape: tuple[int, ...] | None = None,
+        image_features: int = 64,
     ) -> None:
         """``separate_critic_obs``: the critic reads its own observation group (own normalizer).
+
+        ``image_shape`` ``(H, W, 3)``: the actor (and a critic without its own group) also reads
+        ``obs["image"]`` through an :class:`ImageEncoder` of ``image_features`` outputs.
 
         ``actor_output_gain``: if set, the actor's last layer weights are re-initialized
         orthogonally with this gain (a small gain makes the initial mean nearly state-independent,
@@ -54,8 +63,14 @@ class ActorCritic(nn.Module):
         self.critic_obs_dim = critic_obs_dim
         self.action_dim = action_dim
         self.separate_critic_obs = separate_critic_obs
-        self.mean_net = mlp(actor_obs_dim, actor_hidden, action_dim, act=activation)
-        self.critic = mlp(critic_obs_dim, critic_hidden, 1, act=activation)
+        self.encoder = ImageEncoder(image_shape, image_features) if image_shape is not None else None
+        feature_dim = 0 if self.encoder is None else self.encoder.features
+        self.image_numel = 0 if image_shape is None else math.prod(image_shape)
+        self.actor_input_dim = actor_obs_dim + self.image_numel
+        """Width of :meth:`actor_input` rows, ``D + P``: what on-policy storage keeps per step."""
+        self.mean_net = mlp(actor_obs_dim + feature_dim, actor_hidden, action_dim, act=activation)
+        critic_in = critic_obs_dim if separate_critic_obs else actor_obs_dim + feature_dim
+        self.critic = mlp(critic_in, critic_hidden, 1, act=activation)
         self.log_std = nn.Parameter(torch.full((action_dim,), math.log(init_std)))
         self.actor_norm: RunningNormalizer | None = None
         self.critic_norm: RunningNormalizer | None = None
@@ -97,6 +112,30 @@ class ActorCritic(nn.Module):
         norm = self.critic_norm if self.separate_critic_obs else self.actor_norm
         return obs_raw if norm is None else norm(obs_raw)
 
+    def actor_input(self, obs: ObsDict) -> torch.Tensor:
+        """``[B, D + P]``: the normalized policy vector, then (image policies) the image's pixels
+        flattened as floats 0..255, one row per sample so rollouts store it as one table."""
+        x = self.normalize_actor(self.policy_obs(obs))
+        if self.encoder is None:
+            return x
+        pixels = obs[IMAGE_GROUP].reshape(x.shape[0], -1).to(x.dtype)
+        return torch.cat([x, pixels], dim=-1)
+
+    def encode(self, actor_in: torch.Tensor) -> torch.Tensor:
+        """:meth:`actor_input` rows ``[B, D + P]`` -> the networks' input ``[B, D + F]`` (identity
+        without an encoder)."""
+        if self.encoder is None:
+            return actor_in
+        d = self.actor_obs_dim
+        image = actor_in[:, d:].reshape(actor_in.shape[0], *self.encoder.image_shape)
+        return torch.cat([actor_in[:, :d], self.encoder(image)], dim=-1)
+
+    def value_of(self, obs: ObsDict) -> torch.Tensor:
+        """``V [B]`` of raw observations with the current normalizer statistics."""
+        if self.separate_critic_obs:
+            return self.value(self.normalize_critic(self.critic_obs(obs)))
+        return self.value(self.encode(self.actor_input(obs)))
+
     @torch.no_grad()
     def update_normalizers(self, actor_obs_raw: torch.Tensor, critic_obs_raw: torch.Tensor | None) -> None:
         """Merge a batch of raw observations into the running statistics."""
@@ -121,8 +160,11 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: ObsDict | torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        """Actions ``[B, A]`` clipped to [-1, 1]; statistics are not updated here."""
-        mean = self.mean_net(self.normalize_actor(self.policy_obs(obs)))
+        """Actions ``[B, A]`` clipped to [-1, 1]; statistics are not updated here. An image
+        policy needs an ObsDict with ``"image"``."""
+        if isinstance(obs, torch.Tensor) and self.encoder is not None:
+            raise ValueError("this policy reads camera images: pass the observation dict with its 'image' group")
+        mean = self.mean_net(self.encode(self.actor_input({"policy": obs} if isinstance(obs, torch.Tensor) else obs)))
         if not deterministic:
             mean = mean + torch.exp(self.log_std) * torch.randn_like(mean)
         return mean.clamp(-1.0, 1.0)
@@ -131,6 +173,9 @@ class ActorCritic(nn.Module):
         """State values ``[B]`` of normalized critic observations ``[B, C]``."""
         return self.critic(critic_obs_norm).squeeze(-1)
 
-    def export_module(self) -> ExportedPolicy:
-        """Deterministic ``obs [B, D] -> clamp(mean, -1, 1) [B, A]`` with the normalizer folded in."""
+    def export_module(self) -> ExportedPolicy | ImageExportedPolicy:
+        """Deterministic ``obs [B, D] -> clamp(mean, -1, 1) [B, A]`` with the normalizer folded in;
+        an image policy's takes ``(obs, image [B, H, W, 3] uint8)``."""
+        if self.encoder is not None:
+            return ImageExportedPolicy(self.encoder, self.mean_net, self.actor_norm, self.actor_obs_dim)
         return ExportedPolicy.from_normalizer(self.mean_net, self.actor_norm, self.actor_obs_dim)

@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from embodied.config import ConfigError
-from embodied.env import ObsDict, StepResult
+from embodied.env import IMAGE_GROUP, ObsDict, StepResult
 from embodied.io_spec import IOSpec
+from embodied.sim.mujoco_camera import BatchCamera
 from embodied.sim.mujoco_native import NativeBatch
 
 
@@ -61,8 +62,14 @@ class MujocoBackendCfg:
     nthread: int = 0
     """C threads stepping the batch; 0 uses one per logical CPU."""
     randomization: MujocoRandomizationCfg = field(default_factory=MujocoRandomizationCfg)
+    camera: str = ""
+    """Named camera of the task's model rendered into ``obs["image"]`` every step; "" renders nothing."""
+    image_size_px: int = 64
+    """Width = height of the camera images (pixels), when ``camera`` is set."""
 
     def __post_init__(self) -> None:
+        if not 8 <= self.image_size_px <= 1024:
+            raise ConfigError(f"image_size_px must be in [8, 1024], got {self.image_size_px}")
         if self.frame_skip < 1:
             raise ConfigError(f"frame_skip must be >= 1, got {self.frame_skip}")
         if self.max_episode_steps < 1:
@@ -89,6 +96,8 @@ class MujocoVecEnv(ABC):
     """A VecEnv over :class:`NativeBatch`; subclasses define observation, reward and resets.
 
     ``info`` carries ``final_obs``, ``reward_terms`` and ``success`` (the VecEnv contract).
+    With ``backend.camera`` set it is a :class:`embodied.env.RenderingEnv`: every observation
+    dict (``final_obs`` too) holds ``"image"`` ``[N, H, W, 3]`` uint8 from that camera.
     """
 
     contact_forces: bool = False
@@ -133,6 +142,11 @@ class MujocoVecEnv(ABC):
         self._nominal_inertia = model.body_inertia.copy()
         self._nominal_friction = model.geom_friction.copy()
         self.obs_spec: dict[str, tuple[int, ...]] = {"policy": (self.obs_dim(),)}
+        self.camera = backend.camera
+        self._camera: BatchCamera | None = None
+        if backend.camera:
+            self._camera = BatchCamera(model, backend.camera, backend.image_size_px)
+            self.obs_spec[IMAGE_GROUP] = (backend.image_size_px, backend.image_size_px, 3)
         self.reset(seed)
 
     # ----------------------------------------------------------------------------- task hooks
@@ -210,13 +224,29 @@ class MujocoVecEnv(ABC):
         tensor = torch.from_numpy(array)  # shares memory: no copy on the CPU
         return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
+    def _images(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """``[n, H, W, 3]`` uint8 camera images of envs ``ids`` (all if None) in their current state."""
+        if self._camera is None:
+            raise RuntimeError("this env renders no images: set env.backend.camera to one of the model's cameras")
+        return self._camera.render(self.physics.state, ids)
+
+    def render_images(self) -> torch.Tensor:
+        """Camera images of every env now, ``[N, H, W, 3]`` uint8 (:class:`embodied.env.RenderingEnv`)."""
+        return self._to_torch(self._images())
+
+    def _obs_dict(self, policy: np.ndarray, images: np.ndarray | None) -> ObsDict:
+        obs = {"policy": self._to_torch(policy)}
+        if images is not None:
+            obs[IMAGE_GROUP] = self._to_torch(images)
+        return obs
+
     # ------------------------------------------------------------------------------- VecEnv
     def reset(self, seed: int | None = None) -> ObsDict:
         """Reset every env; ``seed`` reseeds the env's numpy generator. Obs ``[N, obs_dim]``."""
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         self._reset_envs(np.arange(self.num_envs))
-        return {"policy": self._to_torch(self.observe())}
+        return self._obs_dict(self.observe(), self._images() if self._camera is not None else None)
 
     def step(self, action: torch.Tensor) -> StepResult:
         """Hold ``action`` [N, nu] in [-1, 1] for ``frame_skip`` substeps; auto-reset ended envs."""
@@ -236,20 +266,24 @@ class MujocoVecEnv(ABC):
         self.episode_step += 1
         truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
         obs = self.observe()
+        images = self._images() if self._camera is not None else None
         success = self.success()
-        final_obs = obs
+        final_obs, final_images = obs, images
         done = np.flatnonzero(terminated | truncated)
         if len(done):
             final_obs = obs.copy()
             self._reset_envs(done)
             obs[done] = self.observe()[done]
+            if images is not None:
+                final_images = images.copy()
+                images[done] = self._images(done)
         info: dict[str, Any] = {
-            "final_obs": {"policy": self._to_torch(final_obs)},
+            "final_obs": self._obs_dict(final_obs, final_images),
             "reward_terms": {k: self._to_torch(v.astype(np.float32)) for k, v in terms.items()},
             "success": self._to_torch(success),
         }
         return (
-            {"policy": self._to_torch(obs)},
+            self._obs_dict(obs, images),
             self._to_torch(reward.astype(np.float32)),
             self._to_torch(terminated),
             self._to_torch(truncated),
@@ -295,4 +329,6 @@ class MujocoVecEnv(ABC):
         self.rng.bit_generator.state = state["rng"]
 
     def close(self) -> None:
+        if self._camera is not None:
+            self._camera.close()
         self.physics.close()

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import embodied.sim  # noqa: F401  (picks MuJoCo's headless GL before any test module imports mujoco)
+
 TRAINING_PACKAGES = ("embodied", "embodied.sim", "embodied.tasks", "embodied.policies", "embodied.configs")
 """Import names whose files decide what a training run produces (the trainer, algorithms, tasks,
 simulators, networks and shipped configs)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from embodied.config import ConfigError
-from embodied.env import VecEnv
+from embodied.env import IMAGE_GROUP, VecEnv
 
 
 def resolve_init_action_mean(spec: tuple[float, ...] | str | None, env: VecEnv) -> tuple[float, ...] | None:
@@ -24,3 +24,17 @@ def resolve_init_action_mean(spec: tuple[float, ...] | str | None, env: VecEnv) 
     if isinstance(values, int | float):
         values = [float(values)] * env.action_dim
     return tuple(float(v) for v in values)
+
+
+def image_input_shape(env: VecEnv, encoder: str, algo_name: str) -> tuple[int, ...] | None:
+    """``(H, W, 3)`` of the env's ``"image"`` group when ``encoder == "cnn"``, else None.
+
+    A CNN encoder on an env without camera images is a configuration error that names the fix."""
+    if encoder != "cnn":
+        return None
+    if IMAGE_GROUP not in env.obs_spec:
+        raise ConfigError(
+            f"{algo_name}: algo.encoder=cnn needs camera images, but the env has no {IMAGE_GROUP!r} observation "
+            f"group (it has {', '.join(sorted(env.obs_spec))}); turn a camera on, e.g. env.backend.camera=top"
+        )
+    return tuple(int(v) for v in env.obs_spec[IMAGE_GROUP])

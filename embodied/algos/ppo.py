@@ -24,7 +24,7 @@ import torch
 
 from embodied import distributed
 from embodied.algo import Transition
-from embodied.algos.common import resolve_init_action_mean
+from embodied.algos.common import image_input_shape, resolve_init_action_mean
 from embodied.config import ConfigError
 from embodied.data.gae import compute_gae
 from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
@@ -98,6 +98,12 @@ class PPOCfg:
     mean almost exactly ``init_action_mean`` everywhere. Null keeps PyTorch's default init."""
     normalize_obs: bool = True
     """Running mean/std normalization of actor and critic observations."""
+    encoder: Literal["mlp", "cnn"] = "mlp"
+    """``cnn``: the actor (and a critic without a privileged group) also reads the env's camera
+    images (``obs["image"]``, ``env.backend.camera``) through a small CNN whose features join the
+    normalized ``policy`` vector; ``mlp`` reads the vector only."""
+    image_features: int = 64
+    """With ``encoder: cnn``: width of the CNN's output features."""
     obs_clip: float = 10.0
     """Normalized observations are clipped to ``± obs_clip``."""
 
@@ -124,6 +130,10 @@ class PPOCfg:
                 f"PPOCfg.learning_rate {self.learning_rate} must lie in [lr_min, lr_max] = "
                 f"[{self.lr_min}, {self.lr_max}]"
             )
+        if self.encoder not in ("mlp", "cnn"):
+            raise ConfigError(f"PPOCfg.encoder must be 'mlp' or 'cnn', got {self.encoder!r}")
+        if self.image_features < 1:
+            raise ConfigError(f"PPOCfg.image_features must be >= 1, got {self.image_features}")
         if any(w < 1 for w in self.actor_hidden + self.critic_hidden):
             raise ConfigError("PPOCfg.actor_hidden / critic_hidden widths must be >= 1")
         if self.actor_output_gain is not None and self.actor_output_gain < 0.0:
@@ -216,6 +226,7 @@ class PPO:
                 f"PPOCfg.num_minibatches={cfg.num_minibatches} exceeds the rollout size "
                 f"num_steps_per_env * num_envs = {batch}"
             )
+        image_shape = image_input_shape(env, cfg.encoder, "PPO")
         self.policy = ActorCritic(
             actor_dim,
             critic_dim,
@@ -229,6 +240,8 @@ class PPO:
             normalize_obs=cfg.normalize_obs,
             obs_clip=cfg.obs_clip,
             separate_critic_obs=separate_critic,
+            image_shape=image_shape,
+            image_features=cfg.image_features,
         ).to(self.device)
         # The learning rate is a 0-d tensor so the adaptive schedule never syncs with the host;
         # fused Adam accepts it on CPU and CUDA.
@@ -237,7 +250,7 @@ class PPO:
         self.storage = RolloutStorage(
             cfg.num_steps_per_env,
             self.num_envs,
-            actor_dim,
+            self.policy.actor_input_dim,
             critic_dim,
             self.action_dim,
             separate_critic,
@@ -265,9 +278,10 @@ class PPO:
         actor_raw = obs["policy"]
         critic_raw = obs["critic"] if st.separate_critic else None
         pi.update_normalizers(actor_raw, critic_raw)
-        actor_in = pi.normalize_actor(actor_raw)
-        critic_in = pi.normalize_critic(critic_raw) if critic_raw is not None else actor_in
-        mean = pi.mean_net(actor_in)
+        actor_in = pi.actor_input(obs)
+        features = pi.encode(actor_in)
+        critic_in = pi.normalize_critic(critic_raw) if critic_raw is not None else features
+        mean = pi.mean_net(features)
         noise = torch.randn(mean.shape, generator=self.generator, device=self.device, dtype=mean.dtype)
         sample = mean + torch.exp(pi.log_std) * noise
         c = st.cursor
@@ -284,8 +298,7 @@ class PPO:
     @torch.no_grad()
     def _value_of(self, obs: ObsDict) -> torch.Tensor:
         """``V [N]`` of raw observations, normalized with the current statistics (no update)."""
-        pi = self.policy
-        return pi.value(pi.normalize_critic(pi.critic_obs(obs)))
+        return self.policy.value_of(obs)
 
     @torch.no_grad()
     def observe(self, transition: Transition) -> None:
@@ -365,9 +378,10 @@ class PPO:
                 actions, mean_old, logp_old, value_old, adv, ret = rest
                 logp_old, value_old, adv, ret = (x.squeeze(-1) for x in (logp_old, value_old, adv, ret))
 
-                mean = pi.mean_net(actor_in)
+                features = pi.encode(actor_in)
+                mean = pi.mean_net(features)
                 logp = pi.log_prob(actions, mean)
-                value = pi.value(critic_in)
+                value = pi.value(critic_in if st.separate_critic else features)
                 entropy = pi.entropy()
 
                 with torch.no_grad():

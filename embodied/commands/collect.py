@@ -14,6 +14,7 @@ EXAMPLES = """examples:
   embodied collect scripted:arm-push --episodes 200 --noise 0.6 --out demos/arm_push_noisy
   embodied collect scripted:arm-push --episodes 500 --noise 0.3 --record intended --out demos/arm_push_dart
   embodied collect runs/arm_push/20261202-050000_ppo_s0 --episodes 100 --out demos/from_ppo
+  embodied collect scripted:arm-push --episodes 50 --images --camera top --out demos/arm_push_images
 
 The dataset is a Minari directory (data/main_data.hdf5 + data/metadata.json): load it with
 minari.MinariDataset(OUT/data), or train on it with `embodied train TASK --algo bc-flow --dataset OUT`."""
@@ -46,6 +47,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "source's intended action (clean labels on noise-perturbed states, for robust cloning)",
     )
     p.add_argument("--out", type=Path, default=None, help="dataset folder to create (default: demos/<task>_<source>)")
+    p.add_argument(
+        "--images",
+        action="store_true",
+        help="also record the env's camera images (observation group 'image', uint8 [H, W, 3]); the dataset's "
+        "observations become a Dict of 'policy' and 'image'",
+    )
+    p.add_argument(
+        "--camera",
+        default=None,
+        metavar="NAME",
+        help="render this camera of the task's model (sets env.backend.camera; default: the run's or none)",
+    )
     p.add_argument("--num-envs", type=int_in_range(1, 65536), default=32, help="parallel envs (default: 32)")
     p.add_argument("--seed", type=int_in_range(0, 2**31 - 1), default=0, help="env and noise seed (default: 0)")
     p.set_defaults(func=run)
@@ -55,17 +68,20 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from embodied import registry
+    from embodied.config import apply_overrides
     from embodied.data.collect import collect_episodes
     from embodied.data.demos import write_dataset
-    from embodied.env import ObsDict
+    from embodied.env import IMAGE_GROUP, ObsDict
 
     if not args.noise >= 0.0:
         raise ConfigError(f"--noise must be >= 0, got {args.noise}")
     source: str = args.source
+    camera = {} if args.camera is None else {"backend": {"camera": args.camera}}
     if source.startswith(SCRIPTED_PREFIX):
         task = source[len(SCRIPTED_PREFIX) :]
         expert = registry.make_expert(task)
-        env = registry.make_env(task, registry.task_cfg(task), args.num_envs, "cpu", args.seed)
+        env_cfg = apply_overrides(registry.task_cfg(task), camera, "--camera")
+        env = registry.make_env(task, env_cfg, args.num_envs, "cpu", args.seed)
         act = expert.act
         label = "scripted"
     else:
@@ -73,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
 
         loaded = load_run(Path(source))
         task = loaded.cfg.task_name
-        env = loaded.make_env(args.num_envs, args.seed)
+        env_cfg = apply_overrides(loaded.cfg.env, camera, "--camera")
+        env = registry.make_env(task, env_cfg, args.num_envs, "cpu", args.seed)
         policy = loaded.policy
 
         def act(obs: ObsDict) -> torch.Tensor:
@@ -82,7 +99,14 @@ def run(args: argparse.Namespace) -> int:
         label = loaded.cfg.algo_name
     out = args.out or Path("demos") / f"{task.replace(':', '_')}_{label}"
     try:
-        episodes = collect_episodes(env, act, args.episodes, noise_std=args.noise, seed=args.seed, record=args.record)
+        if args.images and IMAGE_GROUP not in env.obs_spec:
+            raise ConfigError(
+                f"--images: {task} renders no camera images in this configuration; pass --camera NAME "
+                "(a camera of the task's model, e.g. --camera top for arm-push)"
+            )
+        episodes = collect_episodes(
+            env, act, args.episodes, noise_std=args.noise, seed=args.seed, record=args.record, images=args.images
+        )
     finally:
         env.close()
     success = sum(bool(ep.terminations.any()) for ep in episodes) / len(episodes)

@@ -9,6 +9,12 @@ metadata file, readable by ``minari`` itself (pure Python, light pins) and by an
                                terminations [T] bool, truncations [T] bool, infos (group)
     PATH/data/metadata.json    total_episodes, total_steps, spaces, dataset_id, ...
 
+A dataset recorded with camera images (``embodied collect ... --images``) has a Dict
+observation space, as Minari stores one: ``observations`` is then a group holding
+``policy [T+1, D]`` float32 and ``image [T+1, H, W, 3]`` uint8 (channels last), and
+``observation_space`` is ``Dict(policy: Box, image: Box(0, 255, uint8))``; images are stored
+raw (lossless, gzip per frame) and ``jpeg_encoding: false`` tells Minari so.
+
 ``minari.MinariDataset(PATH / "data")`` loads it; placed at
 ``$MINARI_DATASETS_PATH/<namespace>/<name>`` it is also found by ``minari.load_dataset``.
 Only ``h5py`` is needed here (``pip install 'embodied[data]'``); nothing is downloaded.
@@ -34,6 +40,8 @@ METADATA_FILE = Path("data") / "metadata.json"
 MINARI_VERSION = "0.5.4"
 """The Minari release whose layout this module writes (checked by a round-trip test)."""
 EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
+IMAGE_KEY = "image"
+"""Key of the camera images inside a Dict ``observations`` group (the env's observation group)."""
 
 
 class DatasetError(EmbodiedError):
@@ -43,13 +51,15 @@ class DatasetError(EmbodiedError):
 @dataclass
 class Episode:
     """One demonstration: ``observations [T+1, D]`` (the last is the final observation),
-    ``actions [T, A]`` in [-1, 1], ``rewards [T]``, ``terminations``/``truncations [T]`` bool."""
+    ``actions [T, A]`` in [-1, 1], ``rewards [T]``, ``terminations``/``truncations [T]`` bool;
+    ``images [T+1, H, W, 3]`` uint8 camera images of the same steps, or None."""
 
     observations: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
     terminations: np.ndarray
     truncations: np.ndarray
+    images: np.ndarray | None = None
 
 
 def _h5py() -> Any:
@@ -60,8 +70,25 @@ def _h5py() -> Any:
     return h5py
 
 
-def _box(dim: int, low: float, high: float) -> str:
-    return json.dumps({"type": "Box", "dtype": "float32", "shape": [dim], "low": [low] * dim, "high": [high] * dim})
+def _box(dim: int, low: float, high: float) -> dict[str, Any]:
+    return {"type": "Box", "dtype": "float32", "shape": [dim], "low": [low] * dim, "high": [high] * dim}
+
+
+def _observation_space(obs_dim: int, image_shape: tuple[int, ...] | None) -> str:
+    """Minari's JSON of the observation space: a Box, or with images a Dict of two Boxes."""
+    box = _box(obs_dim, -math.inf, math.inf)
+    if image_shape is None:
+        return json.dumps(box)
+    # full nested bounds: gymnasium's Box (Minari's deserializer) rejects scalar ones for a shape
+    low = np.zeros(image_shape, dtype=np.uint8)
+    image = {
+        "type": "Box",
+        "dtype": "uint8",
+        "shape": list(image_shape),
+        "low": low.tolist(),
+        "high": (low + 255).tolist(),
+    }
+    return json.dumps({"type": "Dict", "subspaces": {"policy": box, IMAGE_KEY: image}})
 
 
 def write_dataset(
@@ -75,6 +102,10 @@ def write_dataset(
         raise DatasetError("no episodes to write")
     obs_dim = int(episodes[0].observations.shape[1])
     action_dim = int(episodes[0].actions.shape[1])
+    first_images = episodes[0].images
+    image_shape = None if first_images is None else tuple(int(v) for v in first_images.shape[1:])
+    if any((ep.images is None) != (image_shape is None) for ep in episodes):
+        raise DatasetError("either every episode carries camera images or none does")
     h5py = _h5py()
     (path / "data").mkdir(parents=True)
     with h5py.File(path / DATA_FILE, "w") as f:
@@ -82,7 +113,15 @@ def write_dataset(
             group = f.create_group(f"episode_{i}")
             group.attrs["id"] = np.int64(i)
             group.attrs["total_steps"] = np.int64(len(ep.actions))
-            group.create_dataset("observations", data=ep.observations.astype(np.float32))
+            if ep.images is None:
+                group.create_dataset("observations", data=ep.observations.astype(np.float32))
+            else:
+                observations = group.create_group("observations")
+                observations.create_dataset("policy", data=ep.observations.astype(np.float32))
+                # one image per chunk: a reader of one step decompresses one frame
+                observations.create_dataset(
+                    IMAGE_KEY, data=ep.images.astype(np.uint8), chunks=(1, *ep.images.shape[1:]), compression="gzip"
+                )
             group.create_dataset("actions", data=ep.actions.astype(np.float32))
             group.create_dataset("rewards", data=ep.rewards.astype(np.float64))
             group.create_dataset("terminations", data=ep.terminations.astype(bool))
@@ -92,12 +131,14 @@ def write_dataset(
         "total_episodes": len(episodes),
         "total_steps": int(sum(len(ep.actions) for ep in episodes)),
         "data_format": "hdf5",
-        "observation_space": _box(obs_dim, -math.inf, math.inf),
-        "action_space": _box(action_dim, -1.0, 1.0),
+        "observation_space": _observation_space(obs_dim, image_shape),
+        "action_space": json.dumps(_box(action_dim, -1.0, 1.0)),
         "dataset_id": dataset_id,
         "algorithm_name": algorithm_name,
         "description": description,
         "minari_version": MINARI_VERSION,
+        # Minari 0.5 decodes image spaces as JPEG bytes unless told they are raw arrays (lossless)
+        "jpeg_encoding": False,
     }
     # json writes inf as Infinity, exactly as Minari's own writer does
     (path / METADATA_FILE).write_text(json.dumps(metadata))
@@ -110,7 +151,8 @@ class Demonstrations:
     ``episode_index [M]`` (which episode a step belongs to), ``step_index [M]`` (its step in it),
     ``episode_success [E]`` (the episode ended by termination); for transitions (off-policy
     learners) ``next_obs [M, D]`` (each step's successor, the final observation at an episode's
-    last step) and ``terminations``/``truncations [M]`` bool."""
+    last step) and ``terminations``/``truncations [M]`` bool. A dataset with camera images
+    also has ``images``/``next_images [M, H, W, 3]`` uint8 (None without)."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -122,6 +164,8 @@ class Demonstrations:
     next_obs: np.ndarray
     terminations: np.ndarray
     truncations: np.ndarray
+    images: np.ndarray | None = None
+    next_images: np.ndarray | None = None
 
     @property
     def num_episodes(self) -> int:
@@ -167,6 +211,8 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
     except OSError as err:
         raise DatasetError(f"{data_file}: cannot be read as HDF5, truncated or corrupt ({err})") from None
     obs_parts, act_parts, rew_parts, success, next_parts, term_parts, trunc_parts = [], [], [], [], [], [], []
+    image_parts: list[np.ndarray] = []
+    next_image_parts: list[np.ndarray] = []
     try:
         names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k.split("_")[1]))
         if not names:
@@ -180,10 +226,20 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
             if missing:
                 raise DatasetError(f"{data_file}: {name} has no {', '.join(missing)}")
             try:
-                ep = {k: np.asarray(group[k][()]) for k in EPISODE_KEYS}
+                ep, images = _read_episode(group, h5py)
             except (OSError, KeyError) as err:
                 raise DatasetError(f"{data_file}: {name} cannot be read, truncated or corrupt ({err})") from None
             _check_episode(ep, f"{data_file}: {name}", obs_dim, action_dim)
+            if (images is not None) != bool(image_parts) and obs_parts:
+                raise DatasetError(f"{data_file}: {name} differs from earlier episodes in carrying camera images")
+            if images is not None:
+                if images.shape[0] != len(ep["observations"]) or images.dtype != np.uint8 or images.ndim != 4:
+                    raise DatasetError(
+                        f"{data_file}: {name} observations/{IMAGE_KEY} must be [T+1, H, W, 3] uint8 like its "
+                        f"{len(ep['observations'])} observations, got {images.shape} {images.dtype}"
+                    )
+                image_parts.append(images[:-1])
+                next_image_parts.append(images[1:])
             obs_parts.append(ep["observations"][:-1])
             next_parts.append(ep["observations"][1:])
             term_parts.append(ep["terminations"].astype(bool))
@@ -205,7 +261,22 @@ def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None 
         next_obs=np.concatenate(next_parts).astype(np.float32),
         terminations=np.concatenate(term_parts),
         truncations=np.concatenate(trunc_parts),
+        images=np.concatenate(image_parts) if image_parts else None,
+        next_images=np.concatenate(next_image_parts) if next_image_parts else None,
     )
+
+
+def _read_episode(group: Any, h5py: Any) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The :data:`EPISODE_KEYS` arrays of one episode group (``observations`` = the policy
+    vector) and its camera images (``[T+1, H, W, 3]`` uint8, or None for a Box dataset)."""
+    observations = group["observations"]
+    images = None
+    if isinstance(observations, h5py.Group):
+        images = np.asarray(observations[IMAGE_KEY][()])
+        observations = observations["policy"]
+    ep = {k: np.asarray(group[k][()]) for k in EPISODE_KEYS if k != "observations"}
+    ep["observations"] = np.asarray(observations[()])
+    return ep, images
 
 
 def _check_episode(ep: dict[str, np.ndarray], where: str, obs_dim: int | None, action_dim: int | None) -> None:

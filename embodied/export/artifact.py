@@ -41,6 +41,7 @@ from embodied.export.layers import (
     DenseLayer,
     MlpArrays,
     SymmetryArrays,
+    layers_outside_net,
     mlp_arrays,
     sequential_from_layers,
     with_io_symmetry,
@@ -120,7 +121,7 @@ def _build_mlp(arrays: MlpArrays) -> nn.Module:
 
 
 def _is_mlp(module: nn.Module) -> bool:
-    return all(hasattr(module, attr) for attr in EXPORTED_POLICY_ATTRS)
+    return all(hasattr(module, attr) for attr in EXPORTED_POLICY_ATTRS) and not layers_outside_net(module)
 
 
 POLICY_KINDS: dict[str, PolicyKind] = {

@@ -182,6 +182,29 @@ EXPORTED_POLICY_ATTRS: tuple[str, ...] = ("net", "obs_mean", "obs_std", "obs_cli
 """What an ``ExportedPolicy``-shaped module carries; :func:`mlp_arrays` reads exactly these."""
 
 
+def layers_outside_net(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(dotted name, layer)`` of every weight-carrying layer of ``module`` that is not part of
+    its ``net`` (e.g. an image policy's convolutions): layers an MLP description would drop."""
+    return [
+        (name, layer)
+        for name, layer in module.named_modules()
+        if name != "net"
+        and not name.startswith("net.")
+        and any(True for _ in layer.parameters(recurse=False))
+        and name != ""
+    ]
+
+
+def describe_layer(layer: nn.Module) -> str:
+    """``Conv2d(3 -> 16, kernel 8x8, stride 4)``-style description of a layer for error messages."""
+    if isinstance(layer, nn.Conv2d):
+        kh, kw = layer.kernel_size
+        return f"Conv2d({layer.in_channels} -> {layer.out_channels}, kernel {kh}x{kw}, stride {layer.stride[0]})"
+    if isinstance(layer, nn.Linear):
+        return f"Linear({layer.in_features} -> {layer.out_features})"
+    return type(layer).__name__
+
+
 def mlp_arrays(module: nn.Module) -> MlpArrays:
     """Validate ``module`` (an ExportedPolicy) and return its arrays.
 
@@ -195,6 +218,14 @@ def mlp_arrays(module: nn.Module) -> MlpArrays:
                 f"{type(module).__name__} has no {attr!r}: exporters take Policy.export_module() "
                 "(an ExportedPolicy), not the training policy"
             )
+    outside = layers_outside_net(module)
+    if outside:
+        name, layer = outside[0]
+        raise EmbodiedError(
+            f"{type(module).__name__} layer {name!r} ({describe_layer(layer)}) is not an MLP layer: the C exporter "
+            "and the MLP policy artifact hold Linear layers and activations only; export this policy with "
+            "--format onnx"
+        )
     layers = dense_layers(module.net, "net")
     mean, std = normalizer_arrays(module, layers[0].in_dim)
     clip = float(module.obs_clip)  # type: ignore[arg-type]  # a float attribute of ExportedPolicy

@@ -169,15 +169,15 @@ def check_parity(module: nn.Module, path: Path, observations: np.ndarray, tol: f
 def check_parity_inputs(
     module: nn.Module, path: Path, inputs: Mapping[str, np.ndarray], tol: float = PARITY_TOL
 ) -> float:
-    """Max ``|onnxruntime - torch|`` of the output ``action`` for the graph's named ``inputs``
-    (``module`` takes them positionally, in this order); raises above ``tol``."""
+    """Max ``|onnxruntime - torch|`` of output ``action`` for graph inputs ``inputs`` (name ->
+    ``[N, ...]`` array, in ``module.forward``'s argument order); raises above ``tol``."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
-    (got,) = session.run(["action"], arrays)
+    feeds = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
+    (got,) = session.run(["action"], feeds)
     with torch.no_grad():
-        want = module(*(torch.from_numpy(a) for a in arrays.values())).numpy()
+        want = module(*(torch.from_numpy(v) for v in feeds.values())).numpy()
     err = float(np.max(np.abs(got - want))) if got.size else 0.0
     if not err <= tol:
         raise EmbodiedError(f"{path}: onnxruntime differs from torch by {err:.3g} (> {tol:g}); export is wrong")

@@ -13,6 +13,7 @@ from torch import nn
 
 from embodied import registry
 from embodied.checkpoint_seal import MAGIC, SealError, verify_file
+from embodied.env import RenderingEnv
 from embodied.errors import EmbodiedError
 from embodied.experiment import load_experiment
 from embodied.export.artifact import (
@@ -23,7 +24,9 @@ from embodied.export.artifact import (
     read_policy_artifact,
 )
 from embodied.export.bundle import ExportReport, export_artifact, export_dir, record_observations
-from embodied.export.formats import selected
+from embodied.export.formats import ALL, FormatResult, selected
+from embodied.export.image_onnx import export_image_onnx, image_shape_of, record_inputs
+from embodied.export.layers import mlp_arrays
 from embodied.export.policy_io import POLICY_IO_FILENAME
 from embodied.io_spec import IOSpec
 from embodied.training.run import CHECKPOINT_FILE, CONFIG_FILE, CheckpointError, atomic_write_bytes
@@ -140,7 +143,8 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     except NoArtifactKindError:
         from embodied.training.vla_export import export_vla_run
 
-        report = export_vla_run(run_dir, fmt)  # a VLA-shaped policy has no artifact kind
+        # policies no artifact kind describes: image policies, VLA-shaped policies
+        report = export_image_run(run_dir, fmt, record) or export_vla_run(run_dir, fmt)
         if report is None:
             raise
         return report
@@ -151,6 +155,34 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
             artifact.policy(), lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, "cpu", seed)
         )
     return export_artifact(artifact, export_dir(run_dir), fmt, recorded, source_run=str(run_dir.resolve()))
+
+
+def export_image_run(run_dir: Path, fmt: str, record: bool) -> ExportReport | None:
+    """Export a run whose policy reads camera images (:mod:`embodied.export.image_onnx`); None
+    when its policy reads none. Only ONNX holds such a policy: ``--format c`` fails naming the
+    first convolution, ``all`` writes ONNX alone."""
+    from embodied.training.run import load_run
+
+    run = load_run(run_dir)
+    module = run.policy.export_module()
+    if image_shape_of(module) is None:
+        return None
+    if fmt != "onnx":
+        if fmt != ALL:
+            mlp_arrays(module)  # raises, naming the layer the format cannot hold
+        log.info("an image policy has only an onnx export; writing onnx")
+    env = run.make_env(4 if record else 1, 0)
+    try:
+        camera = env.camera if isinstance(env, RenderingEnv) else ""
+        recorded = record_inputs(module, env, steps=8) if record else None
+    finally:
+        env.close()
+    out = export_dir(run_dir)
+    result = export_image_onnx(module, run.io_spec, out, recorded, camera, str(Path(run_dir).resolve()))
+    report = ExportReport(model_sha256=result.model_sha256)
+    report.written += [out / POLICY_IO_FILENAME, result.path]
+    report.formats["onnx"] = FormatResult([result.path], result.max_abs_err)
+    return report
 
 
 def ensure_export(run_dir: Path, fmt: str = "all") -> None:
