@@ -37,8 +37,6 @@ from embodied.algo import ExportUnsupportedError
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
 
-IMAGE_GROUP = "image"
-"""Observation group of camera images, ``[N, H, W, 3]`` uint8."""
 LEROBOT_IMAGE_PREFIX = "observation.images."
 LEROBOT_STATE_KEY = "observation.state"
 LEROBOT_TASK_KEY = "task"

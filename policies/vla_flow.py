@@ -29,20 +29,15 @@ import torch
 from torch import nn
 
 from embodied.config import ConfigError
-from embodied.env import ObsDict
+from embodied.env import IMAGE_GROUP, ObsDict
+from embodied.policies.cnn import ImageEncoder
 from embodied.policies.flow import OBS_CLIP, FlowPolicy, FlowPolicyCfg, FlowSampler
 from embodied.policies.text_embedding import embed_instruction
-from embodied.policies.vla import IMAGE_GROUP
 
 TEXT_FEATURES = 16
 """``T``: width of the learned projection of the instruction embedding."""
-
-
-class ImageEncoder(nn.Module):
-    """What the VLA policy needs of an image encoder: ``forward(images [B, H, W, 3] uint8) -> [B, I]``
-    float32 (differentiable in its parameters) and ``out_dim = I``."""
-
-    out_dim: int
+IMAGE_FEATURES = 64
+"""``I``: width of the camera encoder's output (:class:`embodied.policies.cnn.ImageEncoder`)."""
 
 
 class VLAFlowPolicy(FlowPolicy):
@@ -66,7 +61,7 @@ class VLAFlowPolicy(FlowPolicy):
             raise ConfigError(
                 f"the instruction embedding must be one vector [E], got {tuple(instruction_embedding.shape)}"
             )
-        image_dim = 0 if encoder is None else int(encoder.out_dim)
+        image_dim = 0 if encoder is None else int(encoder.features)
         super().__init__(proprio_dim, action_dim, cfg, cond_dim=image_dim + TEXT_FEATURES + proprio_dim)
         self.encoder = encoder
         self.text_proj = nn.Linear(instruction_embedding.shape[0], TEXT_FEATURES)
@@ -140,8 +135,10 @@ class VLASampler(nn.Module):
 
 def make_flow_policy(obs_spec: Mapping[str, tuple[int, ...]], action_dim: int, cfg: FlowPolicyCfg) -> FlowPolicy:
     """The flow policy ``cfg`` describes for an env's ``obs_spec``: a :class:`VLAFlowPolicy` when
-    ``cfg.instruction`` is set (the text model runs once here), else a plain :class:`FlowPolicy`."""
+    ``cfg.instruction`` is set (the text model runs once here; with a camera encoder when the env
+    renders images), else a plain :class:`FlowPolicy` (which ignores any images)."""
     proprio_dim = int(math.prod(obs_spec["policy"]))
     if not cfg.instruction:
         return FlowPolicy(proprio_dim, action_dim, cfg)
-    return VLAFlowPolicy(proprio_dim, action_dim, cfg, embed_instruction(cfg.instruction))
+    encoder = ImageEncoder(obs_spec[IMAGE_GROUP], IMAGE_FEATURES) if IMAGE_GROUP in obs_spec else None
+    return VLAFlowPolicy(proprio_dim, action_dim, cfg, embed_instruction(cfg.instruction), encoder)

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+from embodied.config import ConfigError
 from embodied.errors import EmbodiedError
 from embodied.export.vla_onnx import export_vla_onnx, refuse_c_export
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
 from embodied.policies.text_embedding import EMBED_DIM, embed_instruction
-from embodied.policies.vla_flow import TEXT_FEATURES, VLAFlowPolicy, VLASampler, make_flow_policy
+from embodied.policies.vla_flow import IMAGE_FEATURES, TEXT_FEATURES, VLAFlowPolicy, VLASampler, make_flow_policy
 
 pytest.importorskip("wordllama", reason='the VLA policy\'s text model: pip install "embodied[vla]"')
 
@@ -105,3 +106,64 @@ def test_c_export_is_refused_naming_the_layer() -> None:
     assert isinstance(err, EmbodiedError)
     # the flow head's Mish is the first layer with no C code; the inputs are named
     assert "head.velocity.1 (Mish)" in str(err) and "instruction_embedding, proprio" in str(err)
+
+
+def camera_vla(seed: int = 0) -> VLAFlowPolicy:
+    torch.manual_seed(seed)
+    cfg = FlowPolicyCfg(hidden=(32, 32), instruction=INSTRUCTION)
+    policy = make_flow_policy({"policy": (PROPRIO,), "image": (SIZE_PX, SIZE_PX, 3)}, ACTIONS, cfg)
+    assert isinstance(policy, VLAFlowPolicy) and policy.encoder is not None
+    return policy
+
+
+SIZE_PX = 40
+
+
+def camera_obs(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "policy": torch.randn(n, PROPRIO, generator=gen),
+        "image": torch.randint(0, 256, (n, SIZE_PX, SIZE_PX, 3), generator=gen, dtype=torch.uint8),
+    }
+
+
+def test_camera_vla_conditions_on_images_and_trains_its_encoder() -> None:
+    policy = camera_vla()
+    obs = camera_obs(4)
+    cond = policy.condition(obs)
+    assert cond.shape == (4, IMAGE_FEATURES + TEXT_FEATURES + PROPRIO)
+    assert policy.cond_dim == cond.shape[1]
+    other = policy.condition({**obs, "image": torch.flip(obs["image"], dims=(1,))})
+    assert not torch.allclose(cond[:, :IMAGE_FEATURES], other[:, :IMAGE_FEATURES])
+    torch.testing.assert_close(cond[:, IMAGE_FEATURES:], other[:, IMAGE_FEATURES:])
+    # the flow-matching loss reaches the encoder's convolutions (bc-flow trains them)
+    loss = policy.bc_loss(cond, torch.zeros(4, policy.cfg.chunk, ACTIONS))
+    loss.backward()
+    assert policy.encoder is not None
+    conv = policy.encoder.convs[0]
+    assert isinstance(conv, torch.nn.Conv2d) and conv.weight.grad is not None and conv.weight.grad.abs().sum() > 0
+    with pytest.raises(ConfigError, match="'image'"):
+        policy.condition({"policy": obs["policy"]})
+
+
+def test_camera_vla_onnx_has_image_input_and_c_names_the_convolution(tmp_path: Path) -> None:
+    policy = camera_vla()
+    sampler = policy.export_module()
+    assert sampler.input_names == ("image", "instruction_embedding", "proprio")
+    obs = camera_obs(32, seed=3)
+    inputs = {
+        "image": obs["image"].numpy(),
+        "instruction_embedding": policy.instruction_embedding.expand(32, -1).numpy().copy(),
+        "proprio": obs["policy"].numpy(),
+    }
+    torch.testing.assert_close(
+        sampler(*(torch.from_numpy(v) for v in inputs.values())), policy.plan(obs, deterministic=True)
+    )
+    result = export_vla_onnx(sampler, tmp_path, inputs)
+    assert result.max_abs_err <= 1e-5
+    import onnx
+
+    graph = onnx.load(str(result.path)).graph
+    assert [i.name for i in graph.input] == ["image", "instruction_embedding", "proprio"]
+    assert graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    assert "encoder.convs.0 (Conv2d)" in str(refuse_c_export(sampler))

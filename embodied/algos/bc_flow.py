@@ -22,10 +22,10 @@ import torch
 from embodied.algo import PreloadSource, Transition
 from embodied.config import ConfigError
 from embodied.data.demos import load_dataset
-from embodied.env import ObsDict, VecEnv, require_box_actions
+from embodied.env import IMAGE_GROUP, ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.flow import FlowPolicyCfg
-from embodied.policies.vla_flow import make_flow_policy
+from embodied.policies.vla_flow import VLAFlowPolicy, make_flow_policy
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,13 @@ class BCFlow:
         self.learner.set_obs_stats(obs.mean(0), obs.std(0))
         self.policy.set_obs_stats(obs.mean(0), obs.std(0))
         self._demo_obs = {"policy": obs}
+        if isinstance(self.learner, VLAFlowPolicy) and self.learner.encoder is not None:
+            if demos.images is None:
+                raise EmbodiedError(
+                    f"bc-flow: the VLA policy sees camera images, but dataset {source.dataset} has none; "
+                    "record one with `embodied collect ... --images --camera NAME`"
+                )
+            self._demo_obs[IMAGE_GROUP] = torch.as_tensor(demos.images, device=self.device)  # uint8
         self._chunks = torch.as_tensor(demos.action_chunks(self.cfg.policy.chunk), device=self.device)
 
     def act(self, obs: ObsDict) -> torch.Tensor:

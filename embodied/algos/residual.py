@@ -42,10 +42,9 @@ from embodied.algos.offpolicy import TrainBatch
 from embodied.config import ConfigError
 from embodied.data.demos import load_dataset
 from embodied.data.replay import ReplayBatch, ReplayBuffer, cat_batches
-from embodied.env import ObsDict, VecEnv
+from embodied.env import IMAGE_GROUP, ObsDict, VecEnv
 from embodied.errors import EmbodiedError
 from embodied.policies.residual import ResidualPolicy, fresh_base_action
-from embodied.policies.vla import IMAGE_GROUP
 
 BASE_GROUP = "base_action"
 """Replay observation group holding the base's action ``[A]`` at that observation."""

@@ -1,7 +1,7 @@
 """ONNX export of a VLA-shaped flow policy (``policies/vla_flow.py``), and why C cannot hold one.
 
 The exported graph is the policy's :class:`~embodied.policies.vla_flow.VLASampler` traced with
-torch's TorchScript exporter (:func:`embodied.export.onnx_traced.trace_to_onnx`). Its inputs,
+torch's TorchScript exporter (:func:`embodied.export.onnx_traced.export_traced_inputs`). Its inputs,
 by name and in order: ``image`` ``[B, H, W, 3]`` uint8 (only when the policy has a camera
 encoder), ``instruction_embedding`` ``[B, E]`` float32 (the instruction is an input, not a
 constant: a deployment embeds its instruction once with :mod:`embodied.policies.text_embedding`
@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from embodied.errors import EmbodiedError
-from embodied.export.onnx import OnnxExport, check_parity_inputs
-from embodied.export.onnx_traced import seal_onnx, trace_to_onnx
+from embodied.export.onnx import OnnxExport
+from embodied.export.onnx_traced import export_traced_inputs
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,4 @@ def export_vla_onnx(module: nn.Module, export_dir: Path, probes: Mapping[str, np
     if not names or missing:
         raise EmbodiedError(f"VLA export needs probe inputs {list(names)}; missing {missing}")
     examples = {n: torch.from_numpy(np.ascontiguousarray(probes[n][:2])) for n in names}
-    path = trace_to_onnx(module, examples, export_dir)
-    sha = seal_onnx(path)
-    err = check_parity_inputs(module, path, {n: probes[n] for n in names})
-    count = len(probes[names[0]])
-    log.info("wrote %s (max |onnx - torch| = %.2e over %d inputs)", path, err, count)
-    return OnnxExport(path, sha, err, count)
+    return export_traced_inputs(module, examples, export_dir, {n: probes[n] for n in names})

@@ -12,6 +12,7 @@ from pathlib import Path
 from torch import nn
 
 from embodied import registry
+from embodied.algo import ExportUnsupportedError
 from embodied.checkpoint_seal import MAGIC, SealError, verify_file
 from embodied.env import RenderingEnv
 from embodied.errors import EmbodiedError
@@ -117,7 +118,10 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
 
     run = load_run(run_dir)
     env_steps = int(run.checkpoint.get("trainer", {}).get("env_steps", 0))
-    module = run.policy.export_module()
+    try:
+        module = run.policy.export_module()
+    except ExportUnsupportedError as err:  # e.g. a residual on a VLA-shaped base: the checkpoint holds it
+        raise NoArtifactKindError(f"{run_dir}: its policy has no stateless export ({err})") from err
     if write_policy_artifact(run_dir, module, run.io_spec, env_steps) is None:
         raise NoArtifactKindError(
             f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from embodied.env import IMAGE_GROUP
 from embodied.errors import EmbodiedError
 from embodied.export.bundle import ExportReport, export_dir
 from embodied.export.formats import ALL, FormatResult
 from embodied.export.policy_io import write_policy_io
 from embodied.export.vla_onnx import export_vla_onnx, refuse_c_export
 from embodied.io_spec import IOSpec
-from embodied.policies.vla import IMAGE_GROUP
 from embodied.policies.vla_flow import VLASampler
 from embodied.training.run import load_run
 
