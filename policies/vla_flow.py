@@ -119,6 +119,7 @@ class VLASampler(nn.Module):
             if self.encoder is None
             else ("image", "instruction_embedding", "proprio")
         )
+        self.embed_dim = int(policy.instruction_embedding.shape[0])
         self.chunk = policy.cfg.chunk
         self.exec_steps = policy.cfg.exec_steps
 

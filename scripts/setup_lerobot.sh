@@ -13,14 +13,8 @@
 # PYTHON picks the interpreter (default python3); LEROBOT_VENV the folder (default .venv-lerobot).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-VENV=${LEROBOT_VENV:-.venv-lerobot}
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install -q)
-CONSTRAINTS="$VENV/lerobot-constraints.txt"
-echo "torch==2.13.0" > "$CONSTRAINTS"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"${PIP[@]}" -c "$CONSTRAINTS" "torch==2.13.0"
+source scripts/side_venv.sh
+echo "torch==2.13.0" | side_venv "${LEROBOT_VENV:-.venv-lerobot}" lerobot-constraints.txt
 "${PIP[@]}" -c "$CONSTRAINTS" "lerobot"
 # embodied with its core dependencies (no extras: the mujoco extra wants gymnasium >= 1.0) and pytest
 "${PIP[@]}" -c "$CONSTRAINTS" -e . "pytest>=8"

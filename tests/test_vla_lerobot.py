@@ -75,7 +75,8 @@ class CountingPlanner:
     """Passes calls through to ACT and counts them (to see when the chunk runner plans)."""
 
     def __init__(self, act: Any) -> None:
-        self.act, self.calls, self.batches = act, 0, []
+        self.act, self.calls = act, 0
+        self.batches: list[dict[str, Any]] = []
 
     def predict_action_chunk(self, batch: dict[str, Any]) -> torch.Tensor:
         self.calls += 1

@@ -96,6 +96,12 @@ class BCFlow:
                     f"bc-flow: the VLA policy sees camera images, but dataset {source.dataset} has none; "
                     "record one with `embodied collect ... --images --camera NAME`"
                 )
+            want = tuple(self.learner.encoder.image_shape)
+            if tuple(demos.images.shape[1:]) != want:
+                raise EmbodiedError(
+                    f"bc-flow: dataset {source.dataset} holds {tuple(demos.images.shape[1:])} images, the env "
+                    f"renders {want} (env.backend.image_size_px); collect and train at one size"
+                )
             self._demo_obs[IMAGE_GROUP] = torch.as_tensor(demos.images, device=self.device)  # uint8
         self._chunks = torch.as_tensor(demos.action_chunks(self.cfg.policy.chunk), device=self.device)
 

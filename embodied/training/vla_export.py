@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.env import IMAGE_GROUP
+from embodied.env import IMAGE_GROUP, RenderingEnv
 from embodied.errors import EmbodiedError
 from embodied.export.bundle import ExportReport, export_dir
 from embodied.export.formats import ALL, FormatResult
+from embodied.export.image_onnx import IMAGE_INPUT_KEY, image_input_entry
 from embodied.export.policy_io import write_policy_io
 from embodied.export.vla_onnx import export_vla_onnx, refuse_c_export
 from embodied.io_spec import IOSpec
@@ -32,13 +33,14 @@ from embodied.training.run import load_run
 ROLLOUT_ENVS, ROLLOUT_STEPS, RANDOM_PROBES = 4, 16, 64
 
 
-def vla_sampler_of(run_dir: Path) -> tuple[VLASampler, list[dict[str, np.ndarray]], IOSpec] | None:
-    """The run's VLA sampler, probe inputs and IOSpec, or None when its policy is not VLA-shaped."""
+def vla_sampler_of(run_dir: Path) -> tuple[VLASampler, list[dict[str, np.ndarray]], IOSpec, str] | None:
+    """The run's VLA sampler, probe inputs, IOSpec and camera name, or None when its policy is not VLA-shaped."""
     run = load_run(run_dir)
     module = run.policy.export_module()
     if not isinstance(module, VLASampler):
         return None
     env = run.make_env(ROLLOUT_ENVS, seed=0)
+    camera = env.camera if isinstance(env, RenderingEnv) else ""
     gen = torch.Generator().manual_seed(0)
     probes: list[dict[str, np.ndarray]] = []
     obs = env.reset(seed=0)
@@ -57,7 +59,8 @@ def vla_sampler_of(run_dir: Path) -> tuple[VLASampler, list[dict[str, np.ndarray
                 0, 256, (n, *obs[IMAGE_GROUP].shape[1:]), generator=gen, dtype=torch.uint8
             )
         probes.append(_inputs(module, fake, embedding))
-    return module, probes, run.io_spec
+    env.close()
+    return module, probes, run.io_spec, camera
 
 
 def _inputs(module: VLASampler, obs: dict[str, torch.Tensor], embedding: torch.Tensor) -> dict[str, np.ndarray]:
@@ -72,7 +75,7 @@ def export_vla_run(run_dir: Path, fmt: str) -> ExportReport | None:
     found = vla_sampler_of(run_dir)
     if found is None:
         return None
-    module, probes, io_spec = found
+    module, probes, io_spec, camera = found
     if fmt == "c":
         raise refuse_c_export(module)
     if fmt not in (ALL, "onnx"):
@@ -81,7 +84,12 @@ def export_vla_run(run_dir: Path, fmt: str) -> ExportReport | None:
     out = export_dir(run_dir)
     onnx = export_vla_onnx(module, out, merged)
     report = ExportReport(model_sha256=onnx.model_sha256)
-    report.written.append(write_policy_io(out, io_spec, onnx.model_sha256, str(Path(run_dir).resolve())))
+    # the camera input is described as for image policies; the embedding input by its name and size
+    extra: dict[str, object] = {"instruction_input": {"name": "instruction_embedding", "size": module.embed_dim}}
+    if module.encoder is not None:
+        extra[IMAGE_INPUT_KEY] = image_input_entry(module.encoder.image_shape, camera)
+    source = str(Path(run_dir).resolve())
+    report.written.append(write_policy_io(out, io_spec, onnx.model_sha256, source, **extra))
     report.written.append(onnx.path)
     report.formats["onnx"] = FormatResult([onnx.path], max_abs_err=onnx.max_abs_err)
     return report
