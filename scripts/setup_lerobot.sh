@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/side_venv.sh
-echo "torch==2.13.0" | side_venv "${LEROBOT_VENV:-.venv-lerobot}" lerobot-constraints.txt
+side_venv "${LEROBOT_VENV:-.venv-lerobot}" lerobot-constraints.txt <<< "torch==2.13.0"
 "${PIP[@]}" -c "$CONSTRAINTS" "lerobot"
 # embodied with its core dependencies (no extras: the mujoco extra wants gymnasium >= 1.0) and pytest
 "${PIP[@]}" -c "$CONSTRAINTS" -e . "pytest>=8"
