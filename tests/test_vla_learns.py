@@ -14,7 +14,7 @@ import torch
 
 from embodied.algo import PreloadSource, Transition
 from embodied.algos.reinflow import ReinFlow, ReinFlowCfg
-from embodied.policies.flow import FlowPolicyCfg
+from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
 from embodied.policies.vla_flow import VLAFlowPolicy, make_flow_policy
 
 pytest.importorskip("wordllama", reason='the VLA policy\'s text model: pip install "embodied[vla]"')
@@ -35,7 +35,7 @@ class ReachHalf:
         return {"policy": torch.rand(N, 2, generator=self.gen) * 2 - 1}
 
 
-def success(policy: VLAFlowPolicy, env: ReachHalf) -> float:
+def success(policy: FlowPolicy, env: ReachHalf) -> float:
     obs = env.observe()
     action = policy.plan(obs, deterministic=True)[:, 0]
     return float(((action - 0.5 * obs["policy"]).abs() < TOL).all(-1).float().mean())
