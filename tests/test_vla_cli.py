@@ -44,7 +44,8 @@ def test_vla_collect_clone_finetune_export(
     assert isinstance(load_run(rf).policy, VLAFlowPolicy)  # rebuilt from its checkpoint alone
     res = tmp_path / "res"
     argv = ["train", "arm-push", "--algo", "residual", "--base", str(bc), "--run-dir", str(res), *QUICK]
-    argv += ["env.backend.camera=top", "algo.learning_starts=2", "algo.batch_size=4", "trainer.total_env_steps=8"]
+    argv += ["--dataset", str(demos), "env.backend.camera=top", "algo.learning_starts=2", "algo.batch_size=4"]
+    argv += ["trainer.total_env_steps=8"]
     assert main(argv) == 0
     capsys.readouterr()
     assert main(["export", str(rf), "--format", "onnx"]) == 0

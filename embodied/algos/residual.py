@@ -161,12 +161,17 @@ class Residual(FastTD3):
         dev = self.device
         obs = torch.as_tensor(demos.obs, device=dev)
         next_obs = torch.as_tensor(demos.next_obs, device=dev)
-        if IMAGE_GROUP in self.obs_spec:
-            raise EmbodiedError(
-                f"residual --dataset {source.dataset}: the base sees camera images, which this dataset's "
-                "demonstrations do not hold; train the residual without --dataset"
-            )
-        base_now, base_next = self._base_fn({"policy": obs}), self._base_fn({"policy": next_obs})
+        now: ObsDict = {"policy": obs}
+        succ: ObsDict = {"policy": next_obs}
+        if IMAGE_GROUP in self.obs_spec:  # the base sees the camera: its actions need the demos' images
+            if demos.images is None or demos.next_images is None:
+                raise EmbodiedError(
+                    f"residual --dataset {source.dataset}: the base sees camera images, which this dataset does "
+                    "not hold; record it with `embodied collect ... --images` or train without --dataset"
+                )
+            now[IMAGE_GROUP] = torch.as_tensor(demos.images, device=dev)
+            succ[IMAGE_GROUP] = torch.as_tensor(demos.next_images, device=dev)
+        base_now, base_next = self._base_fn(now), self._base_fn(succ)
         action = torch.as_tensor(demos.actions, device=dev)
         reward = torch.as_tensor(demos.rewards, device=dev, dtype=torch.float32)
         term = torch.as_tensor(demos.terminations, device=dev)
