@@ -213,6 +213,7 @@ critic subset) and the randomization curriculum of the quadrotor tasks."""
 
 VISION_RELEASE_KEYS: dict[str, Any] = {
     "algo.lr_cooldown": 0.0,  # PPO kept its adaptive learning rate's cap to the last update
+    "algo.policy.instruction": "",  # flow policies saw the policy observation group alone
 }
 """The release that added camera observations, VLA-shaped policies, a legged robot and PPO's
 learning-rate cooldown."""

@@ -59,6 +59,10 @@ class FlowPolicyCfg:
     quantile of the action distribution for every state: biased where the clone is uncertain)."""
     noise_seed: int = 0
     """Seed of the fixed start of the deterministic sampler."""
+    instruction: str = ""
+    """Language instruction of a VLA-shaped policy (:mod:`embodied.policies.vla_flow`): when set,
+    the policy also conditions on its text embedding and, where the env renders a camera, on the
+    images. Empty: a flow policy of the ``policy`` observation group alone."""
 
     def __post_init__(self) -> None:
         for name in ("chunk", "exec_steps", "denoise_steps", "time_embed_dim"):
@@ -128,13 +132,16 @@ class FlowPolicy(nn.Module):
     obs_std: torch.Tensor
     x0_fixed: torch.Tensor
 
-    def __init__(self, obs_dim: int, action_dim: int, cfg: FlowPolicyCfg) -> None:
+    def __init__(self, obs_dim: int, action_dim: int, cfg: FlowPolicyCfg, cond_dim: int | None = None) -> None:
+        """``obs_dim`` = ``D`` of the ``policy`` group; ``cond_dim`` = ``C``, the size of what the
+        velocity network is conditioned on (:meth:`condition`), ``D`` unless a subclass encodes more."""
         super().__init__()
         self.cfg = cfg
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.flat_dim = cfg.chunk * action_dim
-        self.velocity = VelocityNet(obs_dim, self.flat_dim, cfg)
+        self.cond_dim = obs_dim if cond_dim is None else cond_dim
+        self.velocity = VelocityNet(self.cond_dim, self.flat_dim, cfg)
         self.register_buffer("obs_mean", torch.zeros(obs_dim))
         self.register_buffer("obs_std", torch.ones(obs_dim))
         gen = torch.Generator().manual_seed(cfg.noise_seed)
@@ -162,6 +169,11 @@ class FlowPolicy(nn.Module):
 
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         return ((obs - self.obs_mean) / self.obs_std).clamp(-OBS_CLIP, OBS_CLIP)
+
+    def condition(self, obs: ObsDict | torch.Tensor) -> torch.Tensor:
+        """What the velocity network is conditioned on, ``[B, C]``: here the normalized ``policy``
+        group (``C = D``); a policy that also sees images and an instruction encodes them here."""
+        return self.normalize(obs["policy"] if isinstance(obs, dict) else obs)
 
     # -------------------------------------------------------------------------- the field
     def time_features(self, t: torch.Tensor, step: torch.Tensor | None = None) -> torch.Tensor:
@@ -233,16 +245,17 @@ class FlowPolicy(nn.Module):
         With ``exec_steps > 1`` the plan is shared by all envs and not reset when one env's
         episode ends (this method does not see resets): such an env finishes the old plan first.
         """
-        x = obs["policy"] if isinstance(obs, dict) else obs
-        return self._executors[deterministic].step(x, lambda o: self._plan_chunk(o, deterministic))
+        x = obs["policy"] if isinstance(obs, dict) else obs  # the executor's batch size
+        return self._executors[deterministic].step(x, lambda _: self.plan(obs, deterministic))
 
-    def _plan_chunk(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
-        """A chunk ``[N, H, A]`` for raw observations ``[N, D]`` (start: see :meth:`act`)."""
+    def plan(self, obs: ObsDict | torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """A fresh chunk ``[N, H, A]`` for raw observations (start: see :meth:`act`); no plan state is touched."""
+        cond = self.condition(obs)
         if deterministic:
-            x0 = self.x0_fixed.expand(obs.shape[0], -1)
+            x0 = self.x0_fixed.expand(cond.shape[0], -1)
         else:
-            x0 = torch.randn(obs.shape[0], self.flat_dim, device=obs.device)
-        return self.sample_chunk(self.normalize(obs), x0)
+            x0 = torch.randn(cond.shape[0], self.flat_dim, device=cond.device)
+        return self.sample_chunk(cond, x0)
 
     def reset_plan(self) -> None:
         """Drop the chunks being executed (the next ``act`` plans anew)."""
@@ -311,8 +324,13 @@ class FlowSampler(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         obs_n = ((obs - self.obs_mean) / self.obs_std).clamp(-self.obs_clip, self.obs_clip)
-        x = self.x0.expand(obs.shape[0], -1)
+        return self.integrate(obs_n)
+
+    def integrate(self, cond: torch.Tensor) -> torch.Tensor:
+        """The chunk ``[B, H, A]`` for what the velocity network is conditioned on, ``[B, C]``
+        (the normalized observation here; a VLA sampler's encoded inputs)."""
+        x = self.x0.expand(cond.shape[0], -1)
         for k in range(self.steps):
-            feat = self.time_feats[k : k + 1].expand(obs.shape[0], -1)
-            x = x + self.velocity(torch.cat([obs_n, x, feat], dim=-1)) / self.steps
+            feat = self.time_feats[k : k + 1].expand(cond.shape[0], -1)
+            x = x + self.velocity(torch.cat([cond, x, feat], dim=-1)) / self.steps
         return x.clamp(-1.0, 1.0).reshape(-1, self.chunk, self.action_dim)

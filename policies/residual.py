@@ -15,7 +15,7 @@ Shapes: ``B`` = batch, ``D`` = observation size, ``A`` = action size.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.deterministic import policy_obs
 from embodied.policies.mlp import mlp
+from embodied.policies.vla_flow import VLAFlowPolicy
 
 
 def base_chunk_spec(base: Policy) -> ChunkSpec:
@@ -52,6 +53,16 @@ class FirstAction(nn.Module):
 def stateless_base(base: Policy) -> FirstAction:
     """The base's ``obs -> action`` of a fresh plan, for successors its running plan never saw."""
     return FirstAction(base.export_module())
+
+
+def fresh_base_action(base: Policy) -> Callable[[ObsDict], torch.Tensor]:
+    """``obs dict -> [B, A]``: the base's first action of a fresh plan, for successors its running
+    plan never saw. A VLA-shaped base plans from the whole dict (images, instruction); any other
+    base runs its stateless export on the ``policy`` group."""
+    if isinstance(base, VLAFlowPolicy):
+        return lambda obs: base.plan(obs, deterministic=True)[:, 0]
+    first = stateless_base(base)
+    return lambda obs: first(obs["policy"])
 
 
 class ResidualPolicy(nn.Module):
@@ -122,6 +133,11 @@ class ResidualPolicy(nn.Module):
 
         A base that runs action chunks open-loop keeps state between calls that no stateless
         module carries: :class:`ExportUnsupportedError` then names it."""
+        if isinstance(self.base, VLAFlowPolicy):
+            raise ExportUnsupportedError(
+                "the residual policy's base is a VLA-shaped policy (image, instruction embedding and "
+                "proprioception inputs), which a one-vector obs -> action export cannot carry; export the base itself"
+            )
         spec = base_chunk_spec(self.base)
         if spec.temporal_ensemble:
             raise ExportUnsupportedError(

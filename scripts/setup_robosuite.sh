@@ -9,13 +9,9 @@
 # PYTHON picks the interpreter (default python3); ROBOSUITE_VENV the folder (default .venv-robosuite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-VENV=${ROBOSUITE_VENV:-.venv-robosuite}
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install -q)
+source scripts/side_venv.sh
 # Every install below is held to these pins, so no later step can lift numpy or mujoco.
-CONSTRAINTS="$VENV/robosuite-constraints.txt"
-cat > "$CONSTRAINTS" <<'PINS'
+side_venv "${ROBOSUITE_VENV:-.venv-robosuite}" robosuite-constraints.txt <<'PINS'
 robosuite==1.5.2
 mujoco>=3.3,<=3.9.0
 numpy>=1.26,<2
@@ -23,9 +19,6 @@ numpy>=1.26,<2
 opencv-python<4.12
 opencv-python-headless<4.12
 PINS
-"$VENV/bin/python" -m pip install -q --upgrade pip
-# CPU torch first, so pip never pulls a multi-GB CUDA build as a dependency
-"${PIP[@]}" -c "$CONSTRAINTS" "torch==2.13.0"
 "${PIP[@]}" -c "$CONSTRAINTS" "robosuite==1.5.2" "mujoco>=3.3,<=3.9.0" "numpy>=1.26,<2"
 # embodied with its core dependencies (no extras: the mujoco extra wants mujoco 4.0) and pytest
 "${PIP[@]}" -c "$CONSTRAINTS" -e . "pytest>=8"

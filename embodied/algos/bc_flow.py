@@ -22,9 +22,10 @@ import torch
 from embodied.algo import PreloadSource, Transition
 from embodied.config import ConfigError
 from embodied.data.demos import load_dataset
-from embodied.env import ObsDict, VecEnv, require_box_actions
+from embodied.env import IMAGE_GROUP, ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
-from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
+from embodied.policies.flow import FlowPolicyCfg
+from embodied.policies.vla_flow import VLAFlowPolicy, make_flow_policy
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class BCFlow:
         self.device = torch.device(env.device)
         self.obs_dim = int(math.prod(env.obs_spec["policy"]))
         self.action_dim = int(env.action_dim)
-        self.learner = FlowPolicy(self.obs_dim, self.action_dim, cfg.policy).to(self.device)
+        self.learner = make_flow_policy(env.obs_spec, self.action_dim, cfg.policy).to(self.device)
         """The iterate the optimizer trains; ``policy`` is its exponential moving average."""
         self.policy = copy.deepcopy(self.learner).requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
@@ -75,7 +76,7 @@ class BCFlow:
         )
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
-        self._obs_n: torch.Tensor | None = None  # [M, D] normalized
+        self._demo_obs: ObsDict | None = None  # "policy" [M, D] raw (conditioned per batch: encoders train)
         self._chunks: torch.Tensor | None = None  # [M, H, A]
 
     def preload(self, source: PreloadSource) -> None:
@@ -88,7 +89,20 @@ class BCFlow:
         obs = torch.as_tensor(demos.obs, device=self.device)
         self.learner.set_obs_stats(obs.mean(0), obs.std(0))
         self.policy.set_obs_stats(obs.mean(0), obs.std(0))
-        self._obs_n = self.learner.normalize(obs)
+        self._demo_obs = {"policy": obs}
+        if isinstance(self.learner, VLAFlowPolicy) and self.learner.encoder is not None:
+            if demos.images is None:
+                raise EmbodiedError(
+                    f"bc-flow: the VLA policy sees camera images, but dataset {source.dataset} has none; "
+                    "record one with `embodied collect ... --images --camera NAME`"
+                )
+            want = tuple(self.learner.encoder.image_shape)
+            if tuple(demos.images.shape[1:]) != want:
+                raise EmbodiedError(
+                    f"bc-flow: dataset {source.dataset} holds {tuple(demos.images.shape[1:])} images, the env "
+                    f"renders {want} (env.backend.image_size_px); collect and train at one size"
+                )
+            self._demo_obs[IMAGE_GROUP] = torch.as_tensor(demos.images, device=self.device)  # uint8
         self._chunks = torch.as_tensor(demos.action_chunks(self.cfg.policy.chunk), device=self.device)
 
     def act(self, obs: ObsDict) -> torch.Tensor:
@@ -101,15 +115,16 @@ class BCFlow:
         return True
 
     def update(self) -> dict[str, float]:
-        if self._obs_n is None or self._chunks is None:
+        if self._demo_obs is None or self._chunks is None:
             raise EmbodiedError(
                 "bc-flow has no demonstrations: train with --dataset PATH (embodied collect writes one)"
             )
         cfg = self.cfg
         total = torch.zeros((), device=self.device)
         for _ in range(cfg.grad_steps_per_update):
-            idx = torch.randint(0, len(self._obs_n), (cfg.batch_size,), generator=self.generator, device=self.device)
-            loss = self.learner.bc_loss(self._obs_n[idx], self._chunks[idx], self.generator)
+            idx = torch.randint(0, len(self._chunks), (cfg.batch_size,), generator=self.generator, device=self.device)
+            cond = self.learner.condition({group: rows[idx] for group, rows in self._demo_obs.items()})
+            loss = self.learner.bc_loss(cond, self._chunks[idx], self.generator)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.max_grad_norm > 0.0:

@@ -41,6 +41,7 @@ from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg, mlp
+from embodied.policies.vla_flow import make_flow_policy
 
 RATIO_TOL = 1e-5
 """Largest ``|ratio - 1|`` allowed on the first minibatch of an update (float32 round-off of
@@ -154,17 +155,20 @@ class ReinFlow:
         self.obs_dim = int(math.prod(env.obs_spec["policy"]))
         self.action_dim = int(env.action_dim)
         pcfg = cfg.policy
-        self.policy = FlowPolicy(self.obs_dim, self.action_dim, pcfg).to(self.device)
+        self.policy = make_flow_policy(env.obs_spec, self.action_dim, pcfg).to(self.device)
         self.base = copy.deepcopy(self.policy).requires_grad_(False)
         f = self.policy.flat_dim
         embed = pcfg.time_embed_dim * (2 if pcfg.shortcut else 1)
-        self.noise = NoiseNet(self.obs_dim, embed, f, cfg).to(self.device)
-        self.critic = mlp([self.obs_dim, *cfg.critic_hidden, 1], "tanh").to(self.device)
+        # noise net and critic read what the velocity network is conditioned on (``C``): the
+        # normalized policy group, or a VLA policy's image, text and proprioception features
+        self.cond_dim = self.policy.cond_dim
+        self.noise = NoiseNet(self.cond_dim, embed, f, cfg).to(self.device)
+        self.critic = mlp([self.cond_dim, *cfg.critic_hidden, 1], "tanh").to(self.device)
         self.actor_opt = torch.optim.Adam([*self.policy.parameters(), *self.noise.parameters()], lr=cfg.actor_lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
         self.chain_dim = (pcfg.denoise_steps + 1) * f
         self.storage = RolloutStorage(
-            cfg.num_steps_per_env, self.num_envs, self.obs_dim, self.obs_dim, self.chain_dim, False, self.device
+            cfg.num_steps_per_env, self.num_envs, self.cond_dim, self.cond_dim, self.chain_dim, False, self.device
         )
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
@@ -192,6 +196,10 @@ class ReinFlow:
         ]
         if diff:
             raise ConfigError(f"--base {source.base_run}: flow architecture differs ({'; '.join(diff)})")
+        if type(base) is not type(self.policy):
+            raise EmbodiedError(
+                f"--base {source.base_run} holds a {type(base).__name__}, this run builds a {type(self.policy).__name__}"
+            )
         if (base.obs_dim, base.action_dim) != (self.obs_dim, self.action_dim):
             raise EmbodiedError(
                 f"--base {source.base_run} maps {base.obs_dim} -> {base.action_dim}, this task {self.obs_dim} -> {self.action_dim}"
@@ -246,7 +254,7 @@ class ReinFlow:
             raise EmbodiedError("reinflow starts from a base policy: train with --base RUN_DIR (a bc-flow run)")
         if st.cursor >= st.steps:
             raise EmbodiedError("ReinFlow.act called on a full rollout: call update() first")
-        obs_n = self.policy.normalize(obs["policy"])
+        obs_n = self.policy.condition(obs)  # acting is no_grad: encoders stay as the base trained them
         chain = self.sample_chain(obs_n)
         c = st.cursor
         st.actor_obs[c] = obs_n
@@ -257,8 +265,8 @@ class ReinFlow:
         return self._action(chain)
 
     @torch.no_grad()
-    def _value_of(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.policy.normalize(obs)).squeeze(-1)
+    def _value_of(self, obs: ObsDict) -> torch.Tensor:
+        return self.critic(self.policy.condition(obs)).squeeze(-1)
 
     @torch.no_grad()
     def observe(self, transition: Transition) -> None:
@@ -270,10 +278,10 @@ class ReinFlow:
             transition.terminated,
             transition.truncated,
             cfg.gamma,
-            lambda idx: self._value_of(transition.final_obs["policy"][idx]),
+            lambda idx: self._value_of({group: rows[idx] for group, rows in transition.final_obs.items()}),
         )
         self._acted = False
-        st.record_outcome(reward, done, lambda: self._value_of(transition.next_obs["policy"]))
+        st.record_outcome(reward, done, lambda: self._value_of(transition.next_obs))
 
     def ready_to_update(self) -> bool:
         return self.storage.cursor >= self.storage.steps

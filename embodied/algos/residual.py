@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from embodied.algo import Policy, PreloadSource, Transition
 from embodied.algos.fasttd3 import FastTD3, FastTD3Cfg
@@ -42,9 +42,9 @@ from embodied.algos.offpolicy import TrainBatch
 from embodied.config import ConfigError
 from embodied.data.demos import load_dataset
 from embodied.data.replay import ReplayBatch, ReplayBuffer, cat_batches
-from embodied.env import ObsDict, VecEnv
+from embodied.env import IMAGE_GROUP, ObsDict, VecEnv
 from embodied.errors import EmbodiedError
-from embodied.policies.residual import ResidualPolicy, stateless_base
+from embodied.policies.residual import ResidualPolicy, fresh_base_action
 
 BASE_GROUP = "base_action"
 """Replay observation group holding the base's action ``[A]`` at that observation."""
@@ -118,14 +118,17 @@ class Residual(FastTD3):
         self._train_base: Policy | None = None
         """A copy of the base for training rollouts: a chunked base's plan is state, and
         evaluations (which use ``policy.base``) must not advance it."""
-        self._base_fn: nn.Module | None = None
+        self._base_fn: Callable[[ObsDict], torch.Tensor] | None = None
         """The base's stateless ``obs -> action`` (a fresh plan's first action) for successors
         its plan never saw: final observations of ended episodes, demonstrations."""
         self._base_now: torch.Tensor | None = None  # [N, A] base action at the obs just acted on
         self._base_next: torch.Tensor | None = None  # [N, A] base action at the next obs
 
     def replay_obs_spec(self) -> dict[str, tuple[int, ...]]:
-        return {**self.obs_spec, BASE_GROUP: (self.action_dim,)}
+        # camera images stay out of replay: the residual reads the policy group and the base's
+        # action, which is stored (BASE_GROUP) where the base saw the images
+        kept = {group: shape for group, shape in self.obs_spec.items() if group != IMAGE_GROUP}
+        return {**kept, BASE_GROUP: (self.action_dim,)}
 
     # ------------------------------------------------------------------------- preload
     def preload(self, source: PreloadSource) -> None:
@@ -135,9 +138,9 @@ class Residual(FastTD3):
             raise EmbodiedError(
                 f"residual RL corrects a trained base policy: give --base RUN_DIR (got {source.describe()})"
             )
-        base_fn = stateless_base(base)
+        base_fn = fresh_base_action(base)
         with torch.no_grad():
-            probe = base_fn(torch.zeros(2, self.obs_dim, device=self.device))
+            probe = base_fn(self._probe_obs(2))
         if tuple(probe.shape) != (2, self.action_dim):
             raise EmbodiedError(
                 f"--base {source.base_run}: its policy maps {self.obs_dim} observations to {tuple(probe.shape[1:])} "
@@ -158,7 +161,17 @@ class Residual(FastTD3):
         dev = self.device
         obs = torch.as_tensor(demos.obs, device=dev)
         next_obs = torch.as_tensor(demos.next_obs, device=dev)
-        base_now, base_next = self._base_fn(obs), self._base_fn(next_obs)
+        now: ObsDict = {"policy": obs}
+        succ: ObsDict = {"policy": next_obs}
+        if IMAGE_GROUP in self.obs_spec:  # the base sees the camera: its actions need the demos' images
+            if demos.images is None or demos.next_images is None:
+                raise EmbodiedError(
+                    f"residual --dataset {source.dataset}: the base sees camera images, which this dataset does "
+                    "not hold; record it with `embodied collect ... --images` or train without --dataset"
+                )
+            now[IMAGE_GROUP] = torch.as_tensor(demos.images, device=dev)
+            succ[IMAGE_GROUP] = torch.as_tensor(demos.next_images, device=dev)
+        base_now, base_next = self._base_fn(now), self._base_fn(succ)
         action = torch.as_tensor(demos.actions, device=dev)
         reward = torch.as_tensor(demos.rewards, device=dev, dtype=torch.float32)
         term = torch.as_tensor(demos.terminations, device=dev)
@@ -180,7 +193,17 @@ class Residual(FastTD3):
         return buffer
 
     # --------------------------------------------------------------------------- acting
-    def _require_base(self) -> tuple[Policy, nn.Module]:
+    def _probe_obs(self, batch: int) -> ObsDict:
+        """Zero observations ``[batch, ...]`` of the groups a base reads (images uint8)."""
+        return {
+            group: torch.zeros(
+                batch, *shape, device=self.device, dtype=torch.uint8 if group == IMAGE_GROUP else torch.float32
+            )
+            for group, shape in self.obs_spec.items()
+            if group in ("policy", IMAGE_GROUP)
+        }
+
+    def _require_base(self) -> tuple[Policy, Callable[[ObsDict], torch.Tensor]]:
         if self._train_base is None or self._base_fn is None:
             raise EmbodiedError("residual RL needs a base policy: train with --algo residual --base RUN_DIR")
         return self._train_base, self._base_fn
@@ -206,12 +229,13 @@ class Residual(FastTD3):
             successor = self._base_next
             if bool(done.any()):
                 # an ended episode's successor is its final observation, which the plan never saw
-                successor = torch.where(done[:, None], base_fn(transition.final_obs["policy"]), successor)
+                successor = torch.where(done[:, None], base_fn(transition.final_obs), successor)
         super().observe(
             dataclasses.replace(
                 transition,
-                obs={**transition.obs, BASE_GROUP: self._base_now},
-                final_obs={**transition.final_obs, BASE_GROUP: successor},
+                obs={**without_images(transition.obs), BASE_GROUP: self._base_now},
+                next_obs=without_images(transition.next_obs),
+                final_obs={**without_images(transition.final_obs), BASE_GROUP: successor},
             )
         )
 
@@ -237,3 +261,8 @@ class Residual(FastTD3):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._base_now = self._base_next = None  # a chunked base plans anew after a restore
+
+
+def without_images(obs: ObsDict) -> ObsDict:
+    """``obs`` less its camera group (replay keeps what the residual reads)."""
+    return {group: rows for group, rows in obs.items() if group != IMAGE_GROUP}

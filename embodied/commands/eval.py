@@ -42,16 +42,16 @@ def run(args: argparse.Namespace) -> int:
     from embodied.experiment import load_experiment
     from embodied.training.evaluate import evaluate, load_policy
     from embodied.training.run import CONFIG_FILE
-    from embodied.training.run_policy import PolicyArtifactError, policy_artifact
+    from embodied.training.run_policy import NoArtifactKindError, policy_artifact
 
     if not (args.run_dir / CONFIG_FILE).is_file():
         raise EmbodiedError(
             f"{args.run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
         )
     cfg = load_experiment(args.run_dir / CONFIG_FILE)
-    # fail early and clearly when there is no checkpoint; a policy without an artifact kind
-    # (image policies) is rebuilt from the checkpoint by load_policy
-    with contextlib.suppress(PolicyArtifactError):
+    # fail early and clearly when there is no checkpoint; a policy with no artifact kind is
+    # evaluated from the checkpoint (load_policy)
+    with contextlib.suppress(NoArtifactKindError):
         policy_artifact(args.run_dir)
     device = registry.resolve_device(args.device)
     result = evaluate(

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
 
     report = export_run(args.run_dir, args.fmt, record=not args.no_record)
     print(f"model_sha256: {report.model_sha256}")
-    print(f"multiply-accumulates per forward pass: {report.num_macs}")
+    if report.num_macs:  # unknown (0) for a traced VLA graph
+        print(f"multiply-accumulates per forward pass: {report.num_macs}")
     for path in report.written:
         print(f"wrote {path}")
     for name, result in report.formats.items():

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from embodied.config import ConfigError, unknown_choice_message
-from embodied.env import IMAGE_GROUP, ObsDict
+from embodied.env import ObsDict
 
 PolicyFn = Callable[[ObsDict], torch.Tensor]
 """``obs -> action [N, A]`` in [-1, 1], deterministic."""
@@ -118,29 +118,17 @@ def _run_batch(
 
 
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
-    """The run's policy artifact as a torch module (deterministic actions), without its algorithm.
-
-    A policy that reads camera images has no artifact kind yet: its exported module is rebuilt
-    from the checkpoint and fed ``obs["policy"]`` and ``obs["image"]``."""
-    from embodied.export.artifact import PolicyArtifactError
-    from embodied.export.image_onnx import image_shape_of
+    """The run's policy artifact as a torch module (deterministic actions), without its algorithm;
+    for a policy with no artifact kind (a VLA-shaped one reads images and an instruction), the
+    checkpoint's policy itself."""
     from embodied.training.run import load_run
-    from embodied.training.run_policy import policy_artifact
+    from embodied.training.run_policy import NoArtifactKindError, policy_artifact
 
     try:
         policy = policy_artifact(run_dir).policy(env.device)  # chunked kinds run receding-horizon
-    except PolicyArtifactError:
-        module = load_run(run_dir).policy.export_module()
-        if image_shape_of(module) is None:
-            raise
-        module = module.to(env.device)
-
-        @torch.no_grad()
-        def act_on_images(obs: ObsDict) -> torch.Tensor:
-            out: torch.Tensor = module(obs["policy"].float(), obs[IMAGE_GROUP])
-            return out
-
-        return act_on_images
+    except NoArtifactKindError:
+        trained = load_run(run_dir, env.device).policy
+        return lambda obs: trained.act(obs, deterministic=True)
 
     def act(obs: ObsDict) -> torch.Tensor:
         return policy(obs["policy"])

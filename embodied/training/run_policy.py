@@ -12,6 +12,7 @@ from pathlib import Path
 from torch import nn
 
 from embodied import registry
+from embodied.algo import ExportUnsupportedError
 from embodied.checkpoint_seal import MAGIC, SealError, verify_file
 from embodied.env import RenderingEnv
 from embodied.errors import EmbodiedError
@@ -79,6 +80,10 @@ def write_policy_artifact(run_dir: Path, module: nn.Module, io_spec: IOSpec, env
 _SKIPPED: set[Path] = set()
 
 
+class NoArtifactKindError(PolicyArtifactError):
+    """The run's policy has no artifact kind (e.g. a VLA-shaped policy): only its checkpoint holds it."""
+
+
 def policy_artifact(run_dir: Path) -> PolicyArtifact:
     """The run's policy artifact, without rebuilding its algorithm.
 
@@ -113,9 +118,12 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
 
     run = load_run(run_dir)
     env_steps = int(run.checkpoint.get("trainer", {}).get("env_steps", 0))
-    module = run.policy.export_module()
+    try:
+        module = run.policy.export_module()
+    except ExportUnsupportedError as err:  # e.g. a residual on a VLA-shaped base: the checkpoint holds it
+        raise NoArtifactKindError(f"{run_dir}: its policy has no stateless export ({err})") from err
     if write_policy_artifact(run_dir, module, run.io_spec, env_steps) is None:
-        raise PolicyArtifactError(
+        raise NoArtifactKindError(
             f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "
             "--policy and the firmware tools cannot read it alone; evaluate it with `embodied eval` "
             "(torch; an image policy also exports with --format onnx)"
@@ -136,8 +144,11 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     selected(fmt)  # an unknown format fails before the artifact is read
     try:
         artifact = policy_artifact(run_dir)
-    except PolicyArtifactError:
-        report = export_image_run(run_dir, fmt, record)
+    except NoArtifactKindError:
+        from embodied.training.vla_export import export_vla_run
+
+        # policies no artifact kind describes: image policies, VLA-shaped policies
+        report = export_image_run(run_dir, fmt, record) or export_vla_run(run_dir, fmt)
         if report is None:
             raise
         return report
@@ -190,6 +201,7 @@ def ensure_export(run_dir: Path, fmt: str = "all") -> None:
 
 
 __all__ = [
+    "NoArtifactKindError",
     "PolicyArtifactError",
     "checkpoint_seal",
     "ensure_export",

@@ -1,0 +1,95 @@
+"""``embodied export`` for a run whose policy is VLA-shaped (``policies/vla_flow.py``).
+
+Such a policy has no policy artifact kind (its graph takes an instruction embedding and, with a
+camera, images beside the proprioception), so the run's checkpoint is loaded and its
+:class:`~embodied.policies.vla_flow.VLASampler` is traced to ``RUN_DIR/export/policy.onnx``
+(:mod:`embodied.export.vla_onnx`); ``--format c`` is refused naming the first layer C has no
+code for. ``policy_io.json`` is written as for any export (its observation fields describe the
+proprioceptive ``policy`` group; the other inputs are named in the graph).
+
+Parity probes: the observations of a short rollout of the run's own task (images included)
+with the training instruction's embedding, plus random proprioception around the dataset
+statistics with perturbed embeddings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embodied.env import IMAGE_GROUP, RenderingEnv
+from embodied.errors import EmbodiedError
+from embodied.export.bundle import ExportReport, export_dir
+from embodied.export.formats import ALL, FormatResult
+from embodied.export.image_onnx import IMAGE_INPUT_KEY, image_input_entry
+from embodied.export.policy_io import write_policy_io
+from embodied.export.vla_onnx import export_vla_onnx, refuse_c_export
+from embodied.io_spec import IOSpec
+from embodied.policies.vla_flow import VLASampler
+from embodied.training.run import load_run
+
+ROLLOUT_ENVS, ROLLOUT_STEPS, RANDOM_PROBES = 4, 16, 64
+
+
+def vla_sampler_of(run_dir: Path) -> tuple[VLASampler, list[dict[str, np.ndarray]], IOSpec, str] | None:
+    """The run's VLA sampler, probe inputs, IOSpec and camera name, or None when its policy is not VLA-shaped."""
+    run = load_run(run_dir)
+    module = run.policy.export_module()
+    if not isinstance(module, VLASampler):
+        return None
+    env = run.make_env(ROLLOUT_ENVS, seed=0)
+    camera = env.camera if isinstance(env, RenderingEnv) else ""
+    gen = torch.Generator().manual_seed(0)
+    probes: list[dict[str, np.ndarray]] = []
+    obs = env.reset(seed=0)
+    with torch.no_grad():
+        for _ in range(ROLLOUT_STEPS):
+            probes.append(_inputs(module, obs, module.instruction_embedding.expand(ROLLOUT_ENVS, -1)))
+            obs = env.step(run.policy.act(obs, deterministic=True))[0]
+        n = RANDOM_PROBES
+        proprio = module.obs_mean + module.obs_std * torch.randn(n, module.proprio_dim, generator=gen)
+        embedding = module.instruction_embedding + 0.1 * torch.randn(
+            n, module.instruction_embedding.shape[0], generator=gen
+        )
+        fake = {"policy": proprio}
+        if IMAGE_GROUP in obs:
+            fake[IMAGE_GROUP] = torch.randint(
+                0, 256, (n, *obs[IMAGE_GROUP].shape[1:]), generator=gen, dtype=torch.uint8
+            )
+        probes.append(_inputs(module, fake, embedding))
+    env.close()
+    return module, probes, run.io_spec, camera
+
+
+def _inputs(module: VLASampler, obs: dict[str, torch.Tensor], embedding: torch.Tensor) -> dict[str, np.ndarray]:
+    values = {"instruction_embedding": embedding, "proprio": obs["policy"]}
+    if IMAGE_GROUP in obs:
+        values["image"] = obs[IMAGE_GROUP]
+    return {name: np.ascontiguousarray(values[name].cpu().numpy()) for name in module.input_names}
+
+
+def export_vla_run(run_dir: Path, fmt: str) -> ExportReport | None:
+    """Export a VLA-shaped run (see the module docstring); None when the run's policy is not one."""
+    found = vla_sampler_of(run_dir)
+    if found is None:
+        return None
+    module, probes, io_spec, camera = found
+    if fmt == "c":
+        raise refuse_c_export(module)
+    if fmt not in (ALL, "onnx"):
+        raise EmbodiedError(f"format {fmt!r} cannot hold a VLA-shaped policy; export it with --format onnx")
+    merged = {name: np.concatenate([p[name] for p in probes]) for name in module.input_names}
+    out = export_dir(run_dir)
+    onnx = export_vla_onnx(module, out, merged)
+    report = ExportReport(model_sha256=onnx.model_sha256)
+    # the camera input is described as for image policies; the embedding input by its name and size
+    extra: dict[str, object] = {"instruction_input": {"name": "instruction_embedding", "size": module.embed_dim}}
+    if module.encoder is not None:
+        extra[IMAGE_INPUT_KEY] = image_input_entry(module.encoder.image_shape, camera)
+    source = str(Path(run_dir).resolve())
+    report.written.append(write_policy_io(out, io_spec, onnx.model_sha256, source, **extra))
+    report.written.append(onnx.path)
+    report.formats["onnx"] = FormatResult([onnx.path], max_abs_err=onnx.max_abs_err)
+    return report
