@@ -9,7 +9,10 @@
 # `bash scripts/test.sh -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v qemu-system-arm >/dev/null 2>&1; then
+# Embedded toolchain and the EGL libraries MuJoCo's offscreen camera renders through (as root, when
+# any is missing).
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+  && { ! command -v qemu-system-arm >/dev/null 2>&1 || ! dpkg-query -W -f='${Status}' libegl-mesa0 2>/dev/null | grep -q "ok installed"; }; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc make libegl1 libegl-mesa0 >/dev/null
