@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from embodied.config import ConfigError
 from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
 
@@ -22,6 +23,17 @@ for camera images (:class:`RenderingEnv`)."""
 
 IMAGE_GROUP = "image"
 """Observation group of camera images: ``[N, H, W, 3]`` uint8, ``obs_spec`` entry ``(H, W, 3)``."""
+
+IMAGE_SIZE_PX_RANGE = (8, 1024)
+"""Allowed width = height of camera images (``env.backend.image_size_px``) on every backend."""
+
+
+def check_image_size_px(size_px: int) -> None:
+    """Raise :class:`~embodied.config.ConfigError` unless ``size_px`` is in :data:`IMAGE_SIZE_PX_RANGE`."""
+    low, high = IMAGE_SIZE_PX_RANGE
+    if not low <= size_px <= high:
+        raise ConfigError(f"image_size_px must be in [{low}, {high}], got {size_px}")
+
 
 StepResult = tuple[ObsDict, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 """``(obs, reward [N], terminated [N] bool, truncated [N] bool, info)``."""

@@ -227,11 +227,19 @@ CAMERA_KEYS: dict[str, Any] = {
 """Camera observations and PPO's CNN encoder: a group of their own, because runs saved with
 ``algo.lr_cooldown`` (the vision release's first key) but before these keys must load too."""
 
+MANISKILL_CAMERA_KEYS: dict[str, Any] = {
+    "env.backend": _TODAYS_DEFAULT,  # ManiSkill tasks rendered no camera (camera "", 64 px)
+}
+"""ManiSkill's camera images: its task config gained ``env.backend`` (``camera``,
+``image_size_px``). Last in the tuple, so the older groups fill a MuJoCo config's
+``env.backend`` first."""
+
 KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (
     KEYS_ADDED_LATER,
     FINETUNING_RELEASE_KEYS,
     VISION_RELEASE_KEYS,
     CAMERA_KEYS,
+    MANISKILL_CAMERA_KEYS,
 )
 """One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
 

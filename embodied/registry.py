@@ -246,6 +246,7 @@ BACKENDS: dict[str, Backend] = {
         "plus a Vulkan driver (docs/backends.md)",
         modules=("mani_skill",),  # sim/maniskill.py checks the Vulkan driver and the task's assets when it builds
         devices=("cpu", "cuda"),
+        renders=True,
         exact_resume=False,
     ),
     "robosuite": Backend(
@@ -284,7 +285,8 @@ MANISKILL_PREFIX = "maniskill:"
 MANISKILL_ENTRY = Entry(
     "embodied.sim.maniskill:ManiSkillVecEnv",
     "embodied.sim.maniskill:ManiSkillCfg",
-    "ManiSkill3 tasks, e.g. maniskill:PushCube-v1 (state observations; needs Vulkan, docs/backends.md)",
+    "ManiSkill3 tasks, e.g. maniskill:PushCube-v1 (state observations; camera images with env.backend.camera; "
+    "needs Vulkan, docs/backends.md)",
     backend="maniskill",
 )
 

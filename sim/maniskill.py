@@ -7,8 +7,13 @@ steps them in a loop. Either way ManiSkill hands back torch tensors (``[n, ...]`
 which are concatenated into the ``[N, ...]`` batch of the VecEnv contract.
 
 - Observations: ManiSkill's flat ``state`` observation as group ``"policy"`` (float32 ``[N, D]``).
-  Camera observations are not exposed: on the CPU SAPIEN renders through lavapipe, a software
-  Vulkan driver, too slow for training batches (docs/backends.md).
+  With ``env.backend.camera`` set to one of the task's sensor cameras (``base_camera`` for
+  PushCube) the env is a :class:`~embodied.env.RenderingEnv`: ManiSkill renders that camera
+  itself (``obs_mode="rgb+state"``, ``sensor_configs`` width = height = ``image_size_px``) and
+  group ``"image"`` holds ``[N, H, W, 3]`` uint8 RGB; the state vector is the same as without
+  images. Renderer: SAPIEN's ``cpu`` backend with physx CPU (lavapipe, a software Vulkan driver:
+  tens of frames per second, BENCHMARKS.md), ``gpu`` with ``physx_cuda``. Every sensor camera of
+  the task is rendered (ManiSkill renders them together); only the named one is returned.
 - Actions: ``[N, A]`` in [-1, 1], clipped and mapped onto the controller's bounds (the
   ``pd_*_delta_*`` controllers are already normalized to [-1, 1]).
 - Episodes: ``terminated`` is ManiSkill's own (success or failure, unless
@@ -32,14 +37,14 @@ import contextlib
 import glob
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from embodied.config import ConfigError, closest
-from embodied.env import ObsDict, StepResult
+from embodied.env import IMAGE_GROUP, ObsDict, StepResult, check_image_size_px
 from embodied.errors import EmbodiedError, MissingDependencyError, import_optional
 from embodied.io_spec import ActionField, IOSpec, ObsField
 
@@ -65,6 +70,20 @@ VULKAN_ERRORS = ("rendering device", "vk::", "vulkan", "ErrorIncompatibleDriver"
 
 
 @dataclass(frozen=True)
+class ManiSkillBackendCfg:
+    """Camera images of a ManiSkill task (the same keys as the MuJoCo backend's)."""
+
+    camera: str = ""
+    """ManiSkill sensor camera rendered into ``obs["image"]`` every step (``base_camera`` for most
+    tabletop tasks); "" renders nothing (``render_backend="none"``)."""
+    image_size_px: int = 64
+    """Width = height of the camera images (pixels), when ``camera`` is set."""
+
+    def __post_init__(self) -> None:
+        check_image_size_px(self.image_size_px)
+
+
+@dataclass(frozen=True)
 class ManiSkillCfg:
     """A ManiSkill3 task (the task name ``maniskill:<EnvId>`` sets ``env_id``)."""
 
@@ -81,6 +100,8 @@ class ManiSkillCfg:
     (success still reported in ``info["success"]``)."""
     sim_backend: str = ""
     """ManiSkill ``sim_backend``; empty: ``physx_cuda`` on a CUDA device, ``physx_cpu`` on the CPU."""
+    backend: ManiSkillBackendCfg = field(default_factory=ManiSkillBackendCfg)
+    """Camera images (``env.backend.camera``, ``env.backend.image_size_px``)."""
 
     def __post_init__(self) -> None:
         if not self.env_id:
@@ -158,6 +179,7 @@ class ManiSkillVecEnv:
         sim_backend = cfg.sim_backend or ("physx_cuda" if self.device.type == "cuda" else "physx_cpu")
         batched = sim_backend != "physx_cpu"
         self.part_size = self.num_envs if batched else 1
+        self.camera = cfg.backend.camera
         kwargs: dict[str, Any] = {
             "num_envs": self.part_size,
             "obs_mode": "state",
@@ -166,6 +188,11 @@ class ManiSkillVecEnv:
             # state observations need no renderer (SAPIEN still opens a Vulkan device)
             "render_backend": "none",
         }
+        if self.camera:
+            size = cfg.backend.image_size_px
+            # "+state": the flat state vector beside the pictures, the same one as obs_mode="state"
+            kwargs.update(obs_mode="rgb+state", render_backend="gpu" if batched else "cpu")
+            kwargs["sensor_configs"] = {"width": size, "height": size}
         if cfg.control_mode:
             kwargs["control_mode"] = cfg.control_mode
         self.parts: list[Any] = []
@@ -174,7 +201,9 @@ class ManiSkillVecEnv:
                 for _ in range(self.num_envs // self.part_size):
                     # .unwrapped: the time limit and auto-reset are done here, for every backend alike
                     self.parts.append(gym.make(cfg.env_id, **kwargs).unwrapped)
-        except EmbodiedError:  # assets not downloaded (raised by the refused prompt)
+                    if len(self.parts) == 1:
+                        self._check_camera(self.parts[0])  # before building the other N - 1
+        except (EmbodiedError, ConfigError):  # assets not downloaded (the refused prompt), no such camera
             self.close()
             raise
         except AssertionError as err:  # ManiSkill checks its arguments with asserts
@@ -200,7 +229,10 @@ class ManiSkillVecEnv:
         high = torch.as_tensor(space.high, dtype=torch.float32)
         self._act_mid = ((low + high) / 2).to(self.sim_device)
         self._act_half = ((high - low) / 2).to(self.sim_device)
-        self.obs_spec = {"policy": (int(first.single_observation_space.shape[0]),)}
+        state_space = first.single_observation_space["state"] if self.camera else first.single_observation_space
+        self.obs_spec: dict[str, tuple[int, ...]] = {"policy": (int(state_space.shape[0]),)}
+        if self.camera:
+            self.obs_spec[IMAGE_GROUP] = (cfg.backend.image_size_px, cfg.backend.image_size_px, 3)
         self.max_episode_steps = int(cfg.max_episode_steps or registered_limit)
         self.dt = 1.0 / float(first.control_freq)
         self.control_mode = str(first.control_mode)
@@ -208,7 +240,26 @@ class ManiSkillVecEnv:
         self._succeeded = torch.zeros(self.num_envs, dtype=torch.bool, device=self.sim_device)
         self.reset(seed)
 
+    def _check_camera(self, part: Any) -> None:
+        """A named error listing the task's sensor cameras when ``env.backend.camera`` is not one."""
+        if self.camera and self.camera not in part.scene.sensors:
+            names = ", ".join(sorted(part.scene.sensors)) or "none"
+            raise ConfigError(
+                f"maniskill:{self.cfg.env_id} has no sensor camera {self.camera!r} (env.backend.camera; its cameras: {names})"
+            )
+
     # ------------------------------------------------------------------ conversions
+    def _groups(self, raw: Any) -> ObsDict:
+        """ManiSkill's observation of one env object -> ``{"policy": [n, D] float32, "image": [n, H, W, 3] uint8}``
+        (``"image"`` only with a camera), on the simulator's device."""
+        if not self.camera:
+            return {"policy": raw.to(torch.float32)}
+        return {"policy": raw["state"].to(torch.float32), IMAGE_GROUP: raw["sensor_data"][self.camera]["rgb"]}
+
+    def _cat(self, parts: list[ObsDict]) -> ObsDict:
+        """Groups of every env object -> the ``[N, ...]`` batch on the VecEnv's device."""
+        return {group: self._out(torch.cat([p[group] for p in parts])) for group in parts[0]}
+
     def _sim_action(self, action: torch.Tensor) -> torch.Tensor:
         """``action`` [N, A] in [-1, 1] -> the controller's units on the simulator's device."""
         a = action.detach().to(self.sim_device, torch.float32).reshape(self.num_envs, self.action_dim)
@@ -229,10 +280,17 @@ class ManiSkillVecEnv:
             seeds = None if seed is None else [seed + i for i in range(rows_of.start, rows_of.stop)]
             # one scene: ManiSkill takes an int seed; several: one seed per scene
             obs, _ = part.reset(seed=seeds if seeds is None or len(seeds) > 1 else seeds[0])
-            rows.append(obs)
+            rows.append(self._groups(obs))
         self.episode_step.zero_()
         self._succeeded.zero_()
-        return {"policy": self._out(torch.cat(rows).to(torch.float32))}
+        return self._cat(rows)
+
+    def render_images(self) -> torch.Tensor:
+        """Camera images of every env now, ``[N, H, W, 3]`` uint8 (:class:`embodied.env.RenderingEnv`)."""
+        if not self.camera:
+            raise RuntimeError("this env renders no images: set env.backend.camera to one of the task's sensor cameras")
+        # get_obs renders the sensors again from the current state; nothing is stepped
+        return self._cat([self._groups(part.get_obs()) for part, _ in self._slices()])[IMAGE_GROUP]
 
     def step(self, action: torch.Tensor) -> StepResult:
         """Advance every env one control period; ended envs reset (``info["final_obs"]``)."""
@@ -240,11 +298,11 @@ class ManiSkillVecEnv:
         obs_rows, rewards, terms, successes = [], [], [], []
         for part, rows in self._slices():
             obs, reward, terminated, _, info = part.step(sim_action[rows])
-            obs_rows.append(obs)
+            obs_rows.append(self._groups(obs))
             rewards.append(reward)
             terms.append(terminated)
             successes.append(info.get("success", torch.zeros(self.part_size, dtype=torch.bool)))
-        obs = torch.cat(obs_rows).to(torch.float32)
+        obs = {group: torch.cat([row[group] for row in obs_rows]) for group in obs_rows[0]}
         reward = torch.cat(rewards).to(torch.float32).reshape(self.num_envs)
         self._succeeded |= torch.cat(successes).to(self.sim_device, torch.bool).reshape(self.num_envs)
         terminated = torch.cat(terms).to(self.sim_device, torch.bool).reshape(self.num_envs)
@@ -256,35 +314,36 @@ class ManiSkillVecEnv:
         success = self._succeeded & done
         final_obs = obs
         if bool(done.any()):
-            final_obs = obs.clone()
+            final_obs = {group: values.clone() for group, values in obs.items()}
             obs = self._reset_ended(obs, done)
             self.episode_step[done] = 0
             self._succeeded[done] = False
         return (
-            {"policy": self._out(obs)},
+            self._cat([obs]),
             self._out(reward),
             self._out(terminated),
             self._out(truncated),
             {
-                "final_obs": {"policy": self._out(final_obs)},
+                "final_obs": self._cat([final_obs]),
                 "reward_terms": {"env": self._out(reward)},
                 "success": self._out(success),
             },
         )
 
-    def _reset_ended(self, obs: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        """``obs`` with the rows of ended envs replaced by their next episode's first observation."""
-        out = obs.clone()
+    def _reset_ended(self, obs: ObsDict, done: torch.Tensor) -> ObsDict:
+        """``obs`` (every group) with the rows of ended envs replaced by their next episode's first observation."""
+        out = {group: rows.clone() for group, rows in obs.items()}
         for part, rows in self._slices():
             ended = torch.nonzero(done[rows]).flatten()
             if len(ended) == 0:
                 continue
             if self.part_size == 1:
-                first, _ = part.reset()
+                first = self._groups(part.reset()[0])
             else:  # partial reset: ManiSkill re-initializes the listed scenes only
-                first, _ = part.reset(options={"env_idx": ended})
-                first = first[ended]
-            out[rows.start + ended] = first.to(torch.float32)
+                first = self._groups(part.reset(options={"env_idx": ended})[0])
+                first = {group: values[ended] for group, values in first.items()}
+            for group, values in first.items():
+                out[group][rows.start + ended] = values.to(out[group].device)
         return out
 
     def raw_step(self, action: torch.Tensor) -> None:

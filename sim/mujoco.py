@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from embodied.config import ConfigError
-from embodied.env import IMAGE_GROUP, ObsDict, StepResult
+from embodied.env import IMAGE_GROUP, ObsDict, StepResult, check_image_size_px
 from embodied.io_spec import IOSpec
 from embodied.sim.mujoco_camera import BatchCamera
 from embodied.sim.mujoco_native import NativeBatch
@@ -68,8 +68,7 @@ class MujocoBackendCfg:
     """Width = height of the camera images (pixels), when ``camera`` is set."""
 
     def __post_init__(self) -> None:
-        if not 8 <= self.image_size_px <= 1024:
-            raise ConfigError(f"image_size_px must be in [8, 1024], got {self.image_size_px}")
+        check_image_size_px(self.image_size_px)
         if self.frame_skip < 1:
             raise ConfigError(f"frame_skip must be >= 1, got {self.frame_skip}")
         if self.max_episode_steps < 1:
