@@ -13,6 +13,7 @@ Prints one JSON line per evaluation. Example (the BENCHMARKS.md figures)::
 
     embodied collect scripted:arm-push --episodes 500 --noise 0.3 --record intended --seed 2 --out /tmp/dart500
     python bench/flow_execution.py --dataset /tmp/dart500 --steps 15000 --eval-every 2500
+    python bench/flow_execution.py --dataset /tmp/dart500 --chunk 2 --hidden 512,512,512 --steps 12500
 """
 
 from __future__ import annotations
@@ -72,11 +73,13 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=2500, help="gradient steps between evaluations")
     parser.add_argument("--episodes", type=int, default=100, help="episodes per evaluation")
     parser.add_argument("--chunk", type=int, default=4, help="actions per plan")
+    parser.add_argument("--hidden", default="256,256", help="velocity network widths, comma-separated")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    cfg = BCFlowCfg(policy=FlowPolicyCfg(chunk=args.chunk), grad_steps_per_update=1, ema_decay=0.995)
+    hidden = tuple(int(width) for width in args.hidden.split(","))
+    cfg = BCFlowCfg(policy=FlowPolicyCfg(hidden=hidden, chunk=args.chunk), grad_steps_per_update=1, ema_decay=0.995)
     task_cfg = registry.task_cfg(TASK)
 
     def make_env(n: int, seed: int) -> Any:
