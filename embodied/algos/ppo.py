@@ -77,7 +77,8 @@ class PPOCfg:
     """Final fraction of training (in [0, 1)) over which the learning rate's upper bound falls
     linearly from ``lr_max`` to ``lr_min``; 0 keeps ``lr_max`` to the end. The adaptive schedule
     alone keeps taking steps of ``desired_kl`` to the last update, so the final policy is one
-    sample of a still-moving one; a cooldown lets it settle."""
+    sample of a still-moving one; a cooldown lets it settle. The fraction is of the current
+    ``trainer.total_env_steps``: ``--resume`` with a larger budget moves the cooldown to the new end."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip (<= 0 disables)."""
     normalize_advantage: bool = True
