@@ -34,7 +34,14 @@ def _batches(rank: int) -> list[torch.Tensor]:
 def _cfg(algo: str, total_env_steps: int) -> ExperimentCfg:
     """A tiny quad-hover run: 8 envs in total (4 per rank), small networks."""
     overrides = {
-        "ppo": ["algo.num_steps_per_env=8", "algo.actor_hidden=[16,16]", "algo.critic_hidden=[16,16]"],
+        # lr_cooldown=0: the split run first trains to a smaller budget, and a schedule set in
+        # fractions of the budget (the shipped cooldown) would then differ from the straight run's.
+        "ppo": [
+            "algo.num_steps_per_env=8",
+            "algo.actor_hidden=[16,16]",
+            "algo.critic_hidden=[16,16]",
+            "algo.lr_cooldown=0",
+        ],
         "sac": ["algo.batch_size=32", "algo.learning_starts=32", "algo.buffer_size_per_env=64"],
         "fasttd3": ["algo.batch_size=32", "algo.learning_starts=32", "algo.buffer_size_per_env=64"],
     }[algo]
