@@ -193,7 +193,9 @@ class OffPolicyBase:
         self.action_dim = int(env.action_dim)
         # camera images (a RenderingEnv's "image" group) are not read by these actors and critics
         # yet: leaving them out of the replay keeps its rows small (an image is 12k floats there)
-        self.obs_spec = {k: tuple(v) for k, v in env.obs_spec.items() if k != IMAGE_GROUP}
+        self.env_obs_spec = {k: tuple(v) for k, v in env.obs_spec.items()}
+        """Every observation group of the env, camera images included (a frozen base may read them)."""
+        self.obs_spec = {k: v for k, v in self.env_obs_spec.items() if k != IMAGE_GROUP}
         if "policy" not in self.obs_spec:
             raise EmbodiedError(f"{algo_name}: env has no 'policy' observation group (has {list(self.obs_spec)})")
         self.obs_dim = int(torch.Size(self.obs_spec["policy"]).numel())

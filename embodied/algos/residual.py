@@ -163,7 +163,7 @@ class Residual(FastTD3):
         next_obs = torch.as_tensor(demos.next_obs, device=dev)
         now: ObsDict = {"policy": obs}
         succ: ObsDict = {"policy": next_obs}
-        if IMAGE_GROUP in self.obs_spec:  # the base sees the camera: its actions need the demos' images
+        if IMAGE_GROUP in self.env_obs_spec:  # the base sees the camera: its actions need the demos' images
             if demos.images is None or demos.next_images is None:
                 raise EmbodiedError(
                     f"residual --dataset {source.dataset}: the base sees camera images, which this dataset does "
@@ -199,7 +199,7 @@ class Residual(FastTD3):
             group: torch.zeros(
                 batch, *shape, device=self.device, dtype=torch.uint8 if group == IMAGE_GROUP else torch.float32
             )
-            for group, shape in self.obs_spec.items()
+            for group, shape in self.env_obs_spec.items()
             if group in ("policy", IMAGE_GROUP)
         }
 
