@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 
 ODOMETRY = "nav_msgs/msg/Odometry"
 CLOCK_NUDGES = 4
-"""Lockstep: extra periods of /clock granted to the node before a state counts as unanswered."""
+"""Lockstep: extra periods of /clock granted to a node that ticked without the newest state
+(its echo answered an older one) before that state counts as unanswered."""
 MAX_MISSED_IN_ROW = 10
 """Lockstep: this many unanswered states in a row mean the node is gone; stop instead of stalling."""
 
@@ -129,6 +130,8 @@ class SimRobot:
         self._bad_commands = 0
         self._answers: dict[int, np.ndarray] = {}
         """Stamp (ns) of the state answered -> command, from the stamped echo (lockstep)."""
+        self._ticks_without_newest = 0
+        """Echoes of a state older than the newest published one: ticks whose /clock overtook the state."""
         self._last_stamp_ns = 0
         cmd = robot.command
         transport.subscribe(cmd.topic, cmd.type, cmd.qos, self._on_command)
@@ -161,6 +164,8 @@ class SimRobot:
             return
         stamp_ns = int(message.header.stamp.sec) * 1_000_000_000 + int(message.header.stamp.nanosec)
         with self._cond:
+            if stamp_ns < self._last_stamp_ns:
+                self._ticks_without_newest += 1
             self._answers[stamp_ns] = values
             if len(self._answers) > 64:  # answers to states long gone
                 for old in sorted(self._answers)[:-16]:
@@ -173,11 +178,17 @@ class SimRobot:
         with self._cond:  # reentrant, and released by a waiting main thread
             self._cond.notify_all()
 
-    def _wait_answer(self, stamp_ns: int, timeout_s: float) -> np.ndarray | None:
-        """The node's command computed from the state stamped ``stamp_ns`` (None on timeout or halt)."""
+    def _wait_answer(self, stamp_ns: int, timeout_s: float) -> tuple[np.ndarray | None, bool]:
+        """``(command, ticked_without_it)``: the node's command computed from the state stamped
+        ``stamp_ns`` (None on timeout or halt), and whether the node answered an older state
+        meanwhile (it ticked on a /clock that overtook this state on the wire)."""
         with self._cond:
-            self._cond.wait_for(lambda: stamp_ns in self._answers or self.stop.is_set(), timeout=timeout_s)
-            return self._answers.pop(stamp_ns, None)
+            ticks = self._ticks_without_newest
+            self._cond.wait_for(
+                lambda: stamp_ns in self._answers or self.stop.is_set() or self._ticks_without_newest > ticks,
+                timeout=timeout_s,
+            )
+            return self._answers.pop(stamp_ns, None), self._ticks_without_newest > ticks
 
     def _check_setpoint(self) -> None:
         # Odometry carries true world positions and attitudes; the node subtracts its own setpoint
@@ -302,14 +313,19 @@ class SimRobot:
                 with self._cond:
                     command = self._command
             else:
-                answer = None
-                for _ in range(CLOCK_NUDGES):
-                    answer = self._wait_answer(stamp_ns, command_timeout_s / CLOCK_NUDGES)
-                    if answer is not None or self.stop.is_set():
+                answer, nudges = None, 0
+                give_up = time.monotonic() + command_timeout_s
+                while not self.stop.is_set() and (remaining_s := give_up - time.monotonic()) > 0:
+                    answer, ticked_without = self._wait_answer(stamp_ns, remaining_s)
+                    if answer is not None:
                         break
-                    # /clock may have overtaken the state on the wire, so the node's tick used the
-                    # previous one: let another period pass (time only; the physics waits).
-                    self.advance_clock()
+                    if ticked_without and nudges < CLOCK_NUDGES:
+                        # /clock overtook the state on the wire, so the node's tick used the previous
+                        # one: let another period pass (time only; the physics waits). Silence alone
+                        # is no reason: a node starved of CPU would then see simulation time pass
+                        # without a new state (an input gap that a real robot never had).
+                        self.advance_clock()
+                        nudges += 1
                 if self.stop.is_set():
                     break
                 if answer is not None:
