@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from env_support import load_config_saved_before_camera_keys, repeated_image_rollouts
 
 from embodied import registry
 from embodied.config import ConfigError
@@ -217,18 +218,7 @@ def test_camera_keys_are_checked_and_the_registry_says_robosuite_renders() -> No
 
 def test_runs_saved_before_the_camera_keys_load(tmp_path: Path) -> None:
     """A robosuite config.yaml without ``env.backend`` loads with the camera off."""
-    import yaml
-
-    from embodied.experiment import load_experiment, resolve_experiment
-    from embodied.training.run import write_config
-
-    write_config(tmp_path, resolve_experiment("robosuite:Lift", "sac"))
-    path = tmp_path / "config.yaml"
-    data = yaml.safe_load(path.read_text())
-    assert data["env"]["backend"] == {"camera": "", "image_size_px": 64}
-    del data["env"]["backend"]
-    path.write_text(yaml.safe_dump(data))
-    loaded = load_experiment(path)
+    loaded = load_config_saved_before_camera_keys(tmp_path, "robosuite:Lift", "sac")
     assert loaded.env.backend.camera == "" and loaded.env.backend.image_size_px == 64
 
 
@@ -263,14 +253,7 @@ def test_image_group_shape_dtype_and_final_obs(lift_camera: RobosuiteVecEnv, lif
 
 @needs_robosuite
 def test_images_differ_between_states_and_repeat_for_equal_states(lift_camera: RobosuiteVecEnv) -> None:
-    env = lift_camera
-    gen = torch.Generator().manual_seed(0)
-    actions = [torch.rand(N, 7, generator=gen) * 2 - 1 for _ in range(HORIZON - 1)]
-    runs = []
-    for _ in range(2):
-        frames = [env.reset(seed=7)[IMAGE_GROUP]]
-        frames += [env.step(a)[0][IMAGE_GROUP] for a in actions]
-        runs.append(frames)
+    runs = repeated_image_rollouts(lift_camera, steps=HORIZON - 1)  # no episode ends
     for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)  # same seed and actions: the same pixels
     first, last = runs[0][0], runs[0][-1]
