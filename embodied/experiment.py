@@ -228,11 +228,12 @@ CAMERA_KEYS: dict[str, Any] = {
 ``algo.lr_cooldown`` (the vision release's first key) but before these keys must load too."""
 
 MANISKILL_CAMERA_KEYS: dict[str, Any] = {
-    "env.backend": _TODAYS_DEFAULT,  # ManiSkill tasks rendered no camera (camera "", 64 px)
+    "env.backend": _TODAYS_DEFAULT,  # ManiSkill and robosuite tasks rendered no camera (camera "", 64 px)
 }
-"""ManiSkill's camera images: its task config gained ``env.backend`` (``camera``,
-``image_size_px``). Last in the tuple, so the older groups fill a MuJoCo config's
-``env.backend`` first."""
+"""ManiSkill's and robosuite's camera images: their task configs gained ``env.backend``
+(``camera``, ``image_size_px``). robosuite's came a release later, but its one key is the same
+and so is the value that reproduces older runs, so this group fills both. Last in the tuple, so
+the older groups fill a MuJoCo config's ``env.backend`` first."""
 
 KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (
     KEYS_ADDED_LATER,

@@ -257,6 +257,7 @@ BACKENDS: dict[str, Backend] = {
         ),
         modules=("robosuite",),
         devices=("cpu", "cuda"),
+        renders=True,
         exact_resume=False,
     ),
 }
@@ -295,7 +296,8 @@ ROBOSUITE_PREFIX = "robosuite:"
 ROBOSUITE_ENTRY = Entry(
     "embodied.sim.robosuite:RobosuiteVecEnv",
     "embodied.sim.robosuite:RobosuiteCfg",
-    "robosuite tasks with a Panda, e.g. robosuite:Lift, robosuite:Stack, robosuite:Door (own environment)",
+    "robosuite tasks with a Panda, e.g. robosuite:Lift, robosuite:Stack, robosuite:Door (camera images with "
+    "env.backend.camera; own environment)",
     backend="robosuite",
 )
 

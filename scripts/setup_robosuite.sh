@@ -20,10 +20,11 @@ opencv-python<4.12
 opencv-python-headless<4.12
 PINS
 "${PIP[@]}" -c "$CONSTRAINTS" "robosuite==1.5.2" "mujoco>=3.3,<=3.9.0" "numpy>=1.26,<2"
-# embodied with its core dependencies (no extras: the mujoco extra wants mujoco 4.0) and pytest
-"${PIP[@]}" -c "$CONSTRAINTS" -e . "pytest>=8"
+# embodied with its core dependencies and the ONNX export (not the mujoco extra: it wants mujoco
+# 4.0), and pytest; onnx and onnxruntime install against numpy 1.26
+"${PIP[@]}" -c "$CONSTRAINTS" -e ".[export]" "pytest>=8"
 "$VENV/bin/python" - <<'PY'
-import mujoco, numpy, robosuite, torch
+import mujoco, numpy, onnxruntime, robosuite, torch
 import embodied.training.trainer  # the core imports against this numpy and mujoco
 print(f"robosuite {robosuite.__version__}, mujoco {mujoco.__version__}, numpy {numpy.__version__}, torch {torch.__version__}")
 PY

@@ -64,7 +64,7 @@ def test_the_registry_says_which_backends_render() -> None:
     from embodied.registry import BACKENDS
 
     # the envs of these backends are RenderingEnvs; the others put no images in observations
-    assert [name for name, row in BACKENDS.items() if row.renders] == ["mujoco", "maniskill"]
+    assert [name for name, row in BACKENDS.items() if row.renders] == ["mujoco", "maniskill", "robosuite"]
 
 
 def test_no_camera_by_default() -> None:

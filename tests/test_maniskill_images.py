@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from env_support import fill_rollout
+from env_support import fill_rollout, load_config_saved_before_camera_keys, repeated_image_rollouts
 from test_maniskill_backend import LIMIT, TASK, N, _build, _cfg, train_eval_return
 
 from embodied.algos.ppo import PPO, PPOCfg
@@ -69,13 +69,7 @@ def test_images_follow_the_scene(env: maniskill.ManiSkillVecEnv) -> None:
 
 
 def test_same_seed_same_pixels(env: maniskill.ManiSkillVecEnv) -> None:
-    gen = torch.Generator().manual_seed(0)
-    actions = [torch.rand(N, env.action_dim, generator=gen) * 2 - 1 for _ in range(2)]
-    runs = []
-    for _ in range(2):
-        frames = [env.reset(seed=7)[IMAGE_GROUP]]
-        frames += [env.step(a)[0][IMAGE_GROUP] for a in actions]
-        runs.append(frames)
+    runs = repeated_image_rollouts(env, steps=2)
     for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)
 
@@ -123,18 +117,7 @@ def test_ppo_cnn_encoder_updates_on_pushcube(env: maniskill.ManiSkillVecEnv) -> 
 
 def test_runs_saved_before_the_camera_keys_load(tmp_path: Path) -> None:
     """A ManiSkill config.yaml without ``env.backend`` loads with the camera off."""
-    import yaml
-
-    from embodied.experiment import load_experiment, resolve_experiment
-    from embodied.training.run import write_config
-
-    write_config(tmp_path, resolve_experiment(TASK, "ppo"))
-    path = tmp_path / "config.yaml"
-    data = yaml.safe_load(path.read_text())
-    assert data["env"]["backend"] == {"camera": "", "image_size_px": 64}
-    del data["env"]["backend"]
-    path.write_text(yaml.safe_dump(data))
-    loaded = load_experiment(path)
+    loaded = load_config_saved_before_camera_keys(tmp_path, TASK, "ppo")
     assert loaded.env.backend.camera == "" and loaded.env.backend.image_size_px == 64
 
 
