@@ -223,9 +223,12 @@ CAMERA_KEYS: dict[str, Any] = {
     "env.backend.image_size_px": 64,
     "algo.encoder": "mlp",  # PPO read the proprioceptive vector only
     "algo.image_features": 64,
+    "algo.image_shift_px": 4,  # off-policy learners: used with encoder cnn only
 }
-"""Camera observations and PPO's CNN encoder: a group of their own, because runs saved with
-``algo.lr_cooldown`` (the vision release's first key) but before these keys must load too."""
+"""Camera observations and the CNN encoders (PPO's, the off-policy learners'): a group of their
+own, because runs saved with ``algo.lr_cooldown`` (the vision release's first key) but before
+these keys must load too. Keys an algorithm's config lacks are skipped, so the group serves
+every ``algo`` section."""
 
 MANISKILL_CAMERA_KEYS: dict[str, Any] = {
     "env.backend": _TODAYS_DEFAULT,  # ManiSkill and robosuite tasks rendered no camera (camera "", 64 px)

@@ -85,6 +85,10 @@ class DeterministicActor(nn.Module):
             return action
         return (action + torch.randn_like(action) * noise_std).clamp(-1.0, 1.0)
 
+    def deterministic_net(self) -> nn.Sequential:
+        """``normalized obs [B, D] -> tanh(net) [B, A]`` (this actor's own layers)."""
+        return self.net
+
     def export_module(self) -> ExportedPolicy:
         """``obs [B, D] -> tanh(net(norm(obs))) [B, A]`` with the normalizer folded in."""
-        return ExportedPolicy.from_normalizer(self.net, self.obs_norm, self.obs_dim)
+        return ExportedPolicy.from_normalizer(self.deterministic_net(), self.obs_norm, self.obs_dim)

@@ -88,7 +88,11 @@ class SquashedGaussianActor(nn.Module):
             return torch.tanh(self.mean_head(self.trunk(obs_norm)))
         return self.sample(obs_norm)[0]
 
+    def deterministic_net(self) -> nn.Sequential:
+        """``normalized obs [B, D] -> tanh(mean) [B, A]``: the deterministic action as one Sequential
+        (sharing this actor's layers) that exporters can walk."""
+        return nn.Sequential(*self.trunk, self.mean_head, Tanh())
+
     def export_module(self) -> ExportedPolicy:
         """``obs [B, D] -> tanh(mean(norm(obs))) [B, A]`` with the normalizer folded in."""
-        net = nn.Sequential(*self.trunk, self.mean_head, Tanh())
-        return ExportedPolicy.from_normalizer(net, self.obs_norm, self.obs_dim)
+        return ExportedPolicy.from_normalizer(self.deterministic_net(), self.obs_norm, self.obs_dim)

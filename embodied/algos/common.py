@@ -38,3 +38,16 @@ def image_input_shape(env: VecEnv, encoder: str, algo_name: str) -> tuple[int, .
             f"group (it has {', '.join(sorted(env.obs_spec))}); turn a camera on, e.g. env.backend.camera=top"
         )
     return tuple(int(v) for v in env.obs_spec[IMAGE_GROUP])
+
+
+ENCODERS = ("mlp", "cnn")
+"""Values of ``algo.encoder``: ``mlp`` reads the observation vector only, ``cnn`` camera images too."""
+
+
+def check_image_encoder(encoder: str, image_features: int, owner: str) -> None:
+    """Raise a :class:`ConfigError` naming ``owner`` (e.g. ``PPOCfg``, ``algo``) unless ``encoder``
+    is one of :data:`ENCODERS` and ``image_features >= 1``."""
+    if encoder not in ENCODERS:
+        raise ConfigError(f"{owner}.encoder must be 'mlp' or 'cnn', got {encoder!r}")
+    if image_features < 1:
+        raise ConfigError(f"{owner}.image_features must be >= 1, got {image_features}")

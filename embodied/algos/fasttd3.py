@@ -25,6 +25,7 @@ from embodied.algos.offpolicy import OffPolicyBase, OffPolicyCfg, TrainBatch
 from embodied.config import ConfigError
 from embodied.env import ObsDict, VecEnv
 from embodied.policies.deterministic import DeterministicActor
+from embodied.policies.image_actor import ImageActor
 
 
 @dataclass(frozen=True)
@@ -75,21 +76,22 @@ class FastTD3(OffPolicyBase):
     """Trains correctly in several processes (:mod:`embodied.algos.offpolicy`)."""
 
     cfg: FastTD3Cfg
-    policy: DeterministicActor
+    policy: DeterministicActor | ImageActor
 
     def __init__(self, cfg: FastTD3Cfg, env: VecEnv) -> None:
         super().__init__(cfg, env, "fasttd3")
-        self.policy = DeterministicActor(
-            self.obs_dim,
+        head = DeterministicActor(
+            self.actor_input_dim,
             self.action_dim,
             hidden=cfg.actor_hidden,
             activation=cfg.activation,
-            normalize_obs=cfg.normalize_obs,
+            normalize_obs=cfg.normalize_obs and self.images is None,  # an ImageActor normalizes
             obs_clip=cfg.obs_clip,
             out_init_std=cfg.actor_out_init_std,
             init_action_mean=self.init_action_mean,
         ).to(self.device)
-        self.actor_opt = self.adamw(self.policy.parameters(), cfg.actor_lr)
+        self.policy = self.with_images(head)
+        self.actor_opt = self.adamw(self.actor_parameters(), cfg.actor_lr)
         self.build_critics()
         self.noise_std = self._draw_std(self.num_envs)  # [N, 1]
         self._critic_loss = self.maybe_compile(self._critic_loss_eager)

@@ -3,6 +3,8 @@
 Observation groups: the actor reads ``policy``; critics read ``critic`` when the task provides
 privileged observations (asymmetric actor-critic), else ``policy``. Raw observations go into
 the replay buffer; normalization uses the current running statistics when a batch is sampled.
+With ``encoder: cnn`` both also read the camera images (``"image"``, kept as uint8 in the
+replay) through an encoder the critic loss trains (:mod:`embodied.algos.offpolicy_images`).
 
 In multi-process training (:mod:`embodied.distributed`) each rank keeps the replay of its own
 envs and samples ``batch_size / ranks`` of each batch from it; gradients are averaged over the
@@ -18,20 +20,22 @@ import copy
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from embodied import distributed
 from embodied.algo import Transition
-from embodied.algos.common import resolve_init_action_mean
+from embodied.algos.common import check_image_encoder, image_input_shape, resolve_init_action_mean
+from embodied.algos.offpolicy_images import ImageFeatures
 from embodied.config import ConfigError
 from embodied.data.replay import ReplayBatch, ReplayBuffer
 from embodied.env import IMAGE_GROUP, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.distributional import CriticEnsemble
+from embodied.policies.image_actor import ImageActor
 from embodied.precision import Bf16Setting, resolve_bf16
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,15 @@ class OffPolicyCfg:
     save_replay: bool = True
     """Put the written replay rows into checkpoints so ``--resume`` continues exactly; turn it off
     for buffers of gigabytes (a resumed run then refills the buffer during a new warm-up)."""
+    encoder: Literal["mlp", "cnn"] = "mlp"
+    """``cnn``: actor and critics also read the env's camera images (``obs["image"]``,
+    ``env.backend.camera``) through a small CNN trained by the critic loss (DrQ); the replay keeps
+    the images as uint8. ``mlp`` reads the observation vectors only."""
+    image_features: int = 64
+    """With ``encoder: cnn``: width of the CNN's output features."""
+    image_shift_px: int = 4
+    """With ``encoder: cnn``: random-shift augmentation of batch images, at most this many pixels
+    along each axis (edges replicated; 0: no augmentation)."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -116,10 +129,12 @@ class OffPolicyCfg:
             (self.actor_lr > 0 and self.critic_lr > 0, "learning rates must be > 0"),
             (self.weight_decay >= 0 and self.max_grad_norm >= 0, "weight_decay/max_grad_norm must be >= 0"),
             (len(self.actor_hidden) >= 1 and len(self.critic_hidden) >= 1, "hidden layer lists must not be empty"),
+            (self.image_shift_px >= 0, f"image_shift_px must be >= 0, got {self.image_shift_px}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ConfigError(f"algo.{message}")
+        check_image_encoder(self.encoder, self.image_features, "algo")
 
 
 @dataclass
@@ -191,16 +206,27 @@ class OffPolicyBase:
         self.use_bf16 = resolve_bf16(cfg.bf16, self.device)
         self.num_envs = int(env.num_envs)
         self.action_dim = int(env.action_dim)
-        # camera images (a RenderingEnv's "image" group) are not read by these actors and critics
-        # yet: leaving them out of the replay keeps its rows small (an image is 12k floats there)
         self.env_obs_spec = {k: tuple(v) for k, v in env.obs_spec.items()}
         """Every observation group of the env, camera images included (a frozen base may read them)."""
-        self.obs_spec = {k: v for k, v in self.env_obs_spec.items() if k != IMAGE_GROUP}
+        image_shape = image_input_shape(env, cfg.encoder, algo_name)
+        # without the CNN, camera images (a RenderingEnv's "image" group) stay out of the replay,
+        # which keeps its rows small
+        self.obs_spec = {k: v for k, v in self.env_obs_spec.items() if k != IMAGE_GROUP or image_shape is not None}
+        """The observation groups this learner reads (and its replay stores)."""
         if "policy" not in self.obs_spec:
             raise EmbodiedError(f"{algo_name}: env has no 'policy' observation group (has {list(self.obs_spec)})")
         self.obs_dim = int(torch.Size(self.obs_spec["policy"]).numel())
         self.critic_group = "critic" if "critic" in self.obs_spec else "policy"
         self.critic_obs_dim = int(torch.Size(self.obs_spec[self.critic_group]).numel())
+        self.images: ImageFeatures | None = None
+        """Encoder, target encoder and augmentation with ``encoder: cnn``, else None."""
+        if image_shape is not None:
+            self.images = ImageFeatures(image_shape, cfg.image_features, cfg.image_shift_px, self.device)
+        features = 0 if self.images is None else self.images.features
+        self.actor_input_dim = self.obs_dim + features
+        """Inputs of the actor head: the policy vector, then the image features (with a CNN)."""
+        self.critic_input_dim = self.critic_obs_dim + features
+        """Observation inputs of each critic: its vector group, then the image features (with a CNN)."""
         self.init_action_mean = resolve_init_action_mean(cfg.init_action_mean, env)
         self.world = distributed.current()
         """The training processes this rank averages gradients with (None: a single process)."""
@@ -237,13 +263,34 @@ class OffPolicyBase:
             n_step=self.cfg.n_step,
             gamma=self.cfg.gamma,
             seed=seed,
+            uint8_groups=[group for group in self.replay_obs_spec() if group == IMAGE_GROUP],
         )
+
+    def with_images(self, head: Any) -> Any:
+        """The learner's policy from an actor ``head`` built over ``actor_input_dim`` inputs: the head
+        itself, or with a CNN an :class:`ImageActor` around it (the head then must not normalize)."""
+        if self.images is None:
+            return head
+        return ImageActor(head, self.images.encoder, self.obs_dim, self.cfg.normalize_obs, self.cfg.obs_clip).to(
+            self.device
+        )
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """What the actor's optimizer moves (never the image encoder, which the critic loss trains)."""
+        if isinstance(self.policy, ImageActor):
+            return self.policy.head_parameters()
+        return list(self.policy.parameters())
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """What the critics' optimizer moves: the critics, and the image encoder with a CNN."""
+        encoder = [] if self.images is None else list(self.images.encoder.parameters())
+        return list(self.critic.parameters()) + encoder
 
     def build_critics(self) -> None:
         """Critic ensemble, its target copy and its AdamW optimizer, from the config."""
         cfg = self.cfg
         self.critic = CriticEnsemble(
-            self.critic_obs_dim,
+            self.critic_input_dim,
             self.action_dim,
             cfg.critic_hidden,
             num_critics=cfg.num_critics,
@@ -254,7 +301,7 @@ class OffPolicyBase:
             act=cfg.activation,
         ).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.critic_opt = self.adamw(self.critic.parameters(), cfg.critic_lr)
+        self.critic_opt = self.adamw(self.critic_parameters(), cfg.critic_lr)
 
     def maybe_compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``torch.compile(fn)`` when the config asks for it, else ``fn``."""
@@ -346,21 +393,29 @@ class OffPolicyBase:
         counts: dict[str, int] = {}
         for _ in range(self.cfg.updates_per_step if num_steps is None else num_steps):
             self.num_updates += 1
-            batch = self.prepare(self.sample_batch())
+            raw = self.sample_batch()
+            batch = self.prepare(raw)
+            if self.images is not None:
+                with self.autocast():
+                    batch = self.images.encode(batch, raw)
             loss, metrics = self.critic_loss(batch)
-            optimize(self.critic_opt, loss, self.critic.parameters(), self.cfg.max_grad_norm, self.world)
+            optimize(self.critic_opt, loss, self.critic_parameters(), self.cfg.max_grad_norm, self.world)
             metrics["critic_loss"] = loss
             if self.actor_update_due():
+                if self.images is not None:
+                    batch = self.images.for_actor(batch)
                 # Freezing the critic skips its weight gradients, which the actor loss never uses.
                 self.critic.requires_grad_(False)
                 try:
                     actor_loss, actor_metrics = self.actor_loss(batch)
                 finally:
                     self.critic.requires_grad_(True)
-                optimize(self.actor_opt, actor_loss, self.policy.parameters(), self.cfg.max_grad_norm, self.world)
+                optimize(self.actor_opt, actor_loss, self.actor_parameters(), self.cfg.max_grad_norm, self.world)
                 metrics |= actor_metrics | self.after_actor_step(actor_metrics)
                 metrics["actor_loss"] = actor_loss
             soft_update(self.critic_target, self.critic, self.cfg.tau)
+            if self.images is not None:
+                soft_update(self.images.target, self.images.encoder, self.cfg.tau)
             # Metrics stay tensors until the end: one device sync per update(), not per step.
             for key, value in metrics.items():
                 sums[key] = sums[key] + value.detach() if key in sums else value.detach()
@@ -401,6 +456,7 @@ class OffPolicyBase:
             "num_updates": self.num_updates,
             "critic_norm": None if self.critic_norm is None else self.critic_norm.state_dict(),
             "replay": self.replay.state_dict(include_contents=self.cfg.save_replay),
+            "images": None if self.images is None else self.images.state_dict(),
         }
 
     def load_base_state(self, state: dict[str, Any]) -> None:
@@ -414,3 +470,5 @@ class OffPolicyBase:
         if self.critic_norm is not None:
             self.critic_norm.load_state_dict(state["critic_norm"])
         self.replay.load_state_dict(state["replay"])
+        if self.images is not None:
+            self.images.load_state_dict(state["images"])

@@ -24,7 +24,7 @@ import torch
 
 from embodied import distributed
 from embodied.algo import Transition
-from embodied.algos.common import image_input_shape, resolve_init_action_mean
+from embodied.algos.common import check_image_encoder, image_input_shape, resolve_init_action_mean
 from embodied.config import ConfigError
 from embodied.data.gae import compute_gae
 from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
@@ -131,10 +131,7 @@ class PPOCfg:
                 f"PPOCfg.learning_rate {self.learning_rate} must lie in [lr_min, lr_max] = "
                 f"[{self.lr_min}, {self.lr_max}]"
             )
-        if self.encoder not in ("mlp", "cnn"):
-            raise ConfigError(f"PPOCfg.encoder must be 'mlp' or 'cnn', got {self.encoder!r}")
-        if self.image_features < 1:
-            raise ConfigError(f"PPOCfg.image_features must be >= 1, got {self.image_features}")
+        check_image_encoder(self.encoder, self.image_features, "PPOCfg")
         if any(w < 1 for w in self.actor_hidden + self.critic_hidden):
             raise ConfigError("PPOCfg.actor_hidden / critic_hidden widths must be >= 1")
         if self.actor_output_gain is not None and self.actor_output_gain < 0.0:

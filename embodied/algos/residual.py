@@ -89,6 +89,10 @@ class ResidualCfg(FastTD3Cfg):
             raise ConfigError(f"algo.critic_warmup_updates must be >= 0, got {self.critic_warmup_updates}")
         if self.random_steps:
             raise ConfigError("algo.random_steps must be 0 for residual RL (uniform actions would replace the base)")
+        if self.encoder != "mlp":
+            # the residual reads the policy vector and the base's action; a base that needs the
+            # camera sees it through its own encoder
+            raise ConfigError(f"algo.encoder must be mlp for residual RL, got {self.encoder!r}")
 
 
 class Residual(FastTD3):

@@ -22,6 +22,7 @@ from embodied import distributed
 from embodied.algos.offpolicy import OffPolicyBase, OffPolicyCfg, TrainBatch
 from embodied.config import ConfigError
 from embodied.env import ObsDict, VecEnv
+from embodied.policies.image_actor import ImageActor
 from embodied.policies.squashed_gaussian import SquashedGaussianActor
 
 
@@ -66,22 +67,23 @@ class SAC(OffPolicyBase):
     """Trains correctly in several processes (:mod:`embodied.algos.offpolicy`)."""
 
     cfg: SACCfg
-    policy: SquashedGaussianActor
+    policy: SquashedGaussianActor | ImageActor
 
     def __init__(self, cfg: SACCfg, env: VecEnv) -> None:
         super().__init__(cfg, env, "sac")
-        self.policy = SquashedGaussianActor(
-            self.obs_dim,
+        head = SquashedGaussianActor(
+            self.actor_input_dim,
             self.action_dim,
             hidden=cfg.actor_hidden,
             activation_name=cfg.activation,
             log_std_min=cfg.log_std_min,
             log_std_max=cfg.log_std_max,
-            normalize_obs=cfg.normalize_obs,
+            normalize_obs=cfg.normalize_obs and self.images is None,  # an ImageActor normalizes
             obs_clip=cfg.obs_clip,
             init_action_mean=self.init_action_mean,
         ).to(self.device)
-        self.actor_opt = self.adamw(self.policy.parameters(), cfg.actor_lr)
+        self.policy = self.with_images(head)
+        self.actor_opt = self.adamw(self.actor_parameters(), cfg.actor_lr)
         self.build_critics()
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)

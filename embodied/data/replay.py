@@ -2,7 +2,7 @@
 
 Storage is one ring per env, laid out ``[capacity_per_env, num_envs, ...]`` so a vectorized
 step is a single row write. Every row keeps the observation groups (``policy`` and, when the
-task has one, ``critic``), the action, reward, ``terminated``/``truncated`` flags and the true
+task has one, ``critic``; camera images where the learner reads them, kept as uint8), the action, reward, ``terminated``/``truncated`` flags and the true
 successor observation (``final_obs`` of the transition: equal to the next observation except
 where an episode ended, where it is the observation the episode ended on). Keeping the
 successor per row costs a second copy of the observations but makes truncation exact: n-step
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,11 +88,18 @@ def available_memory_bytes(device: torch.device) -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def replay_bytes(capacity_per_env: int, num_envs: int, obs_spec: Mapping[str, tuple[int, ...]], action_dim: int) -> int:
-    """Bytes a :class:`ReplayBuffer` of these dimensions allocates (float32 storage)."""
-    obs_numel = sum(int(torch.Size(shape).numel()) for shape in obs_spec.values())
+def replay_bytes(
+    capacity_per_env: int,
+    num_envs: int,
+    obs_spec: Mapping[str, tuple[int, ...]],
+    action_dim: int,
+    uint8_groups: Collection[str] = (),
+) -> int:
+    """Bytes a :class:`ReplayBuffer` of these dimensions allocates (float32 storage, one byte per
+    value for the ``uint8_groups``)."""
+    obs_bytes = sum(int(torch.Size(shape).numel()) * (1 if k in uint8_groups else 4) for k, shape in obs_spec.items())
     # obs + successor obs + action + reward (float32) + terminated + truncated (bool)
-    per_row = 4 * (2 * obs_numel + action_dim + 1) + 2
+    per_row = 2 * obs_bytes + 4 * (action_dim + 1) + 2
     return capacity_per_env * num_envs * per_row
 
 
@@ -119,7 +126,10 @@ class ReplayBuffer:
         n_step: int = 1,
         gamma: float = 0.99,
         seed: int = 0,
+        uint8_groups: Collection[str] = (),
     ) -> None:
+        """``uint8_groups``: observation groups stored as uint8 (camera images, 0..255: a quarter of
+        float32's memory); sampled rows of them stay uint8."""
         if num_envs < 1 or capacity_per_env < 1:
             raise EmbodiedError(
                 f"replay buffer needs num_envs >= 1 and capacity >= 1, got {num_envs}, {capacity_per_env}"
@@ -133,7 +143,12 @@ class ReplayBuffer:
         self.device = torch.device(device)
         self.n_step = n_step
         self.gamma = gamma
-        need = replay_bytes(capacity_per_env, num_envs, self.obs_spec, action_dim)
+        unknown = set(uint8_groups) - set(self.obs_spec)
+        if unknown:
+            raise EmbodiedError(f"replay uint8 groups {sorted(unknown)} are not observation groups {sorted(self.obs_spec)}")
+        self.dtypes = {k: torch.uint8 if k in uint8_groups else torch.float32 for k in self.obs_spec}
+        """Storage dtype of each observation group."""
+        need = replay_bytes(capacity_per_env, num_envs, self.obs_spec, action_dim, uint8_groups)
         free = available_memory_bytes(self.device)
         if need > MEMORY_FRACTION * free:
             raise EmbodiedError(
@@ -145,8 +160,8 @@ class ReplayBuffer:
         log.debug("replay buffer: %.1f MiB on %s", need / 2**20, self.device)
         rows = (capacity_per_env, num_envs)
         dev = self.device
-        self.obs = {k: torch.zeros((*rows, *s), device=dev) for k, s in self.obs_spec.items()}
-        self.next_obs = {k: torch.zeros((*rows, *s), device=dev) for k, s in self.obs_spec.items()}
+        self.obs = {k: torch.zeros((*rows, *s), dtype=self.dtypes[k], device=dev) for k, s in self.obs_spec.items()}
+        self.next_obs = {k: torch.zeros((*rows, *s), dtype=self.dtypes[k], device=dev) for k, s in self.obs_spec.items()}
         self.action = torch.zeros((*rows, action_dim), device=dev)
         self.reward = torch.zeros(rows, device=dev)
         self.terminated = torch.zeros(rows, dtype=torch.bool, device=dev)
