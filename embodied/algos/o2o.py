@@ -17,6 +17,9 @@ Phases (``phase`` in checkpoints and the ``algo/phase`` metric: 0 offline, 1 war
    ``wsrl_warmup_steps`` transitions are collected by the pretrained policy with no update
    (warm-up, phase 1), then SAC on online data only.
 
+With ``encoder: cnn`` the dataset must carry camera images (``embodied collect ... --images``):
+offline batches then hold them like the online replay, and the encoder learns from both.
+
 Actor, critic ensemble (LayerNorm, min over a random pair of target critics), temperature and
 replay are SAC's (:class:`~embodied.algos.sac.SAC`); observation statistics are frozen to the
 dataset's, so the pretrained networks see the same inputs online.
@@ -39,7 +42,7 @@ from embodied.config import ConfigError
 from embodied.data.demos import load_dataset
 from embodied.data.offline import OfflineTransitions, symmetric_sample
 from embodied.data.replay import ReplayBatch
-from embodied.env import VecEnv
+from embodied.env import IMAGE_GROUP, VecEnv
 from embodied.errors import EmbodiedError
 
 PHASES = ("offline", "warmup", "online")
@@ -175,7 +178,14 @@ class O2O(SAC):
                 norm.var.copy_(torch.as_tensor(demos.obs.var(0), dtype=torch.float64))
                 norm.count.fill_(float(len(demos.obs)))
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
-        self.offline = OfflineTransitions(demos, self.cfg.gamma, self.device, seed=seed)
+        images = self.images is not None
+        if images and demos.images is not None and tuple(demos.images.shape[1:]) != self.obs_spec[IMAGE_GROUP]:
+            raise EmbodiedError(
+                f"o2o: the dataset's images are {tuple(demos.images.shape[1:])}, the env's camera gives "
+                f"{self.obs_spec[IMAGE_GROUP]} (env.backend.image_size_px)"
+            )
+        # with images, a dataset without them is refused there, naming the key and `--images`
+        self.offline = OfflineTransitions(demos, self.cfg.gamma, self.device, seed=seed, images=images)
 
     def _require_offline(self) -> OfflineTransitions:
         if self.offline is None:

@@ -18,6 +18,7 @@ import torch
 
 from embodied.data.demos import Demonstrations
 from embodied.data.replay import ReplayBatch, ReplayBuffer
+from embodied.env import IMAGE_GROUP
 from embodied.errors import EmbodiedError
 
 
@@ -49,11 +50,25 @@ class OfflineTransitions:
     """A dataset's steps as device tensors, sampled uniformly into :class:`ReplayBatch` rows.
 
     Observations are stored raw under the group ``policy`` (normalized when a batch is prepared,
-    like replay rows). ``sample`` fills ``mc_return``.
+    like replay rows); with ``images`` the dataset's camera images ``[M, H, W, 3]`` too, as uint8
+    under the group ``image``. ``sample`` fills ``mc_return``.
     """
 
-    def __init__(self, demos: Demonstrations, gamma: float, device: torch.device | str, seed: int = 0) -> None:
+    def __init__(
+        self, demos: Demonstrations, gamma: float, device: torch.device | str, seed: int = 0, images: bool = False
+    ) -> None:
+        """``images``: also sample the dataset's camera images (it must have them: a named error)."""
         self.device = torch.device(device)
+        self.images: torch.Tensor | None = None  # [M, H, W, 3] uint8
+        self.next_images: torch.Tensor | None = None  # [M, H, W, 3] uint8
+        if images:
+            if demos.images is None or demos.next_images is None:
+                raise EmbodiedError(
+                    f"algo.encoder=cnn reads camera images, but the dataset has none (observation key "
+                    f"{IMAGE_GROUP!r}): record it with `embodied collect ... --images --camera NAME`"
+                )
+            self.images = torch.as_tensor(demos.images, dtype=torch.uint8, device=self.device)
+            self.next_images = torch.as_tensor(demos.next_images, dtype=torch.uint8, device=self.device)
 
         def put(x: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(np.ascontiguousarray(x), dtype=torch.float32, device=self.device)
@@ -73,12 +88,15 @@ class OfflineTransitions:
     def sample(self, batch_size: int) -> ReplayBatch:
         """``batch_size`` uniformly drawn one-step rows with their Monte-Carlo returns."""
         idx = torch.randint(0, len(self), (batch_size,), device=self.device, generator=self.generator)
+        obs, next_obs = {"policy": self.obs[idx]}, {"policy": self.next_obs[idx]}
+        if self.images is not None and self.next_images is not None:
+            obs[IMAGE_GROUP], next_obs[IMAGE_GROUP] = self.images[idx], self.next_images[idx]
         return ReplayBatch(
-            obs={"policy": self.obs[idx]},
+            obs=obs,
             action=self.action[idx],
             reward=self.reward[idx],
             discount=self.discount[idx],
-            next_obs={"policy": self.next_obs[idx]},
+            next_obs=next_obs,
             steps=torch.ones(batch_size, dtype=torch.long, device=self.device),
             mc_return=self.mc_return[idx],
         )
@@ -95,7 +113,7 @@ def concat_batches(parts: list[ReplayBatch]) -> ReplayBatch:
         if set(part.obs) != groups:
             raise EmbodiedError(
                 f"cannot mix batches with observation groups {sorted(groups)} and {sorted(part.obs)}: "
-                "offline data holds only the 'policy' group"
+                "offline data holds the 'policy' group, and 'image' where the learner reads images"
             )
     has_mc = any(p.mc_return is not None for p in parts)
 
