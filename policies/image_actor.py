@@ -37,7 +37,9 @@ class ImageActor(nn.Module):
         """``head`` reads ``obs_dim + encoder.features`` inputs and normalizes none of them itself."""
         super().__init__()
         if head.obs_dim != obs_dim + encoder.features:
-            raise ValueError(f"the head reads {head.obs_dim} inputs, not obs_dim + features = {obs_dim + encoder.features}")
+            raise ValueError(
+                f"the head reads {head.obs_dim} inputs, not obs_dim + features = {obs_dim + encoder.features}"
+            )
         if head.obs_norm is not None:
             raise ValueError("the head must not normalize: image features are not running statistics")
         self.head = head

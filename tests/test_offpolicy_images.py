@@ -17,7 +17,6 @@ import torch
 from embodied.algo import PreloadSource, Transition
 from embodied.algos.fasttd3 import FastTD3, FastTD3Cfg
 from embodied.algos.o2o import O2O, O2OCfg
-from embodied.algos.offpolicy import OffPolicyBase
 from embodied.algos.residual import ResidualCfg
 from embodied.algos.sac import SAC, SACCfg
 from embodied.config import ConfigError
@@ -47,7 +46,7 @@ def camera_env(num_envs: int, seed: int = 0, size_px: int = SIZE_PX, max_episode
         pytest.skip(str(err))
 
 
-def fill(algo: OffPolicyBase, env: ArmPush, steps: int, obs: ObsDict | None = None) -> ObsDict:
+def fill(algo: SAC | FastTD3, env: ArmPush, steps: int, obs: ObsDict | None = None) -> ObsDict:
     """``steps`` vectorized env steps with the learner's exploration actions, all observed."""
     obs = env.reset(seed=0) if obs is None else obs
     for _ in range(steps):
@@ -120,6 +119,7 @@ def test_random_shift_moves_at_most_pad_px_and_zero_is_identity() -> None:
 def test_critic_loss_trains_the_encoder_and_the_actor_loss_does_not(algo_cls: type) -> None:
     torch.manual_seed(0)
     env = camera_env(2)
+    algo: SAC | FastTD3
     if algo_cls is SAC:
         algo = SAC(SACCfg(encoder="cnn", buffer_size_per_env=32, n_step=2, **TINY), env)  # type: ignore[arg-type]
     else:
@@ -156,31 +156,36 @@ def test_critic_loss_trains_the_encoder_and_the_actor_loss_does_not(algo_cls: ty
     assert not torch.allclose(algo.policy.act(obs, deterministic=True), algo.policy.act(dark, deterministic=True))
 
 
-def test_checkpoint_keeps_encoder_target_and_optimizer() -> None:
+def test_checkpoint_keeps_encoder_target_and_optimizer(tmp_path: Path) -> None:
+    """A checkpoint (saved and loaded as the trainer does) holds the encoder, its target and the
+    encoder's optimizer state, and continues bit-exactly."""
     torch.manual_seed(0)
     env = camera_env(2)
     cfg = SACCfg(encoder="cnn", buffer_size_per_env=32, **TINY)  # type: ignore[arg-type]
     algo = SAC(cfg, env)
     fill(algo, env, 10)
     algo.update(3)
-    state = algo.state_dict()
-    again = SAC(cfg, env)
-    again.load_state_dict(state)
-    assert again.images is not None and algo.images is not None
-    for mine, theirs in [(algo.images.encoder, again.images.encoder), (algo.images.target, again.images.target)]:
-        assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values(), strict=True))
-    assert not torch.equal(next(algo.images.target.parameters()), next(SAC(cfg, env).images.target.parameters()))  # type: ignore[union-attr]
-    enc_param = next(algo.images.encoder.parameters())
-    loaded = next(again.images.encoder.parameters())
-    assert torch.equal(algo.critic_opt.state[enc_param]["exp_avg"], again.critic_opt.state[loaded]["exp_avg"])
-    assert torch.equal(again.replay.obs[IMAGE_GROUP], algo.replay.obs[IMAGE_GROUP])
-    # the same batch draws, augmentation and weights: the resumed learner's next critic loss is
-    # the original's (the loss is computed before any optimizer step of that update)
-    torch.manual_seed(5)
-    a = algo.update(1)
-    torch.manual_seed(5)
-    b = again.update(1)
-    assert a["critic_loss"] == b["critic_loss"] and a["q_mean"] == b["q_mean"]
+    torch.save(algo.state_dict(), tmp_path / "ckpt.pt")
+    twin = SAC(cfg, env)
+    assert twin.images is not None and algo.images is not None
+    assert not torch.equal(next(algo.images.target.parameters()), next(twin.images.target.parameters()))
+    twin.load_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=True))
+    for mine, theirs in [(algo.images.encoder, twin.images.encoder), (algo.images.target, twin.images.target)]:
+        for a, b in zip(mine.state_dict().values(), theirs.state_dict().values(), strict=True):
+            assert torch.equal(a, b)
+    enc_param, twin_param = next(algo.images.encoder.parameters()), next(twin.images.encoder.parameters())
+    assert torch.equal(algo.critic_opt.state[enc_param]["exp_avg"], twin.critic_opt.state[twin_param]["exp_avg"])
+    assert torch.equal(twin.replay.obs[IMAGE_GROUP], algo.replay.obs[IMAGE_GROUP])
+    results = []
+    for learner in (algo, twin):
+        torch.manual_seed(5)  # the same batch draws and shifts
+        metrics = learner.update(2)
+        assert learner.images is not None
+        params = [*learner.policy.parameters(), *learner.images.target.parameters()]
+        results.append((metrics, [p.detach().clone() for p in params]))
+    assert results[0][0] == results[1][0]
+    for p, q in zip(results[0][1], results[1][1], strict=True):
+        assert torch.equal(p, q)
 
 
 def test_onnx_export_of_a_sac_cnn_policy_matches_torch(tmp_path: Path) -> None:

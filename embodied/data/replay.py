@@ -145,7 +145,9 @@ class ReplayBuffer:
         self.gamma = gamma
         unknown = set(uint8_groups) - set(self.obs_spec)
         if unknown:
-            raise EmbodiedError(f"replay uint8 groups {sorted(unknown)} are not observation groups {sorted(self.obs_spec)}")
+            raise EmbodiedError(
+                f"replay uint8 groups {sorted(unknown)} are not observation groups {sorted(self.obs_spec)}"
+            )
         self.dtypes = {k: torch.uint8 if k in uint8_groups else torch.float32 for k in self.obs_spec}
         """Storage dtype of each observation group."""
         need = replay_bytes(capacity_per_env, num_envs, self.obs_spec, action_dim, uint8_groups)
@@ -161,7 +163,9 @@ class ReplayBuffer:
         rows = (capacity_per_env, num_envs)
         dev = self.device
         self.obs = {k: torch.zeros((*rows, *s), dtype=self.dtypes[k], device=dev) for k, s in self.obs_spec.items()}
-        self.next_obs = {k: torch.zeros((*rows, *s), dtype=self.dtypes[k], device=dev) for k, s in self.obs_spec.items()}
+        self.next_obs = {
+            k: torch.zeros((*rows, *s), dtype=self.dtypes[k], device=dev) for k, s in self.obs_spec.items()
+        }
         self.action = torch.zeros((*rows, action_dim), device=dev)
         self.reward = torch.zeros(rows, device=dev)
         self.terminated = torch.zeros(rows, dtype=torch.bool, device=dev)
