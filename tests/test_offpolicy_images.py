@@ -258,3 +258,38 @@ def test_o2o_cnn_learns_offline_then_online_from_an_image_dataset(tmp_path: Path
     assert online.obs[IMAGE_GROUP].shape == (8, SIZE_PX, SIZE_PX, 3) and online.obs[IMAGE_GROUP].dtype == torch.uint8
     metrics = algo.update()
     assert metrics["phase"] == 2.0 and np.isfinite(metrics["critic_loss"])
+
+
+def test_cli_train_resume_eval_export_with_images(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the shared trainer and CLI: SAC with the CNN trains, resumes, evaluates, exports
+    ONNX (the graph flies the env like torch) and is refused by the C exporter."""
+    import json
+
+    from embodied.cli import main
+    from embodied.training.run import load_run
+
+    camera_env(1)  # skips without offscreen GL
+    run_dir = tmp_path / "run"
+    tiny = [
+        "env.backend.camera=top", "env.backend.image_size_px=40", "env.backend.max_episode_steps=8",
+        "algo.encoder=cnn", "algo.image_features=16", "algo.actor_hidden=[32]", "algo.critic_hidden=[32]",
+        "algo.batch_size=8", "algo.buffer_size_per_env=64", "algo.learning_starts=8", "algo.updates_per_step=1",
+        "trainer.eval_episodes=2", "trainer.torch_threads=1", "trainer.checkpoint_every_updates=2",
+    ]  # fmt: skip
+    argv = ["train", "arm-push", "--algo", "sac", "--run-dir", str(run_dir), "--no-progress", "--num-envs", "2"]
+    assert main([*argv, *tiny, "trainer.total_env_steps=16"]) == 0
+    assert main(["train", "--resume", str(run_dir), "--no-progress", "trainer.total_env_steps=24"]) == 0
+    loaded = load_run(run_dir).algo
+    assert loaded.env_steps == 24 and loaded.images is not None
+    assert loaded.replay.obs[IMAGE_GROUP].dtype == torch.uint8
+    assert main(["eval", str(run_dir), "--episodes", "2", "--json"]) == 0
+    assert main(["export", str(run_dir), "--format", "onnx", "--no-record"]) == 0
+    assert main(["eval", str(run_dir), "--episodes", "2", "--json", "--policy", "onnx"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    torch_eval, onnx_eval = lines[-2], lines[-1]
+    assert onnx_eval["policy"] == "onnx"
+    assert abs(onnx_eval["mean_return"] - torch_eval["mean_return"]) < 1e-4
+    assert main(["export", str(run_dir), "--format", "c"]) == 2
+    assert "Conv2d" in caplog.text
