@@ -57,6 +57,13 @@ def fill(algo: SAC | FastTD3, env: ArmPush, steps: int, obs: ObsDict | None = No
     return obs
 
 
+def image_learner(algo_cls: type, env: ArmPush) -> SAC | FastTD3:
+    """A tiny SAC or FastTD3 (scalar critics) with the CNN encoder, 32 replay rows per env."""
+    if algo_cls is SAC:
+        return SAC(SACCfg(encoder="cnn", buffer_size_per_env=32, n_step=2, **TINY), env)  # type: ignore[arg-type]
+    return FastTD3(FastTD3Cfg(encoder="cnn", buffer_size_per_env=32, num_atoms=0, **TINY), env)  # type: ignore[arg-type]
+
+
 def test_replay_keeps_uint8_images_and_n_step_successor_images() -> None:
     spec = {"policy": (1,), IMAGE_GROUP: (4, 4, 3)}
     replay = ReplayBuffer(1, 16, spec, 1, n_step=3, gamma=0.5, seed=0, uint8_groups=[IMAGE_GROUP])
@@ -119,11 +126,7 @@ def test_random_shift_moves_at_most_pad_px_and_zero_is_identity() -> None:
 def test_critic_loss_trains_the_encoder_and_the_actor_loss_does_not(algo_cls: type) -> None:
     torch.manual_seed(0)
     env = camera_env(2)
-    algo: SAC | FastTD3
-    if algo_cls is SAC:
-        algo = SAC(SACCfg(encoder="cnn", buffer_size_per_env=32, n_step=2, **TINY), env)  # type: ignore[arg-type]
-    else:
-        algo = FastTD3(FastTD3Cfg(encoder="cnn", buffer_size_per_env=32, num_atoms=11, **TINY), env)  # type: ignore[arg-type]
+    algo = image_learner(algo_cls, env)
     assert isinstance(algo.policy, ImageActor) and algo.images is not None
     assert algo.replay.obs[IMAGE_GROUP].dtype == torch.uint8
     fill(algo, env, 12)
@@ -188,11 +191,12 @@ def test_checkpoint_keeps_encoder_target_and_optimizer(tmp_path: Path) -> None:
         assert torch.equal(p, q)
 
 
-def test_onnx_export_of_a_sac_cnn_policy_matches_torch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algo_cls", [SAC, FastTD3])
+def test_onnx_export_of_a_cnn_policy_matches_torch(tmp_path: Path, algo_cls: type) -> None:
     ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(0)
     env = camera_env(4)
-    algo = SAC(SACCfg(encoder="cnn", buffer_size_per_env=32, **TINY), env)  # type: ignore[arg-type]
+    algo = image_learner(algo_cls, env)
     obs = fill(algo, env, 10)  # non-trivial normalizer statistics
     algo.update(2)
     module = algo.policy.export_module()
@@ -201,7 +205,7 @@ def test_onnx_export_of_a_sac_cnn_policy_matches_torch(tmp_path: Path) -> None:
     assert report.max_abs_err <= 1e-5
     session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
     (got,) = session.run(["action"], recorded)
-    want = algo.policy.act(obs, deterministic=True).numpy()  # SAC's mean through tanh
+    want = algo.policy.act(obs, deterministic=True).numpy()  # SAC's mean through tanh, TD3's actor
     assert np.abs(got - want).max() <= 1e-5
     with pytest.raises(EmbodiedError, match="Conv2d"):
         mlp_arrays(module)  # the C exporter refuses it, as PPO's image policy
