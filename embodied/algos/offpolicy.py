@@ -20,7 +20,7 @@ import copy
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from torch import nn
@@ -34,11 +34,16 @@ from embodied.data.replay import ReplayBatch, ReplayBuffer
 from embodied.env import IMAGE_GROUP, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
+from embodied.policies.deterministic import DeterministicActor
 from embodied.policies.distributional import CriticEnsemble
 from embodied.policies.image_actor import ImageActor
+from embodied.policies.squashed_gaussian import SquashedGaussianActor
 from embodied.precision import Bf16Setting, resolve_bf16
 
 log = logging.getLogger(__name__)
+
+ActorHead = TypeVar("ActorHead", SquashedGaussianActor, DeterministicActor)
+"""The actor network of an off-policy learner (SAC's or TD3's)."""
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,7 @@ class OffPolicyBase:
             uint8_groups=[group for group in self.replay_obs_spec() if group == IMAGE_GROUP],
         )
 
-    def with_images(self, head: Any) -> Any:
+    def with_images(self, head: ActorHead) -> ActorHead | ImageActor:
         """The learner's policy from an actor ``head`` built over ``actor_input_dim`` inputs: the head
         itself, or with a CNN an :class:`ImageActor` around it (the head then must not normalize)."""
         if self.images is None:
