@@ -214,21 +214,15 @@ critic subset) and the randomization curriculum of the quadrotor tasks."""
 VISION_RELEASE_KEYS: dict[str, Any] = {
     "algo.lr_cooldown": 0.0,  # PPO kept its adaptive learning rate's cap to the last update
     "algo.policy.instruction": "",  # flow policies saw the policy observation group alone
-}
-"""The release that added camera observations, VLA-shaped policies, a legged robot and PPO's
-learning-rate cooldown."""
-
-CAMERA_KEYS: dict[str, Any] = {
     "env.backend.camera": "",  # MuJoCo tasks rendered no camera images
     "env.backend.image_size_px": 64,
-    "algo.encoder": "mlp",  # PPO read the proprioceptive vector only
+    "algo.encoder": "mlp",  # the learners read the proprioceptive vector only
     "algo.image_features": 64,
     "algo.image_shift_px": 4,  # off-policy learners: used with encoder cnn only
 }
-"""Camera observations and the CNN encoders (PPO's, the off-policy learners'): a group of their
-own, because runs saved with ``algo.lr_cooldown`` (the vision release's first key) but before
-these keys must load too. Keys an algorithm's config lacks are skipped, so the group serves
-every ``algo`` section."""
+"""The release that added camera observations and the CNN encoders (PPO's, the off-policy
+learners'), VLA-shaped policies, a legged robot and PPO's learning-rate cooldown. Keys an
+algorithm's config lacks are skipped, so the group serves every ``algo`` section."""
 
 MANISKILL_CAMERA_KEYS: dict[str, Any] = {
     "env.backend": _TODAYS_DEFAULT,  # ManiSkill and robosuite tasks rendered no camera (camera "", 64 px)
@@ -242,7 +236,6 @@ KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (
     KEYS_ADDED_LATER,
     FINETUNING_RELEASE_KEYS,
     VISION_RELEASE_KEYS,
-    CAMERA_KEYS,
     MANISKILL_CAMERA_KEYS,
 )
 """One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
