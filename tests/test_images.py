@@ -324,7 +324,7 @@ def test_runs_saved_before_the_camera_keys_load(tmp_path: Path) -> None:
     del data["env"]["backend"]["camera"], data["env"]["backend"]["image_size_px"]
     del data["algo"]["encoder"], data["algo"]["image_features"]
     path.write_text(yaml.safe_dump(data))  # still holds algo.lr_cooldown
-    with pytest.raises(ConfigError, match="algo.encoder"):
+    with pytest.raises(ConfigError, match=r"algo\.encoder"):
         load_experiment(path)
     del data["algo"]["lr_cooldown"]
     path.write_text(yaml.safe_dump(data))
