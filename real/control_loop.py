@@ -194,10 +194,23 @@ class ControlLoop:
 
                 freeze_gc()
             next_deadline += self.period_s
-            now = self._clock()
-            if now > next_deadline:
+            missed = self._missed_periods(self._clock() - next_deadline)
+            if missed:
                 # Skip whole periods we cannot catch up on instead of firing them back to back.
-                missed = int((now - next_deadline) / self.period_s) + 1
                 self.stats.missed_deadlines += missed
                 next_deadline += missed * self.period_s
         return self.stats
+
+    def _missed_periods(self, late_s: float) -> int:
+        """Deadlines to skip when the clock reads ``late_s`` past the next one.
+
+        On the wall clock any lateness means that deadline has passed: skip it and every whole
+        period after it. A simulation clock advances in whole periods, and a lockstep simulator
+        publishes the next one as soon as it has the command, often before this bookkeeping runs:
+        the clock then sits *on* the next deadline, which is due, not missed. The deadlines are
+        float sums near the epoch (stamps of about 1.8e9 s) that drift from the integer-nanosecond
+        clock by rounding, so lateness is rounded to whole periods there instead of compared to 0.
+        """
+        if self._wall:
+            return int(late_s / self.period_s) + 1 if late_s > 0 else 0
+        return max(0, math.floor(late_s / self.period_s + 0.5))

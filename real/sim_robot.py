@@ -178,17 +178,16 @@ class SimRobot:
         with self._cond:  # reentrant, and released by a waiting main thread
             self._cond.notify_all()
 
-    def _wait_answer(self, stamp_ns: int, timeout_s: float) -> tuple[np.ndarray | None, bool]:
-        """``(command, ticked_without_it)``: the node's command computed from the state stamped
-        ``stamp_ns`` (None on timeout or halt), and whether the node answered an older state
-        meanwhile (it ticked on a /clock that overtook this state on the wire)."""
+    def _wait_answer(self, stamp_ns: int, timeout_s: float, ticks_seen: int) -> tuple[np.ndarray | None, int]:
+        """``(command, ticks)``: the node's command computed from the state stamped ``stamp_ns``
+        (None on timeout or halt), returned early when the count of echoes answering an older
+        state (ticks on a /clock that overtook this state on the wire) passes ``ticks_seen``."""
         with self._cond:
-            ticks = self._ticks_without_newest
             self._cond.wait_for(
-                lambda: stamp_ns in self._answers or self.stop.is_set() or self._ticks_without_newest > ticks,
+                lambda: stamp_ns in self._answers or self.stop.is_set() or self._ticks_without_newest > ticks_seen,
                 timeout=timeout_s,
             )
-            return self._answers.pop(stamp_ns, None), self._ticks_without_newest > ticks
+            return self._answers.pop(stamp_ns, None), self._ticks_without_newest
 
     def _check_setpoint(self) -> None:
         # Odometry carries true world positions and attitudes; the node subtracts its own setpoint
@@ -301,6 +300,8 @@ class SimRobot:
                 break
             with self._cond:
                 count = self._command_count
+                # before the state goes out: the node may answer an older one before we wait
+                ticks_seen = self._ticks_without_newest
             sent = time.perf_counter()
             stamp_ns = self.publish_state()
             self.advance_clock()
@@ -316,9 +317,10 @@ class SimRobot:
                 answer, nudges = None, 0
                 give_up = time.monotonic() + command_timeout_s
                 while not self.stop.is_set() and (remaining_s := give_up - time.monotonic()) > 0:
-                    answer, ticked_without = self._wait_answer(stamp_ns, remaining_s)
+                    answer, ticks = self._wait_answer(stamp_ns, remaining_s, ticks_seen)
                     if answer is not None:
                         break
+                    ticked_without, ticks_seen = ticks > ticks_seen, ticks
                     if ticked_without and nudges < CLOCK_NUDGES:
                         # /clock overtook the state on the wire, so the node's tick used the previous
                         # one: let another period pass (time only; the physics waits). Silence alone

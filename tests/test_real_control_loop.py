@@ -116,3 +116,43 @@ def test_watchdog_wakes_the_loop_for_an_event_step_between_periods() -> None:
     loop.run(stop, max_steps=2)
     assert len(steps) == 1 and len(events) == 1 and events[0] >= steps[0] + 0.02
     assert loop.stats.event_steps == 1
+
+
+def test_simulation_clock_reached_before_the_step_ends_is_due_not_missed() -> None:
+    """A lockstep simulator publishes the next period of /clock as soon as it has the command,
+    often before the loop has finished its step. The deadlines are float sums near the epoch
+    (integer-nanosecond stamps of about 1.8e9 s), so they drift from that clock by rounding; a
+    deadline the clock has just reached must still fire (skipping it left a state unanswered
+    until the simulator's timeout), and one whole period of clock jump skips exactly one."""
+    from embodied.real.freshness import SimClock
+
+    period_ns = 10_000_000
+    clock = SimClock()
+    now_ns = [1_796_000_000_123_456_789]
+
+    def publish() -> None:
+        clock.on_clock(
+            type("Clock", (), {"clock": type("T", (), {"sec": now_ns[0] // 10**9, "nanosec": now_ns[0] % 10**9})})()
+        )
+
+    stamps: list[int] = []
+
+    def step(_now_s: float) -> None:
+        stamps.append(now_ns[0])
+        # the simulator answers at once: one period (two, once) of simulation time before the
+        # loop's own bookkeeping runs
+        now_ns[0] += period_ns * (2 if len(stamps) == 300 else 1)
+        publish()
+
+    publish()
+    loop = ControlLoop(period_ns * 1e-9, step, clock, lambda deadline, stop: clock.sleep_until(deadline, stop))
+    stop = threading.Event()
+    give_up = threading.Timer(20.0, stop.set)  # a skipped due deadline stalls the lockstep forever
+    give_up.start()
+    try:
+        stats = loop.run(stop, max_steps=600)
+    finally:
+        give_up.cancel()
+    gaps = np.diff(stamps) // period_ns
+    assert stats.steps == 600 and stats.missed_deadlines == 1
+    assert gaps.tolist() == [1] * 299 + [2] + [1] * 299
