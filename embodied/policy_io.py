@@ -44,6 +44,10 @@ _REQUIRED_KEYS: tuple[str, ...] = (
 ONNX_FILENAME = "policy.onnx"
 """The ONNX model's name inside an export folder, next to ``policy_io.json``."""
 
+IMAGE_INPUT_KEY = "image_input"
+"""Top-level ``policy_io.json`` key describing the image input of an image policy (written by
+:mod:`embodied.export.image_onnx`); absent for a policy that reads the observation vector alone."""
+
 
 @dataclass(frozen=True)
 class PolicyIO:
@@ -54,6 +58,8 @@ class PolicyIO:
     format_versions: dict[str, int]
     source_run: str
     path: Path
+    image_input: dict[str, Any] | None = None
+    """``image_input``: what an image policy reads besides ``obs`` (None: the vector alone)."""
 
     @property
     def action_history(self) -> int:
@@ -112,6 +118,7 @@ def _validate(path: Path, data: Any) -> PolicyIO:
         format_versions={str(k): int(v) for k, v in data["format_versions"].items()},
         source_run=str(data.get("source_run", "")),
         path=path,
+        image_input=image_input if isinstance(image_input := data.get(IMAGE_INPUT_KEY), dict) else None,
     )
 
 

@@ -177,5 +177,5 @@ class ActorCritic(nn.Module):
         """Deterministic ``obs [B, D] -> clamp(mean, -1, 1) [B, A]`` with the normalizer folded in;
         an image policy's takes ``(obs, image [B, H, W, 3] uint8)``."""
         if self.encoder is not None:
-            return ImageExportedPolicy(self.encoder, self.mean_net, self.actor_norm, self.actor_obs_dim)
+            return ImageExportedPolicy.from_normalizer(self.encoder, self.mean_net, self.actor_norm, self.actor_obs_dim)
         return ExportedPolicy.from_normalizer(self.mean_net, self.actor_norm, self.actor_obs_dim)

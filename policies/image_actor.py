@@ -88,4 +88,6 @@ class ImageActor(nn.Module):
     def export_module(self) -> ImageExportedPolicy:
         """``(obs [B, D], image [B, H, W, 3] uint8) -> action [B, A]``: the deterministic action
         (SAC: tanh of the mean; TD3: the actor), normalizer and encoder folded in."""
-        return ImageExportedPolicy(self.encoder, self.head.deterministic_net(), self.obs_norm, self.obs_dim)
+        return ImageExportedPolicy.from_normalizer(
+            self.encoder, self.head.deterministic_net(), self.obs_norm, self.obs_dim
+        )

@@ -82,6 +82,16 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+def normalizer_constants(
+    normalizer: RunningNormalizer | None, obs_dim: int
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``(mean [D], std [D], clip)`` an exported module folds in: ``clamp((obs - mean) / std,
+    +-clip)`` is what ``normalizer`` computes (none: the identity, zeros, ones and inf)."""
+    if normalizer is None:
+        return torch.zeros(obs_dim), torch.ones(obs_dim), float("inf")
+    return normalizer.mean, torch.sqrt(normalizer.var + normalizer.eps), float(normalizer.clip)
+
+
 class ExportedPolicy(nn.Module):
     """The deterministic ``obs -> action`` module every exporter consumes.
 
@@ -123,10 +133,7 @@ class ExportedPolicy(nn.Module):
     @classmethod
     def from_normalizer(cls, net: nn.Sequential, normalizer: RunningNormalizer | None, obs_dim: int) -> ExportedPolicy:
         """Fold a :class:`RunningNormalizer` (or none: identity) into the exported module."""
-        if normalizer is None:
-            return cls(net, torch.zeros(obs_dim), torch.ones(obs_dim), float("inf"))
-        std = torch.sqrt(normalizer.var + normalizer.eps)
-        return cls(net, normalizer.mean, std, normalizer.clip)
+        return cls(net, *normalizer_constants(normalizer, obs_dim))
 
     def with_symmetry(self, tables: Mapping[str, Any] | None) -> ExportedPolicy:
         """This module with the symmetry ``tables`` (keys ``select_index``, ``obs_source``,

@@ -3,7 +3,9 @@
 The runner trusts nothing it did not check: ``policy_io.json`` is validated by
 :func:`embodied.policy_io.read_policy_io`, the ONNX file must carry the same
 ``model_sha256`` in its metadata (written by :mod:`embodied.export.onnx`), and the graph's
-input/output widths must equal the interface's observation and action sizes.
+input/output widths must equal the interface's observation and action sizes. An image policy
+(``policy_io.json`` ``image_input``) is refused before anything is loaded: the node builds the
+observation vector from its robot config and has no camera input yet.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from embodied.action_chunks import CHUNK_EXTRA_KEY, ChunkExecutor
 from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
-from embodied.policy_io import ONNX_FILENAME, PolicyIO, check_session_hash, read_policy_io
+from embodied.policy_io import IMAGE_INPUT_KEY, ONNX_FILENAME, PolicyIO, check_session_hash, read_policy_io
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,33 @@ def resolve_export_dir(path: Path) -> Path:
     raise EmbodiedError(f"{path}: no {ONNX_FILENAME} here or in {path / 'export'}; run `embodied export {path}` first")
 
 
+class DeployUnsupportedError(EmbodiedError):
+    """The export holds a policy the deploy runtime cannot feed (e.g. one that reads camera images)."""
+
+
+def refuse_unsupported(policy_io: PolicyIO) -> None:
+    """Raise :class:`DeployUnsupportedError` naming the export and why, for a policy the node cannot feed."""
+    entry = policy_io.image_input
+    if entry is None:
+        return
+    shape = "x".join(str(v) for v in list(entry.get("shape", []))[1:]) or "?"
+    run = policy_io.source_run or str(policy_io.path.parent)
+    raise DeployUnsupportedError(
+        f"{policy_io.path}: the policy of {run} reads camera images ({IMAGE_INPUT_KEY} {shape} "
+        f"{entry.get('dtype', 'uint8')} from camera {entry.get('camera', '')!r}) besides the observation vector, "
+        "and the deploy node has no camera input yet (it feeds the policy only the vector its robot config "
+        f"builds); evaluate it in simulation with `embodied eval {run} --policy onnx`"
+    )
+
+
+def check_deployable(path: Path) -> Path:
+    """The export folder of ``path`` (see :func:`resolve_export_dir`) once its ``policy_io.json``
+    is valid and describes a policy the node can run (:func:`refuse_unsupported`)."""
+    export_dir = resolve_export_dir(path)
+    refuse_unsupported(read_policy_io(export_dir))
+    return export_dir
+
+
 class PolicyRunner:
     """``runner(obs [obs_dim]) -> action [action_dim]`` (float32, each in [-1, 1])."""
 
@@ -42,6 +71,7 @@ class PolicyRunner:
 
         self.export_dir = resolve_export_dir(export_dir)
         self.policy_io: PolicyIO = read_policy_io(self.export_dir)
+        refuse_unsupported(self.policy_io)
         onnx_path = self.export_dir / ONNX_FILENAME
         options = ort.SessionOptions()
         # One thread: a batch-1 MLP finishes in microseconds, and thread hand-offs would cost more.

@@ -12,9 +12,13 @@ tensors only (loaded with ``weights_only=True``), sealed like checkpoints
 ``kind`` names an entry of :data:`POLICY_KINDS`, which turns an exported module into its
 description and back. A new policy family (e.g. a flow-matching policy) adds one entry; a
 file naming a kind this version does not know fails with :class:`UnknownPolicyKindError`.
-Kinds: ``mlp`` (:class:`~embodied.export.layers.MlpArrays`) and ``flow`` (a flow-matching
+Kinds: ``mlp`` (:class:`~embodied.export.layers.MlpArrays`), ``flow`` (a flow-matching
 policy's deterministic sampler, :class:`~embodied.export.flow_arrays.FlowArrays`, whose module
-returns an action chunk; :meth:`PolicyArtifact.policy` executes chunks receding-horizon).
+returns an action chunk; :meth:`PolicyArtifact.policy` executes chunks receding-horizon) and
+``image`` (a policy that also reads camera images, :class:`~embodied.export.image_arrays.ImageArrays`,
+whose module takes ``(obs [B, D], image [B, H, W, C] uint8)``; a kind's ``obs_groups`` say which
+observation groups its module reads, and :meth:`PolicyArtifact.obs_policy` feeds them from the
+observation dict).
 """
 
 from __future__ import annotations
@@ -34,8 +38,18 @@ from torch import nn
 
 from embodied.action_chunks import CHUNK_EXTRA_KEY, ChunkExecutor, ChunkSpec
 from embodied.checkpoint_seal import SealError, seal, unseal
+from embodied.env import IMAGE_GROUP, ObsDict
 from embodied.errors import EmbodiedError
+from embodied.export.artifact_errors import PolicyArtifactError
 from embodied.export.flow_arrays import FlowArrays, build_flow, flow_arrays, is_flow_sampler
+from embodied.export.image_arrays import (
+    ConvLayer,
+    ImageArrays,
+    LayerNormArrays,
+    build_image,
+    image_arrays,
+    is_image_policy,
+)
 from embodied.export.layers import (
     EXPORTED_POLICY_ATTRS,
     DenseLayer,
@@ -51,10 +65,6 @@ from embodied.io_spec import IOSpec
 ARTIFACT_VERSION = 1
 POLICY_FILE = Path("ckpt") / "policy.pt"
 """Where a run keeps its policy artifact, beside ``ckpt/latest.pt``."""
-
-
-class PolicyArtifactError(EmbodiedError):
-    """A policy artifact is missing, damaged, or not one this version reads."""
 
 
 class UnknownPolicyKindError(PolicyArtifactError):
@@ -78,6 +88,9 @@ class PolicyKind:
     build: Callable[[Any], nn.Module]
     matches: Callable[[nn.Module], bool] = lambda module: False
     """Whether an exported module is of this family (how a checkpoint's policy finds its kind)."""
+    obs_groups: tuple[str, ...] = ("policy",)
+    """The observation groups the module's ``forward`` takes, in argument order (the first is
+    always the policy vector ``[B, obs_dim]``)."""
 
 
 _MLP_REBUILT = frozenset({"obs_mean", "obs_std", "obs_clip", "layers", "symmetry"})
@@ -127,6 +140,15 @@ def _is_mlp(module: nn.Module) -> bool:
 POLICY_KINDS: dict[str, PolicyKind] = {
     "mlp": PolicyKind("mlp", MlpArrays, (MlpArrays, DenseLayer, SymmetryArrays), mlp_arrays, _build_mlp, _is_mlp),
     "flow": PolicyKind("flow", FlowArrays, (FlowArrays, DenseLayer), flow_arrays, build_flow, is_flow_sampler),
+    "image": PolicyKind(
+        "image",
+        ImageArrays,
+        (ImageArrays, ConvLayer, LayerNormArrays, DenseLayer),
+        image_arrays,
+        build_image,
+        is_image_policy,
+        ("policy", IMAGE_GROUP),
+    ),
 }
 """Policy families an artifact can hold, by the name stored in the file."""
 
@@ -233,8 +255,14 @@ class PolicyArtifact:
 
     def module(self) -> nn.Module:
         """The float32 CPU torch module of the policy: ``obs [B, D] -> action [B, A]``, or the
-        chunk ``[B, H, A]`` for a chunked kind (``flow``)."""
+        chunk ``[B, H, A]`` for a chunked kind (``flow``); it takes one argument per entry of
+        :attr:`obs_groups` (``image``: ``(obs [B, D], image [B, H, W, C] uint8)``)."""
         return policy_kind(self.kind).build(self.description)
+
+    @property
+    def obs_groups(self) -> tuple[str, ...]:
+        """Observation groups the policy reads, in the order its module takes them."""
+        return policy_kind(self.kind).obs_groups
 
     @property
     def chunk_spec(self) -> ChunkSpec:
@@ -242,8 +270,15 @@ class PolicyArtifact:
         return ChunkSpec.from_extra(self.io_spec.extra, "artifact io_spec extra")
 
     def policy(self, device: torch.device | str = "cpu") -> ChunkExecutor[torch.Tensor]:
-        """The policy as a callable for any kind: ``policy(obs [N, D]) -> action [N, A]``,
-        deterministic, executing chunks receding-horizon; ``policy.reset()`` starts a new plan."""
+        """The policy as a callable for a kind that reads the policy vector alone:
+        ``policy(obs [N, D]) -> action [N, A]``, deterministic, executing chunks
+        receding-horizon; ``policy.reset()`` starts a new plan. :meth:`obs_policy` takes the
+        observation dict, for every kind."""
+        if len(self.obs_groups) > 1:
+            raise PolicyArtifactError(
+                f"a policy of kind {self.kind!r} reads {', '.join(self.obs_groups)}, not the policy vector alone: "
+                "call it through PolicyArtifact.obs_policy() with the observation dict"
+            )
         module = self.module().to(device).eval()
 
         @torch.no_grad()
@@ -252,6 +287,34 @@ class PolicyArtifact:
             return out
 
         return ChunkExecutor(plan, self.chunk_spec)
+
+    def obs_policy(self, device: torch.device | str = "cpu") -> Callable[[ObsDict], torch.Tensor]:
+        """The policy as a callable for any kind: ``policy(obs) -> action [N, A]``,
+        deterministic, reading the groups of :attr:`obs_groups` from the observation dict
+        (``obs["policy"] [N, D]``; an image policy also ``obs["image"] [N, H, W, C]`` uint8)."""
+        if len(self.obs_groups) == 1:
+            vector_policy = self.policy(device)  # chunks run receding-horizon
+            return lambda obs: vector_policy(obs[self.obs_groups[0]])
+        if self.chunk_spec.length > 1:
+            # no kind reading several groups returns chunks; refuse rather than run a chunk as one action
+            raise PolicyArtifactError(
+                f"a policy of kind {self.kind!r} with action chunks cannot be run from observation dicts"
+            )
+        module = self.module().to(device).eval()
+        first, *others = self.obs_groups
+
+        @torch.no_grad()
+        def act(obs: ObsDict) -> torch.Tensor:
+            missing = [group for group in self.obs_groups if group not in obs]
+            if missing:
+                raise PolicyArtifactError(
+                    f"a policy of kind {self.kind!r} reads observation group(s) {missing}, absent here"
+                )
+            # the vector is cast to float32; the other groups (uint8 images) go in as the env gives them
+            out: torch.Tensor = module(obs[first].float(), *(obs[group] for group in others))
+            return out
+
+        return act
 
     def to_bytes(self) -> bytes:
         """The sealed ``torch.save`` archive of this artifact."""

@@ -32,6 +32,7 @@ from embodied.export.formats import (
     selected,
     unsupported_kind_reason,
 )
+from embodied.export.image_onnx import image_model_sha256, image_shape_of
 from embodied.export.onnx import probe_observations, symmetry_twin
 from embodied.export.policy_io import weights_sha256, write_policy_io
 from embodied.io_spec import IOSpec
@@ -81,6 +82,15 @@ class ExportReport:
         return None if result is None else result.details.get("fast_tanh")
 
 
+def export_model_sha256(module: nn.Module) -> str:
+    """The ``model_sha256`` an export of ``module`` (an artifact's module) records: the hash of
+    its traced graph for an image policy (:func:`~embodied.export.image_onnx.image_model_sha256`),
+    else :func:`~embodied.export.policy_io.weights_sha256` (the graph built from its arrays)."""
+    if image_shape_of(module) is not None:
+        return image_model_sha256(module)
+    return weights_sha256(module)
+
+
 @torch.inference_mode()
 def record_observations(
     policy: Callable[[torch.Tensor], torch.Tensor],
@@ -113,6 +123,11 @@ def export_artifact(
     """Export ``artifact`` into ``out_dir``: ``policy_io.json`` always, then each format ``fmt``
     names (a :data:`~embodied.export.formats.EXPORTERS` key or ``all``)."""
     exporters = selected(fmt)  # an unknown format fails before anything is written
+    if len(artifact.obs_groups) > 1:
+        raise EmbodiedError(
+            f"a policy of kind {artifact.kind!r} reads {', '.join(artifact.obs_groups)}: its export traces every input "
+            "(embodied.training.run_policy.export_image_artifact; `embodied export RUN_DIR` does it)"
+        )
     if fmt == ALL:
         skipped = [e.name for e in exporters if artifact.kind not in e.kinds]
         if skipped:
@@ -130,7 +145,7 @@ def export_artifact(
             )
     module = artifact.module()
     out_dir = Path(out_dir)
-    report = ExportReport(model_sha256=weights_sha256(module), num_macs=artifact.description.num_macs)
+    report = ExportReport(model_sha256=export_model_sha256(module), num_macs=artifact.description.num_macs)
     report.written.append(write_policy_io(out_dir, artifact.io_spec, report.model_sha256, source_run))
     checks = [probe_observations(artifact.description)]
     if recorded_obs is not None and len(recorded_obs):

@@ -26,6 +26,7 @@ from embodied.export.c_build import HOST_LIBRARY, build_policy_library
 from embodied.export.c_header import generate_c
 from embodied.export.flow_arrays import FlowArrays
 from embodied.export.host_lib import HostPolicyLib
+from embodied.export.image_arrays import ImageArrays
 from embodied.export.image_onnx import image_input_of, load_image_onnx_policy
 from embodied.export.onnx import PARITY_TOL, export_onnx, load_onnx_policy
 from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io
@@ -121,6 +122,12 @@ def unsupported_kind_reason(fmt: str, artifact: PolicyArtifact) -> str:
             f"format {fmt!r} cannot hold a flow policy: its sampler is {description.steps} unrolled calls of a "
             f"{len(description.layers)}-layer velocity network returning a [{description.chunk}, "
             f"{description.action_dim}] action chunk, and {what}; export it with --format onnx"
+        )
+    if isinstance(description, ImageArrays):
+        return (
+            f"format {fmt!r} cannot hold an image policy: its first layer, encoder.convs[0] "
+            f"({description.convs[0].text()}), is a convolution, and the C exporter writes Linear layers and "
+            "activations only; export it with --format onnx"
         )
     return f"format {fmt!r} cannot hold a policy of kind {artifact.kind!r}; export it with --format onnx"
 

@@ -1,8 +1,8 @@
 """ONNX export of image policies: ``(obs [B, D] float32, image [B, H, W, 3] uint8) -> action``.
 
-An image policy's ``export_module()`` (``policies/cnn.py`` ``ImageExportedPolicy``) carries
-convolutions, which no policy artifact kind describes yet, so its ONNX graph is traced
-(:func:`embodied.export.onnx_traced.export_traced_inputs`) with two inputs, ``obs`` and
+An image policy (``policies/cnn.py`` ``ImageExportedPolicy``, the module of the policy
+artifact kind ``image``, :mod:`embodied.export.image_arrays`) carries convolutions; its ONNX graph
+is traced (:func:`embodied.export.onnx_traced.export_traced_inputs`) with two inputs, ``obs`` and
 ``image``, and checked against torch with onnxruntime on probes that span the normalizer's
 range and random pixels (plus recorded rollout inputs when given). ``policy_io.json`` gains a
 top-level ``image_input`` that tells a deployment what to feed::
@@ -10,8 +10,11 @@ top-level ``image_input`` that tells a deployment what to feed::
     "image_input": {"name": "image", "shape": ["batch", H, W, 3], "dtype": "uint8",
                     "layout": "NHWC", "channels": "RGB", "range": [0, 255], "camera": "top"}
 
-The C exporter refuses these policies (:func:`embodied.export.layers.mlp_arrays` names the first
-convolution).
+``model_sha256`` is the traced graph's hash (:func:`image_model_sha256`), so the weights of an
+image policy are compared by tracing its module again, never with
+:func:`~embodied.export.policy_io.weights_sha256` (the hash of an MLP graph). The C exporter
+refuses these policies, naming the first convolution. ``embodied deploy`` refuses them too: its
+ROS 2 node has no camera input yet.
 """
 
 from __future__ import annotations
@@ -28,13 +31,22 @@ from torch import nn
 from embodied.env import IMAGE_GROUP, ObsDict
 from embodied.errors import EmbodiedError
 from embodied.export.onnx import OnnxExport
-from embodied.export.onnx_traced import export_traced_inputs
+from embodied.export.onnx_traced import export_traced_inputs, traced_model
 from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io, write_policy_io
 from embodied.io_spec import IOSpec
-from embodied.policy_io import check_session_hash
+from embodied.policy_io import IMAGE_INPUT_KEY, check_session_hash, graph_sha256
 
-IMAGE_INPUT_KEY = "image_input"
-"""Top-level ``policy_io.json`` key describing the image input of an image policy."""
+__all__ = [
+    "IMAGE_INPUT_KEY",
+    "export_image_onnx",
+    "image_input_entry",
+    "image_input_of",
+    "image_model_sha256",
+    "image_shape_of",
+    "load_image_onnx_policy",
+    "probe_inputs",
+    "record_inputs",
+]
 
 
 def image_shape_of(module: nn.Module) -> tuple[int, int, int] | None:
@@ -108,11 +120,25 @@ def export_image_onnx(
             "obs": np.concatenate([probes["obs"], np.asarray(recorded["obs"], dtype=np.float32)]),
             "image": np.concatenate([probes["image"], np.asarray(recorded["image"], dtype=np.uint8)]),
         }
-    examples = {"obs": torch.zeros(2, obs_dim), "image": torch.zeros(2, *shape, dtype=torch.uint8)}
-    report = export_traced_inputs(module, examples, export_dir, probes)
+    report = export_traced_inputs(module, _examples(module, shape), export_dir, probes)
     entry = image_input_entry(shape, camera)
     write_policy_io(Path(export_dir), io_spec, report.model_sha256, source_run, **{IMAGE_INPUT_KEY: entry})
     return report
+
+
+def _examples(module: nn.Module, shape: tuple[int, int, int]) -> dict[str, torch.Tensor]:
+    """The tracing inputs: ``obs [2, D]`` float32 zeros and ``image [2, H, W, C]`` uint8 zeros."""
+    obs_dim = int(np.asarray(module.obs_mean).shape[0])
+    return {"obs": torch.zeros(2, obs_dim), "image": torch.zeros(2, *shape, dtype=torch.uint8)}
+
+
+def image_model_sha256(module: nn.Module) -> str:
+    """The ``model_sha256`` :func:`export_image_onnx` records for ``module``: the
+    :func:`graph_sha256` of its traced graph (traced again here, nothing written)."""
+    shape = image_shape_of(module)
+    if shape is None:
+        raise EmbodiedError(f"{type(module).__name__} reads no images")
+    return graph_sha256(traced_model(module, _examples(module, shape)).graph)
 
 
 def image_input_of(export_dir: Path) -> dict[str, Any] | None:

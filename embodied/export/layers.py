@@ -137,13 +137,22 @@ def dense_layers(
     return tuple(layers)
 
 
-LAYER_ACTIVATIONS: dict[str, Callable[[DenseLayer], nn.Module]] = {
+LAYER_ACTIVATIONS: dict[str, Callable[[float], nn.Module]] = {
     "tanh": lambda _: nn.Tanh(),
     "relu": lambda _: nn.ReLU(),
-    "elu": lambda layer: nn.ELU(alpha=layer.elu_alpha),
+    "elu": lambda alpha: nn.ELU(alpha=alpha),
     "mish": lambda _: nn.Mish(),
 }
-"""``DenseLayer.activation`` -> its torch module (the rebuild direction of :func:`dense_layers`)."""
+"""A described layer's ``activation`` -> its torch module given ``elu_alpha`` (the rebuild
+direction of :func:`dense_layers`)."""
+
+
+def activation_module(name: str, elu_alpha: float, where: str) -> nn.Module:
+    """The torch module of activation ``name`` (``elu_alpha`` for ELU); ``where`` names the
+    described layer in the :class:`EmbodiedError` for an unknown name."""
+    if name not in LAYER_ACTIVATIONS:
+        raise EmbodiedError(f"{where}: unknown activation {name!r} (known: {', '.join(LAYER_ACTIVATIONS)})")
+    return LAYER_ACTIVATIONS[name](elu_alpha)
 
 
 def sequential_from_layers(layers: tuple[DenseLayer, ...], name: str) -> nn.Sequential:
@@ -156,9 +165,7 @@ def sequential_from_layers(layers: tuple[DenseLayer, ...], name: str) -> nn.Sequ
             linear.bias.copy_(torch.from_numpy(np.array(layer.bias, dtype=np.float32)))
         modules.append(linear)
         if layer.activation != "none":
-            if layer.activation not in LAYER_ACTIVATIONS:
-                raise EmbodiedError(f"{name} layers[{index}]: unknown activation {layer.activation!r}")
-            modules.append(LAYER_ACTIVATIONS[layer.activation](layer))
+            modules.append(activation_module(layer.activation, layer.elu_alpha, f"{name} layers[{index}]"))
     return nn.Sequential(*modules)
 
 
@@ -195,11 +202,16 @@ def layers_outside_net(module: nn.Module) -> list[tuple[str, nn.Module]]:
     ]
 
 
+def conv_text(in_channels: int, out_channels: int, kernel: tuple[int, int], stride: int) -> str:
+    """``Conv2d(3 -> 16, kernel 8x8, stride 4)``: how errors name a convolution."""
+    return f"Conv2d({in_channels} -> {out_channels}, kernel {kernel[0]}x{kernel[1]}, stride {stride})"
+
+
 def describe_layer(layer: nn.Module) -> str:
     """``Conv2d(3 -> 16, kernel 8x8, stride 4)``-style description of a layer for error messages."""
     if isinstance(layer, nn.Conv2d):
         kh, kw = layer.kernel_size
-        return f"Conv2d({layer.in_channels} -> {layer.out_channels}, kernel {kh}x{kw}, stride {layer.stride[0]})"
+        return conv_text(layer.in_channels, layer.out_channels, (kh, kw), layer.stride[0])
     if isinstance(layer, nn.Linear):
         return f"Linear({layer.in_features} -> {layer.out_features})"
     return type(layer).__name__

@@ -13,9 +13,11 @@ torch to :data:`embodied.export.onnx.PARITY_TOL`.
 from __future__ import annotations
 
 import logging
+import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,34 +38,46 @@ def export_traced_onnx(module: nn.Module, obs_dim: int, export_dir: Path, probes
     )
 
 
-def export_traced_inputs(
-    module: nn.Module, examples: Mapping[str, torch.Tensor], export_dir: Path, probes: Mapping[str, np.ndarray]
-) -> OnnxExport:
-    """Trace ``module`` with one graph input per entry of ``examples`` (name -> example tensor
-    ``[2, ...]`` of the input's dtype, in ``forward``'s argument order; batch dynamic) and output
-    ``action``; check onnxruntime against torch on ``probes`` (name -> ``[N, ...]``)."""
+def traced_model(module: nn.Module, examples: Mapping[str, torch.Tensor]) -> Any:
+    """The checked ONNX ``ModelProto`` (no metadata) of ``module`` traced with one graph input per
+    entry of ``examples`` (name -> example tensor ``[2, ...]`` of the input's dtype, in
+    ``forward``'s argument order; batch dynamic) and the output ``action``. Tracing the same
+    module twice gives the same graph, so :func:`graph_sha256` of it identifies the weights."""
     import onnx
 
-    export_dir = Path(export_dir)
-    export_dir.mkdir(parents=True, exist_ok=True)
-    path = export_dir / ONNX_FILENAME
-    tmp = path.with_suffix(".onnx.tmp")
     names = list(examples)
-    with warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         # the TorchScript exporter is deprecated in favour of one that needs onnxscript
         warnings.simplefilter("ignore", DeprecationWarning)
+        path = Path(tmp) / ONNX_FILENAME
         torch.onnx.export(
             module.eval(),
             tuple(examples.values()),
-            str(tmp),
+            str(path),
             input_names=names,
             output_names=["action"],
             dynamic_axes={**{name: {0: "batch"} for name in names}, "action": {0: "batch"}},
             opset_version=OPSET,
             dynamo=False,
         )
-    model = onnx.load(str(tmp))
+        model = onnx.load(str(path))
     onnx.checker.check_model(model)
+    return model
+
+
+def export_traced_inputs(
+    module: nn.Module, examples: Mapping[str, torch.Tensor], export_dir: Path, probes: Mapping[str, np.ndarray]
+) -> OnnxExport:
+    """Trace ``module`` (:func:`traced_model`) to ``export_dir/policy.onnx``, its
+    :func:`graph_sha256` in the metadata; check onnxruntime against torch on ``probes`` (name ->
+    ``[N, ...]``)."""
+    import onnx
+
+    export_dir = Path(export_dir)
+    export_dir.mkdir(parents=True, exist_ok=True)
+    path = export_dir / ONNX_FILENAME
+    tmp = path.with_suffix(".onnx.tmp")
+    model = traced_model(module, examples)
     sha = graph_sha256(model.graph)
     onnx.helper.set_model_props(model, {"model_sha256": sha})
     onnx.save(model, str(tmp))

@@ -118,22 +118,17 @@ def _run_batch(
 
 
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
-    """The run's policy artifact as a torch module (deterministic actions), without its algorithm;
-    for a policy with no artifact kind (a VLA-shaped one reads images and an instruction), the
-    checkpoint's policy itself."""
+    """The run's policy artifact as a torch module (deterministic actions, fed the groups of the
+    observation dict its kind reads), without its algorithm; for a policy with no artifact kind
+    (a VLA-shaped one reads images and an instruction), the checkpoint's policy itself."""
     from embodied.training.run import load_run
     from embodied.training.run_policy import NoArtifactKindError, policy_artifact
 
     try:
-        policy = policy_artifact(run_dir).policy(env.device)  # chunked kinds run receding-horizon
+        return policy_artifact(run_dir).obs_policy(env.device)  # chunked kinds run receding-horizon
     except NoArtifactKindError:
         trained = load_run(run_dir, env.device).policy
         return lambda obs: trained.act(obs, deterministic=True)
-
-    def act(obs: ObsDict) -> torch.Tensor:
-        return policy(obs["policy"])
-
-    return act
 
 
 def policy_choices() -> tuple[str, ...]:
@@ -173,7 +168,7 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     except PolicyArtifactError:
         if image_input_of(export) is None:
             raise
-        trained = vehicle_name(exported)  # an image policy has no artifact to compare with
+        trained = vehicle_name(exported)  # a VLA-shaped policy (images + instruction) has no artifact to compare with
     if vehicle_name(exported) != trained:
         raise EmbodiedError(
             f"{exported.path}: extra.vehicle is {vehicle_name(exported)!r} but the run's policy says "

@@ -7,14 +7,16 @@ See :mod:`embodied.export.artifact` for the file itself.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
 from embodied import registry
 from embodied.algo import ExportUnsupportedError
 from embodied.checkpoint_seal import MAGIC, SealError, verify_file
-from embodied.env import RenderingEnv
+from embodied.env import IMAGE_GROUP, RenderingEnv
 from embodied.errors import EmbodiedError
 from embodied.experiment import load_experiment
 from embodied.export.artifact import (
@@ -25,9 +27,8 @@ from embodied.export.artifact import (
     read_policy_artifact,
 )
 from embodied.export.bundle import ExportReport, export_artifact, export_dir, record_observations
-from embodied.export.formats import ALL, FormatResult, selected
-from embodied.export.image_onnx import export_image_onnx, image_shape_of, record_inputs
-from embodied.export.layers import mlp_arrays
+from embodied.export.formats import ALL, FormatResult, selected, unsupported_kind_reason
+from embodied.export.image_onnx import export_image_onnx, record_inputs
 from embodied.export.policy_io import POLICY_IO_FILENAME
 from embodied.io_spec import IOSpec
 from embodied.training.run import CHECKPOINT_FILE, CONFIG_FILE, CheckpointError, atomic_write_bytes
@@ -57,9 +58,9 @@ def checkpoint_seal(run_dir: Path) -> str:
 def write_policy_artifact(run_dir: Path, module: nn.Module, io_spec: IOSpec, env_steps: int) -> Path | None:
     """Write ``ckpt/policy.pt`` for the exported ``module`` of the checkpoint just saved.
 
-    A policy family no artifact kind describes (``export.artifact.POLICY_KINDS``: ``mlp`` and
-    ``flow`` today) gets none: the checkpoint is the whole record, and this returns None (logged
-    once per run directory)."""
+    A policy family no artifact kind describes (``export.artifact.POLICY_KINDS``: ``mlp``,
+    ``flow`` and ``image`` today) gets none: the checkpoint is the whole record, and this
+    returns None (logged once per run directory)."""
     if not artifact_kind_known(module):
         if run_dir not in _SKIPPED:
             _SKIPPED.add(run_dir)
@@ -126,7 +127,7 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
         raise NoArtifactKindError(
             f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "
             "--policy and the firmware tools cannot read it alone; evaluate it with `embodied eval` "
-            "(torch; an image policy also exports with --format onnx)"
+            "(torch; a VLA-shaped policy also exports with --format onnx)"
         )
     return read_policy_artifact(path)
 
@@ -147,43 +148,48 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     except NoArtifactKindError:
         from embodied.training.vla_export import export_vla_run
 
-        # policies no artifact kind describes: image policies, VLA-shaped policies
-        report = export_image_run(run_dir, fmt, record) or export_vla_run(run_dir, fmt)
+        # policies no artifact kind describes: VLA-shaped policies
+        report = export_vla_run(run_dir, fmt)
         if report is None:
             raise
         return report
-    recorded = None
-    if record:
-        cfg = load_experiment(run_dir / CONFIG_FILE)
-        recorded = record_observations(
-            artifact.policy(), lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, "cpu", seed)
-        )
-    return export_artifact(artifact, export_dir(run_dir), fmt, recorded, source_run=str(run_dir.resolve()))
+    cfg = load_experiment(run_dir / CONFIG_FILE)
+
+    def make_env(num_envs: int, seed: int) -> Any:
+        return registry.make_env(cfg.task_name, cfg.env, num_envs, "cpu", seed)
+
+    source_run = str(run_dir.resolve())
+    if IMAGE_GROUP in artifact.obs_groups:
+        return export_image_artifact(artifact, export_dir(run_dir), fmt, make_env, record, source_run)
+    recorded = record_observations(artifact.policy(), make_env) if record else None
+    return export_artifact(artifact, export_dir(run_dir), fmt, recorded, source_run=source_run)
 
 
-def export_image_run(run_dir: Path, fmt: str, record: bool) -> ExportReport | None:
-    """Export a run whose policy reads camera images (:mod:`embodied.export.image_onnx`); None
-    when its policy reads none. Only ONNX holds such a policy: ``--format c`` fails naming the
-    first convolution, ``all`` writes ONNX alone."""
-    from embodied.training.run import load_run
-
-    run = load_run(run_dir)
-    module = run.policy.export_module()
-    if image_shape_of(module) is None:
-        return None
+def export_image_artifact(
+    artifact: PolicyArtifact,
+    out: Path,
+    fmt: str,
+    make_env: Callable[[int, int], Any],
+    record: bool,
+    source_run: str = "",
+) -> ExportReport:
+    """Export an image policy's artifact (:mod:`embodied.export.image_onnx`) into ``out``. Only
+    ONNX holds such a policy: ``--format c`` fails naming the first convolution, ``all`` writes
+    ONNX alone. The graph is traced from the artifact's module, so ``model_sha256`` is what
+    :func:`embodied.export.bundle.export_model_sha256` gives for the artifact."""
     if fmt != "onnx":
         if fmt != ALL:
-            mlp_arrays(module)  # raises, naming the layer the format cannot hold
+            raise EmbodiedError(unsupported_kind_reason(fmt, artifact))
         log.info("an image policy has only an onnx export; writing onnx")
-    env = run.make_env(4 if record else 1, 0)
+    module = artifact.module()
+    env = make_env(4 if record else 1, 0)
     try:
         camera = env.camera if isinstance(env, RenderingEnv) else ""
         recorded = record_inputs(module, env, steps=8) if record else None
     finally:
         env.close()
-    out = export_dir(run_dir)
-    result = export_image_onnx(module, run.io_spec, out, recorded, camera, str(Path(run_dir).resolve()))
-    report = ExportReport(model_sha256=result.model_sha256)
+    result = export_image_onnx(module, artifact.io_spec, out, recorded, camera, source_run)
+    report = ExportReport(model_sha256=result.model_sha256, num_macs=artifact.description.num_macs)
     report.written += [out / POLICY_IO_FILENAME, result.path]
     report.formats["onnx"] = FormatResult([result.path], result.max_abs_err)
     return report

@@ -66,9 +66,11 @@ class VerifyOptions:
 
 def ensure_export(run_dir: Path) -> None:
     """Export the run (ONNX + C) when ``RUN_DIR/export`` lacks ``policy_io.json`` or ``policy.onnx``;
-    otherwise check that the export holds the run's current weights."""
-    from embodied.export.bundle import export_dir
-    from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io, weights_sha256
+    otherwise check that the export holds the run's current weights: the artifact's hash is
+    computed as its export computes ``model_sha256`` (an image policy's traced graph, any other
+    policy's graph built from its arrays)."""
+    from embodied.export.bundle import export_dir, export_model_sha256
+    from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io
     from embodied.training.run_policy import export_run, policy_artifact
 
     out = export_dir(run_dir)
@@ -77,7 +79,7 @@ def ensure_export(run_dir: Path) -> None:
         export_run(run_dir, "all")
         return
     policy_io = read_policy_io(out)
-    current = weights_sha256(policy_artifact(run_dir).module())
+    current = export_model_sha256(policy_artifact(run_dir).module())
     if current != policy_io.model_sha256:
         raise EmbodiedError(
             f"{policy_io.path}: exported from other weights ({policy_io.model_sha256[:12]}) than the run's checkpoint "
