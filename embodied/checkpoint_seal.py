@@ -30,10 +30,25 @@ class SealError(EmbodiedError):
 
 def seal(archive: bytes) -> bytes:
     """``archive`` (a ZIP without a comment, as ``torch.save`` writes) with the seal appended."""
-    if len(archive) < _EOCD_SIZE or archive[-_EOCD_SIZE : -_EOCD_SIZE + 4] != _EOCD or archive[-2:] != b"\0\0":
+    return bytes(archive[:-2]) + seal_trailer(archive)
+
+
+def seal_trailer(archive: bytes | memoryview) -> bytes:
+    """The bytes that replace the last two of ``archive`` (its empty comment length) to seal it:
+    ``archive[:-2] + seal_trailer(archive)`` is the sealed file. Written in two parts, a large
+    checkpoint is never copied whole in memory (``archive`` may be a view of the serializer's
+    buffer)."""
+    archive = memoryview(archive)
+    if (
+        len(archive) < _EOCD_SIZE
+        or bytes(archive[-_EOCD_SIZE : -_EOCD_SIZE + 4]) != _EOCD
+        or bytes(archive[-2:]) != b"\0\0"
+    ):
         raise ValueError("expected a ZIP archive ending in an end-of-central-directory record without comment")
-    body = archive[:-2] + struct.pack("<H", _COMMENT_LEN)
-    return body + MAGIC + hashlib.sha256(body).hexdigest().encode()
+    comment_len = struct.pack("<H", _COMMENT_LEN)
+    digest = hashlib.sha256(archive[:-2])
+    digest.update(comment_len)
+    return comment_len + MAGIC + digest.hexdigest().encode()
 
 
 def _stored_seal(tail: bytes, size: int, name: str) -> bytes:

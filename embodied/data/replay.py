@@ -257,15 +257,22 @@ class ReplayBuffer:
             "num_envs": self.num_envs,
         }
         if include_contents:
-            # Until the ring wraps, rows [0, size) are the written ones: save only those.
+            # Until the ring wraps, rows [0, size) are the written ones: save only those. A slice
+            # is a view, and torch.save writes a view's whole storage (gigabytes of empty rows
+            # with camera images), so a partly filled ring saves copies of its rows; a full one
+            # saves the storage itself (a copy would double its memory).
             n = self.size
+
+            def rows(tensor: torch.Tensor) -> torch.Tensor:
+                return tensor if n == self.capacity else tensor[:n].clone()
+
             state["contents"] = {
-                "obs": {k: v[:n] for k, v in self.obs.items()},
-                "next_obs": {k: v[:n] for k, v in self.next_obs.items()},
-                "action": self.action[:n],
-                "reward": self.reward[:n],
-                "terminated": self.terminated[:n],
-                "truncated": self.truncated[:n],
+                "obs": {k: rows(v) for k, v in self.obs.items()},
+                "next_obs": {k: rows(v) for k, v in self.next_obs.items()},
+                "action": rows(self.action),
+                "reward": rows(self.reward),
+                "terminated": rows(self.terminated),
+                "truncated": rows(self.truncated),
             }
         return state
 

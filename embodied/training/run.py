@@ -34,7 +34,7 @@ import yaml
 
 from embodied import registry
 from embodied.algo import PreloadSource, base_outside_checkpoint, preload_algorithm
-from embodied.checkpoint_seal import SealError, seal, unseal
+from embodied.checkpoint_seal import SealError, seal_trailer, unseal
 from embodied.config import to_plain
 from embodied.errors import EmbodiedError
 from embodied.experiment import ALLOW_KEY, ExperimentCfg, config_key, load_experiment
@@ -191,11 +191,17 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
     """Atomically write sealed ``ckpt/latest.pt`` (see :func:`atomic_file`, :mod:`embodied.checkpoint_seal`).
 
     The state is serialized in memory first, so a full disk fails as a plain ``OSError`` of the
-    temp file (and leaves the previous checkpoint in place), never inside torch's ZIP writer."""
+    temp file (and leaves the previous checkpoint in place), never inside torch's ZIP writer. The
+    serialized bytes are written and sealed from a view of that one buffer, never copied (a
+    replay buffer with camera images makes checkpoints of gigabytes)."""
     path = Path(run_dir) / CHECKPOINT_FILE
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    atomic_write_bytes(path, seal(buffer.getvalue()))
+    archive = buffer.getbuffer()
+    trailer = seal_trailer(archive)
+    with atomic_file(path) as fh:
+        fh.write(archive[:-2])
+        fh.write(trailer)
     return path
 
 
