@@ -14,6 +14,9 @@ Contenders (``--contenders``, comma-separated):
   sb3-sac, sb3-ppo                 Stable-Baselines3 on gymnasium ``HalfCheetah-v5`` / ``Ant-v5`` with the
                                    rl-baselines3-zoo MuJoCo hyperparameters (``SB3_HYPERPARAMS``); a
                                    callback stops the training clock while it evaluates.
+  sbx-sac, sbx-ppo                 SBX (Stable-Baselines-JAX: the same algorithms and API, networks and
+                                   updates compiled by JAX) with the same hyperparameters, environments,
+                                   evaluation and clock (ReLU maps to JAX's ReLU).
 Our ``mujoco-halfcheetah`` / ``mujoco-ant`` tasks follow the v5 observation, reward, termination and
 reset definitions (tasks/mujoco_locomotion.py), so the returns are on the same scale.
 
@@ -25,6 +28,7 @@ the repository root (the exact commands used):
     /tmp/sb3venv/bin/pip install stable-baselines3 mujoco==4.0.0 gymnasium==1.4.0
     /tmp/sb3venv/bin/pip install pyyaml rich matplotlib imageio   # imageio: gymnasium's MuJoCo envs import it
     /tmp/sb3venv/bin/pip install -e . --no-deps
+    /tmp/sb3venv/bin/pip install sbx-rl "jax[cpu]"   # for the sbx-* contenders
 
 Offline machine (Python 3.12 with torch, numpy, matplotlib, pillow, cloudpickle, pyyaml, rich
 already installed): the cp312 wheels in ``.whl/`` (git-ignored) cover the rest:
@@ -46,6 +50,7 @@ Not a test: the numbers depend on the machine.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import multiprocessing as mp
 import os
@@ -64,11 +69,15 @@ from embodied.training.run import read_metrics
 TASKS = {"halfcheetah": ("mujoco-halfcheetah", "HalfCheetah-v5"), "ant": ("mujoco-ant", "Ant-v5")}
 OURS_ALGOS = ("sac", "fasttd3", "ppo")
 SB3_ALGOS = ("sac", "ppo")
+"""Algorithms of the ``sb3-`` and ``sbx-`` contenders (SBX mirrors SB3's API and takes its hyperparameters)."""
+PEER_LIBRARIES = {"sb3": "stable_baselines3", "sbx": "sbx"}
+"""Contender side -> the module it trains with."""
 SIDE_ENV_HINT = (
-    "Stable-Baselines3 is not installed in this Python ({exe}). It is not a dependency of embodied; "
+    "{module} is not installed in this Python ({exe}). It is not a dependency of embodied; "
     "create the side environment described at the top of bench/sb3_compare.py (python3 -m venv "
     "/tmp/sb3venv; pip install torch==2.13.0; pip install stable-baselines3 mujoco gymnasium pyyaml rich "
-    "matplotlib imageio; pip install -e . --no-deps) and run this script with /tmp/sb3venv/bin/python."
+    "matplotlib imageio; pip install -e . --no-deps; for sbx-*: pip install sbx-rl jax[cpu]) and run this "
+    "script with /tmp/sb3venv/bin/python."
 )
 COMPARABILITY = (
     "embodied's mujoco-halfcheetah / mujoco-ant follow gymnasium's HalfCheetah-v5 / Ant-v5 observations, "
@@ -153,7 +162,7 @@ class BenchCfg:
 
 @dataclass
 class Contender:
-    """One learner: ``side`` is ``ours`` or ``sb3``; ``cores`` are the CPUs it is pinned to."""
+    """One learner: ``side`` is ``ours``, ``sb3`` or ``sbx``; ``cores`` are the CPUs it is pinned to."""
 
     name: str
     side: str
@@ -328,14 +337,22 @@ def wall_cap_s(budget_s: float) -> float:
 
 # ------------------------------------------------------------------------------------------- SB3
 def _sb3_child(c: Contender, cfg: BenchCfg, out_dir: str) -> None:
-    """Child process: pin, build the SB3 model, learn until the budget, write ``sb3.json``."""
+    """Child process: pin, build the SB3 (or SBX) model, learn until the budget, write ``sb3.json``."""
     os.sched_setaffinity(0, set(c.cores))
     import gymnasium as gym
     import numpy as np
     import torch
 
     torch.set_num_threads(len(c.cores))
-    from stable_baselines3 import PPO, SAC
+    if c.side == "sbx":
+        import flax.linen
+        from sbx import PPO, SAC
+
+        relu: Any = flax.linen.relu
+    else:
+        from stable_baselines3 import PPO, SAC
+
+        relu = torch.nn.ReLU
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -344,7 +361,7 @@ def _sb3_child(c: Contender, cfg: BenchCfg, out_dir: str) -> None:
     normalize = hp.pop("normalize", False)
     kwargs = dict(hp.get("policy_kwargs", {}))
     if kwargs.get("activation_fn") == "relu":
-        kwargs["activation_fn"] = torch.nn.ReLU
+        kwargs["activation_fn"] = relu
     if kwargs:
         hp["policy_kwargs"] = kwargs
     venv: Any = DummyVecEnv([lambda: gym.make(env_id)])
@@ -402,6 +419,7 @@ def _sb3_child(c: Contender, cfg: BenchCfg, out_dir: str) -> None:
         "hyperparameters": SB3_HYPERPARAMS[(c.algo, cfg.task)],
         "versions": {
             "stable_baselines3": _version("stable_baselines3"),
+            **({"sbx": _version("sbx-rl"), "jax": _version("jax")} if c.side == "sbx" else {}),
             "gymnasium": gym.__version__,
             "numpy": np.__version__,
         },
@@ -418,7 +436,7 @@ def _version(module: str) -> str:
 
 
 class Sb3Run:
-    """Stable-Baselines3 in a spawned process."""
+    """Stable-Baselines3 (or SBX) in a spawned process."""
 
     def __init__(self, c: Contender, cfg: BenchCfg) -> None:
         self.c, self.cfg = c, cfg
@@ -464,9 +482,9 @@ def parse_contenders(text: str) -> list[Contender]:
     out = []
     for name in (s.strip() for s in text.split(",") if s.strip()):
         side, _, algo = name.partition("-")
-        valid = OURS_ALGOS if side == "ours" else SB3_ALGOS if side == "sb3" else ()
+        valid = OURS_ALGOS if side == "ours" else SB3_ALGOS if side in PEER_LIBRARIES else ()
         if algo not in valid:
-            choices = [f"ours-{a}" for a in OURS_ALGOS] + [f"sb3-{a}" for a in SB3_ALGOS]
+            choices = [f"ours-{a}" for a in OURS_ALGOS] + [f"{lib}-{a}" for lib in PEER_LIBRARIES for a in SB3_ALGOS]
             raise SystemExit(f"unknown contender {name!r}; choose from {', '.join(choices)}")
         out.append(Contender(name=name, side=side, algo=algo))
     if len({c.name for c in out}) != len(out):
@@ -521,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--contenders",
         default="ours-sac,sb3-sac",
-        help="comma-separated: ours-sac|ours-fasttd3|ours-ppo|sb3-sac|sb3-ppo",
+        help="comma-separated: ours-sac|ours-fasttd3|ours-ppo|sb3-sac|sb3-ppo|sbx-sac|sbx-ppo",
     )
     p.add_argument(
         "--budget-s", type=float, default=1800.0, help="training wall-time budget per contender (eval excluded)"
@@ -557,11 +575,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     contenders = parse_contenders(args.contenders)
-    if any(c.side == "sb3" for c in contenders):
+    for module in sorted({PEER_LIBRARIES[c.side] for c in contenders if c.side in PEER_LIBRARIES}):
         try:
-            import stable_baselines3  # noqa: F401
+            importlib.import_module(module)
         except ImportError:
-            raise SystemExit(SIDE_ENV_HINT.format(exe=sys.executable)) from None
+            raise SystemExit(SIDE_ENV_HINT.format(module=module, exe=sys.executable)) from None
     thresholds = [float(t) for t in (args.thresholds or DEFAULT_THRESHOLDS[args.task]).split(",") if t.strip()]
     cores = [int(x) for x in args.cores.split(",")] if args.cores else sorted(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -583,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     report = {
-        "task": {"ours": TASKS[args.task][0], "sb3": TASKS[args.task][1]},
+        "task": {"ours": TASKS[args.task][0], "sb3": TASKS[args.task][1], "sbx": TASKS[args.task][1]},
         "comparability": COMPARABILITY,
         "budget_s": args.budget_s,
         "eval_every_steps": {c.name: cfg.eval_every(c.algo) for c in contenders},
