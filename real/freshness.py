@@ -75,6 +75,8 @@ class InputGate:
         self.stale_timeout_s = cfg.stale_timeout_s or STALE_ARRIVAL_PERIODS * period_s
         self.max_stamp_age_s = cfg.max_stamp_age_s or STALE_STAMP_PERIODS * period_s
         self.latest: _Latest | None = None
+        self.previous_stamp_ns: int | None = None
+        """Header stamp of the accepted message before :attr:`latest` (its spacing tells the input's rate)."""
         self.accepted = 0
         self.publishers_lost = False
         """Set by the transport when the last publisher left; cleared by the next message."""
@@ -106,6 +108,7 @@ class InputGate:
                 return OUT_OF_ORDER, (
                     f"{self.cfg.name}: stamp {stamp:.6f} is older than the newest accepted {latest.stamp_ns * 1e-9:.6f}"
                 )
+        self.previous_stamp_ns = None if self.latest is None else self.latest.stamp_ns
         self.latest = _Latest(message, arrival_s, ns)
         self.publishers_lost = False
         self.accepted += 1

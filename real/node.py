@@ -32,6 +32,7 @@ from embodied.real.observation import ObservationBuilder, ObservationError, Sign
 from embodied.real.robot_config import RobotConfig
 from embodied.real.runner import PolicyRunner
 from embodied.real.safety import Envelope, SafetyLayer, SafetyState
+from embodied.real.sim_input_wait import PeriodInputWait
 from embodied.real.transports import Transport
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,8 @@ class PolicyNode:
             compile_signal(robot, robot.safety.hold, "safety.hold") if robot.safety.hold is not None else None
         )
         self._lock = threading.Lock()
+        self._accepted = threading.Condition(self._lock)
+        """Notified when an input message is accepted."""
         gap = robot.safety.gap_hold
         gap_s = None if gap is None else gap.after_periods * self.period_s
         watched = set() if gap is None else set(gap.inputs or robot.inputs)
@@ -124,6 +127,12 @@ class PolicyNode:
             for name, cfg in robot.inputs.items()
         }
         self._stamped_input = next((n for n, g in self.gates.items() if g.stamped), None)
+        self.sim_input_wait: PeriodInputWait | None = (
+            PeriodInputWait(self.gates[self._stamped_input], self.period_s, self._accepted)
+            if sim_clock is not None and self._stamped_input is not None
+            else None
+        )
+        """Simulation time: ticks wait for a state the clock overtook on the wire (see its module)."""
         self._answered_arrival: float | None = None
         self.received: dict[str, int] = dict.fromkeys(robot.inputs, 0)
         """Messages received per input (accepted or not)."""
@@ -167,7 +176,7 @@ class PolicyNode:
             self.period_s,
             self.step,
             clock,
-            (lambda deadline, stop: sim_clock.sleep_until(deadline, stop, self.loop.alarm)) if sim_clock else None,
+            self._sleep_on_sim_clock if sim_clock else None,
             event_step=lambda now_s: self.step(now_s, sampled=False),
             rt_priority=rt_priority,
             watchdog=self._gap_deadline if gap is not None else None,
@@ -189,7 +198,9 @@ class PolicyNode:
                 if rejected is not None:
                     self.rejections[rejected[0]] += 1
                     self.last_error = rejected[1]
-                elif gate_name == self._stamped_input or self._stamped_input is None:
+                    return
+                self._accepted.notify_all()
+                if gate_name == self._stamped_input or self._stamped_input is None:
                     self._answered_arrival = now
 
         return on_message
@@ -211,6 +222,17 @@ class PolicyNode:
             log.warning("e-stop %s", "ENGAGED" if engaged else "released (re-arming)")
         if engaged:
             self.wake()
+
+    def _sleep_on_sim_clock(self, deadline_s: float, stop: threading.Event) -> bool:
+        """The loop's sleep on simulation time: until ``/clock`` reaches the deadline, then (for a
+        period tick) until the state published with that clock has arrived."""
+        assert self._sim_clock is not None
+        alarm = self.loop.alarm
+        if self._sim_clock.sleep_until(deadline_s, stop, alarm):
+            return True
+        if self.sim_input_wait is not None and deadline_s != -math.inf and not alarm.is_set():
+            self.sim_input_wait.before_tick(self._sim_clock, lambda: stop.is_set() or alarm.is_set())
+        return stop.is_set()
 
     def wake(self) -> None:
         """Have the loop thread run a (safety-only) step now."""

@@ -5,8 +5,10 @@ the very state it followed (matched by stamp)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from real_support import export_policy, quad_robot, write_robot_variant
@@ -16,7 +18,8 @@ from embodied.real.freshness import SimClock
 from embodied.real.node import PolicyNode
 from embodied.real.robot_config import load_robot
 from embodied.real.runner import PolicyRunner
-from embodied.real.sim_robot import SimRobot
+from embodied.real.sim_robot import ODOMETRY, SimRobot
+from embodied.real.transports import Publish
 from embodied.real.transports.memory import MemoryTransport
 
 
@@ -32,10 +35,43 @@ def hover_env() -> object:
     env.close()
 
 
-def test_lockstep_on_sim_time_answers_every_state(hover_env: object, tmp_path: Path) -> None:
+class ClockOvertakesState(MemoryTransport):
+    """Delivers every ``every``-th odometry message ``delay_s`` of wall time late, from another
+    thread, so the ``/clock`` published right behind it arrives first. DDS orders messages per
+    writer only (the sensor topic is best effort, the clock reliable: separate delivery paths),
+    and this race was seen over Cyclone DDS under load. Other topics go through at once.
+
+    The first ``after`` messages go through in order: while sim-robot waits for the node to arm it
+    republishes its state every period without waiting for answers (not lockstep), so a late
+    state there is simply superseded."""
+
+    def __init__(self, every: int, delay_s: float, after: int) -> None:
+        super().__init__()
+        self.every, self.delay_s, self.after = every, delay_s, after
+        self.delayed = 0
+
+    def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
+        publish = super().publisher(topic, type_name, qos)
+        if type_name != ODOMETRY:
+            return publish
+        count = itertools.count(1)
+
+        def overtaken(message: Any) -> None:
+            n = next(count)
+            if n <= self.after or n % self.every:
+                publish(message)
+                return
+            self.delayed += 1
+            threading.Timer(self.delay_s, publish, (message,)).start()
+
+        return overtaken
+
+
+@pytest.mark.parametrize("overtaken", [False, True], ids=["in_order", "clock_overtakes_state"])
+def test_lockstep_on_sim_time_answers_every_state(hover_env: object, tmp_path: Path, overtaken: bool) -> None:
     env = hover_env
     export = export_policy(tmp_path / "export", env.io_spec(), seed=4)  # type: ignore[attr-defined]
-    transport = MemoryTransport()
+    transport = ClockOvertakesState(every=10, delay_s=0.03, after=30) if overtaken else MemoryTransport()
     # An untrained policy spins out of the training envelope; wide limits here, so any safe
     # command could only come from the timing this test is about.
     wide = {k: 1e9 for k in ("pos_err_m", "tilt_rad", "ang_vel_rad_s", "lin_vel_m_s")}
@@ -65,6 +101,12 @@ def test_lockstep_on_sim_time_answers_every_state(hover_env: object, tmp_path: P
     assert len(answered) == len(set(answered)) >= summary.steps
     assert node.loop.stats.steps <= len(answered) + 1
     assert node.rejections["stale_arrival"] == 0 and node.rejections["stale_stamp"] == 0
+    # A state the clock overtook is waited for: no tick samples the previous state, which would
+    # be an input gap (the hold command, entering the action history) and an answer to it.
+    assert node.rejections["input_gap"] == 0 and not any("hold" in t for t in node.transitions)
+    if overtaken:
+        assert node.sim_input_wait is not None and transport.delayed >= 6  # type: ignore[attr-defined]
+        assert node.sim_input_wait.waits >= transport.delayed - 2 and node.sim_input_wait.timeouts == 0  # type: ignore[attr-defined]
 
 
 def test_sim_robot_command_holds_the_robot_configs_setpoint() -> None:
