@@ -47,6 +47,8 @@ ONNX_FILENAME = "policy.onnx"
 IMAGE_INPUT_KEY = "image_input"
 """Top-level ``policy_io.json`` key describing the image input of an image policy (written by
 :mod:`embodied.export.image_onnx`); absent for a policy that reads the observation vector alone."""
+INSTRUCTION_INPUT_KEY = "instruction_input"
+"""Top-level ``policy_io.json`` key of a VLA-shaped policy's instruction embedding input."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class PolicyIO:
     path: Path
     image_input: dict[str, Any] | None = None
     """``image_input``: what an image policy reads besides ``obs`` (None: the vector alone)."""
+    instruction_input: dict[str, Any] | None = None
+    """``instruction_input``: the instruction embedding a VLA-shaped policy reads (None: none)."""
 
     @property
     def action_history(self) -> int:
@@ -119,6 +123,7 @@ def _validate(path: Path, data: Any) -> PolicyIO:
         source_run=str(data.get("source_run", "")),
         path=path,
         image_input=image_input if isinstance(image_input := data.get(IMAGE_INPUT_KEY), dict) else None,
+        instruction_input=text if isinstance(text := data.get(INSTRUCTION_INPUT_KEY), dict) else None,
     )
 
 

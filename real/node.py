@@ -26,11 +26,12 @@ import numpy as np
 
 from embodied.config import ConfigError
 from embodied.real import messages
+from embodied.real.camera_image import decode_image
 from embodied.real.control_loop import Clock, ControlLoop, LoopStats
 from embodied.real.freshness import InputGate, SimClock
 from embodied.real.observation import ObservationBuilder, ObservationError, Signal, compile_signal
 from embodied.real.robot_config import RobotConfig
-from embodied.real.runner import PolicyRunner
+from embodied.real.runner import PolicyRunner, refuse_unsupported
 from embodied.real.safety import Envelope, SafetyLayer, SafetyState
 from embodied.real.sim_input_wait import PeriodInputWait
 from embodied.real.transports import Transport
@@ -102,6 +103,7 @@ class PolicyNode:
         sim_clock: SimClock | None = None,
         rt_priority: int = 0,
     ) -> None:
+        refuse_unsupported(runner.policy_io, robot)  # an image policy needs the robot's camera
         self.robot = robot
         self.runner = runner
         self.io_spec = runner.io_spec
@@ -358,8 +360,15 @@ class PolicyNode:
         violation = self.envelope.violation(self.builder.fields)
         if violation is not None:
             return (SafetyState.ENVELOPE, f"envelope_{violation[0]}", violation[1]), None
+        image = None
+        if self.runner.image_shape is not None and self.robot.camera is not None:
+            camera = self.robot.camera
+            try:
+                image = decode_image(latest[camera.input], self.runner.image_shape, camera.resize, camera.input)
+            except ObservationError as err:
+                return (SafetyState.FAULT, "invalid_image", str(err)), None
         try:
-            action = self.runner(obs)
+            action = self.runner(obs, image)
         except Exception as err:
             return (SafetyState.FAULT, "policy_error", f"policy failed: {type(err).__name__}: {err}"), None
         if not np.all(np.isfinite(action)):

@@ -149,6 +149,19 @@ class SafetyCfg:
     """Short input gaps bridged with a hold command before the safe command (``None``: off)."""
 
 
+IMAGE_TYPE = "sensor_msgs/msg/Image"
+"""The message type a ``camera`` input carries."""
+
+
+@dataclass(frozen=True)
+class CameraCfg:
+    """The input whose ``sensor_msgs/Image`` feeds an image policy's ``image`` (see
+    :mod:`embodied.real.camera_image`); ``resize``: scale pictures of another size to the policy's."""
+
+    input: str
+    resize: bool = False
+
+
 @dataclass(frozen=True)
 class RobotConfig:
     name: str
@@ -159,6 +172,8 @@ class RobotConfig:
     safety: SafetyCfg
     params: dict[str, tuple[float, ...]] = field(default_factory=dict)
     description: str = ""
+    camera: CameraCfg | None = None
+    """The camera an image policy reads (``None``: the robot feeds vector policies only)."""
 
 
 def builtin_robots() -> list[str]:
@@ -298,6 +313,19 @@ def _gap_hold(r: _Reader, value: Any, inputs: Mapping[str, InputCfg]) -> GapHold
     return GapHoldCfg(after_periods=after, command=command, inputs=tuple(watched))
 
 
+def _camera(r: _Reader, value: Any, inputs: Mapping[str, InputCfg]) -> CameraCfg:
+    item = r.mapping(value, "camera", ("input", "resize"))
+    name = r.string(item, "input", "camera.")
+    if name not in inputs:
+        raise r.fail("camera.input", unknown_choice_message("input", name, inputs))
+    if inputs[name].type != IMAGE_TYPE:
+        raise r.fail("camera.input", f"input {name!r} carries {inputs[name].type}; a camera input carries {IMAGE_TYPE}")
+    resize = item.get("resize", False)
+    if not isinstance(resize, bool):
+        raise r.fail("camera.resize", f"expected true or false, got {resize!r}")
+    return CameraCfg(input=name, resize=resize)
+
+
 def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None) -> RobotConfig:
     """Read and check a robot config; ``params`` override its ``params`` block (e.g. setpoints)."""
     path = resolve_robot_path(name_or_path)
@@ -305,7 +333,7 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
     data = r.mapping(
         load_yaml(path),
         "top level",
-        ("name", "description", "trigger", "params", "inputs", "observation", "command", "safety"),
+        ("name", "description", "trigger", "params", "inputs", "observation", "command", "safety", "camera"),
     )
     if data.get("trigger", "timer") != "timer":
         raise r.fail(
@@ -394,6 +422,7 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
                     f"holds joints in the order {list(names)} but command.joints is {list(command.joints)}: the "
                     "held positions would go to the wrong joints",
                 )
+    camera = _camera(r, data["camera"], inputs) if data.get("camera") is not None else None
     return RobotConfig(
         name=r.string(data, "name", "", path.stem),
         path=path,
@@ -403,4 +432,5 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         safety=safety,
         params=param_values,
         description=str(data.get("description", "")),
+        camera=camera,
     )

@@ -4,8 +4,10 @@ The runner trusts nothing it did not check: ``policy_io.json`` is validated by
 :func:`embodied.policy_io.read_policy_io`, the ONNX file must carry the same
 ``model_sha256`` in its metadata (written by :mod:`embodied.export.onnx`), and the graph's
 input/output widths must equal the interface's observation and action sizes. An image policy
-(``policy_io.json`` ``image_input``) is refused before anything is loaded: the node builds the
-observation vector from its robot config and has no camera input yet.
+(``policy_io.json`` ``image_input``) takes the camera picture as its second input
+(``runner(obs, image)``); the node feeds it from the robot config's ``camera`` input
+(:mod:`embodied.real.camera_image`). A policy that reads an instruction embedding (VLA-shaped) is
+refused before anything is loaded: the node has no instruction input.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ import numpy as np
 from embodied.action_chunks import CHUNK_EXTRA_KEY, ChunkExecutor
 from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
-from embodied.policy_io import IMAGE_INPUT_KEY, ONNX_FILENAME, PolicyIO, check_session_hash, read_policy_io
+from embodied.policy_io import (
+    IMAGE_INPUT_KEY,
+    INSTRUCTION_INPUT_KEY,
+    ONNX_FILENAME,
+    PolicyIO,
+    check_session_hash,
+    read_policy_io,
+)
+from embodied.real.robot_config import IMAGE_TYPE, RobotConfig
 
 log = logging.getLogger(__name__)
 
@@ -37,29 +47,38 @@ def resolve_export_dir(path: Path) -> Path:
 
 
 class DeployUnsupportedError(EmbodiedError):
-    """The export holds a policy the deploy runtime cannot feed (e.g. one that reads camera images)."""
+    """The export holds a policy the deploy node cannot feed (an instruction embedding, or camera
+    images on a robot config without a camera)."""
 
 
-def refuse_unsupported(policy_io: PolicyIO) -> None:
-    """Raise :class:`DeployUnsupportedError` naming the export and why, for a policy the node cannot feed."""
+def refuse_unsupported(policy_io: PolicyIO, robot: RobotConfig | None = None) -> None:
+    """Raise :class:`DeployUnsupportedError` naming the export and why, for a policy the node
+    cannot feed on ``robot`` (``None``: judge what the policy needs without a robot config)."""
+    run = policy_io.source_run or str(policy_io.path.parent)
+    if policy_io.instruction_input is not None:
+        text = policy_io.instruction_input
+        raise DeployUnsupportedError(
+            f"{policy_io.path}: the policy of {run} reads an instruction embedding ({INSTRUCTION_INPUT_KEY} "
+            f"{text.get('name', '')!r} [{text.get('size', '?')}]) besides its observation, and the deploy node has "
+            f"no instruction input; evaluate it in simulation with `embodied eval {run} --policy onnx`"
+        )
     entry = policy_io.image_input
-    if entry is None:
+    if entry is None or robot is None or robot.camera is not None:
         return
     shape = "x".join(str(v) for v in list(entry.get("shape", []))[1:]) or "?"
-    run = policy_io.source_run or str(policy_io.path.parent)
     raise DeployUnsupportedError(
         f"{policy_io.path}: the policy of {run} reads camera images ({IMAGE_INPUT_KEY} {shape} "
         f"{entry.get('dtype', 'uint8')} from camera {entry.get('camera', '')!r}) besides the observation vector, "
-        "and the deploy node has no camera input yet (it feeds the policy only the vector its robot config "
-        f"builds); evaluate it in simulation with `embodied eval {run} --policy onnx`"
+        f"and robot config {robot.path} has no camera: add `camera: {{input: NAME}}` naming an input of type "
+        f'{IMAGE_TYPE} (real/ros2/README.md, "Camera input")'
     )
 
 
-def check_deployable(path: Path) -> Path:
+def check_deployable(path: Path, robot: RobotConfig | None = None) -> Path:
     """The export folder of ``path`` (see :func:`resolve_export_dir`) once its ``policy_io.json``
-    is valid and describes a policy the node can run (:func:`refuse_unsupported`)."""
+    is valid and describes a policy the node can run on ``robot`` (:func:`refuse_unsupported`)."""
     export_dir = resolve_export_dir(path)
-    refuse_unsupported(read_policy_io(export_dir))
+    refuse_unsupported(read_policy_io(export_dir), robot)
     return export_dir
 
 
@@ -87,7 +106,22 @@ class PolicyRunner:
                 f"{onnx_path}: onnxruntime cannot load it ({' '.join(str(err).split())[:160]}); re-export"
             ) from None
         check_session_hash(self._session, self.policy_io, onnx_path)
-        (inp,) = self._session.get_inputs()
+        inputs = {i.name: i for i in self._session.get_inputs()}
+        self.image_shape: tuple[int, int, int] | None = None
+        """``(H, W, C)`` of the camera picture an image policy reads (None: the vector alone)."""
+        self._image_batch: np.ndarray | None = None
+        entry = self.policy_io.image_input
+        if entry is not None:
+            self.image_shape = self._check_image_input(entry, inputs, onnx_path)
+            self._image_name = str(entry["name"])
+            self._image_batch = np.zeros((1, *self.image_shape), dtype=np.uint8)
+            inputs.pop(self._image_name)
+        if len(inputs) != 1:
+            raise EmbodiedError(
+                f"{onnx_path} takes inputs {sorted(inputs)} but {self.policy_io.path} describes "
+                f"{'one more (the observation vector)' if self.image_shape else 'one (the observation vector)'}"
+            )
+        (inp,) = inputs.values()
         (out,) = self._session.get_outputs()
         self._input_name, self._output_name = inp.name, out.name
         spec = self.io_spec
@@ -108,15 +142,36 @@ class PolicyRunner:
             )
         self._executor = ChunkExecutor(self._plan, self.chunk)
 
+    def _check_image_input(
+        self, entry: dict[str, Any], inputs: dict[str, Any], onnx_path: Path
+    ) -> tuple[int, int, int]:
+        name, shape = entry.get("name"), list(entry.get("shape", []))[1:]
+        if name not in inputs or len(shape) != 3 or not all(isinstance(v, int) and v > 0 for v in shape):
+            raise EmbodiedError(
+                f"{self.policy_io.path}: {IMAGE_INPUT_KEY} names input {name!r} of shape {entry.get('shape')}, "
+                f"but {onnx_path} takes {sorted(inputs)}; re-export"
+            )
+        if list(inputs[name].shape[1:]) != shape or entry.get("dtype", "uint8") != "uint8":
+            raise EmbodiedError(
+                f"{onnx_path} reads {name} as {inputs[name].shape[1:]} but {self.policy_io.path} describes "
+                f"{shape} {entry.get('dtype')}; re-export"
+            )
+        return shape[0], shape[1], shape[2]
+
     @property
     def io_spec(self) -> IOSpec:
         return self.policy_io.io_spec
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """``obs [obs_dim]`` -> ``action [action_dim]`` float32 (a fresh array), one per control
-        period: a chunked policy plans ``H`` actions and runs ``exec_steps`` of them before it
-        plans again from the observation of that period (receding horizon)."""
+    def __call__(self, obs: np.ndarray, image: np.ndarray | None = None) -> np.ndarray:
+        """``obs [obs_dim]`` (and for an image policy ``image [H, W, C]`` uint8) -> ``action
+        [action_dim]`` float32 (a fresh array), one per control period: a chunked policy plans
+        ``H`` actions and runs ``exec_steps`` of them before it plans again from the observation
+        of that period (receding horizon)."""
         self._batch[0] = obs
+        if self._image_batch is not None:
+            if image is None:
+                raise EmbodiedError(f"{self.policy_io.path}: this policy reads a camera image with each observation")
+            self._image_batch[0] = image
         return np.array(self._executor(self._batch)[0], dtype=np.float32)
 
     def reset(self) -> None:
@@ -125,5 +180,8 @@ class PolicyRunner:
 
     def _plan(self, batch: np.ndarray) -> np.ndarray:
         """``[1, obs_dim]`` -> ``[1, action_dim]`` or the chunk ``[1, H, action_dim]``."""
-        result: Any = self._session.run([self._output_name], {self._input_name: batch})
+        feeds = {self._input_name: batch}
+        if self._image_batch is not None:
+            feeds[self._image_name] = self._image_batch
+        result: Any = self._session.run([self._output_name], feeds)
         return np.asarray(result[0])

@@ -4,9 +4,10 @@ the task's observation. Used by tests/test_flow_deploy.py and for the deploy fig
 BENCHMARKS.md.
 
 Stand-in, and its limit: the messages the node reads (joint states, the fingertip, block and
-goal positions, the block velocity) are published here from the task's own observation, as an
-arm driver and a block tracker would publish them; no simulator process serves them
-(``embodied sim-robot`` publishes quadrotor odometry only).
+goal positions, the block velocity, and the camera picture where the robot config names a camera)
+are published here from the task's own observation, as an arm driver, a block tracker and a
+camera driver would publish them; no simulator process serves them (``embodied sim-robot``
+publishes quadrotor odometry only).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import numpy as np
 import torch
 
 from embodied import registry
+from embodied.env import IMAGE_GROUP
 from embodied.real import messages
 from embodied.real.node import PolicyNode
-from embodied.real.robot_config import ROBOTS_DIR, load_robot
+from embodied.real.robot_config import ROBOTS_DIR, RobotConfig, load_robot
 from embodied.real.runner import PolicyRunner
 from embodied.real.transports.memory import MemoryTransport
 
@@ -40,15 +42,27 @@ class DeployResult:
     rejections: int
 
 
-class ArmPublisher:
-    """Publishes one arm-push observation ``[18]`` as the robot config's input messages."""
+def image_message(image_rgb: np.ndarray, header: dict[str, Any], pad_bytes: int = 4) -> Any:
+    """``sensor_msgs/Image`` of ``image_rgb [H, W, 3]`` uint8 as a camera driver may send it:
+    ``bgr8`` (OpenCV's order), each row padded by ``pad_bytes``."""
+    height, width, _ = image_rgb.shape
+    step = width * 3 + pad_bytes
+    rows = np.zeros((height, step), dtype=np.uint8)
+    rows[:, : width * 3] = image_rgb[:, :, ::-1].reshape(height, width * 3)
+    values = {"header": header, "height": height, "width": width, "encoding": "bgr8", "step": step}
+    return messages.make("sensor_msgs/msg/Image", {**values, "data": rows.reshape(-1)})
 
-    def __init__(self, transport: MemoryTransport) -> None:
-        robot = load_robot(ARM_ROBOT)
+
+class ArmPublisher:
+    """Publishes one arm-push observation ``[18]`` (and its camera picture, when the robot config
+    names a camera) as the robot config's input messages."""
+
+    def __init__(self, transport: MemoryTransport, robot: RobotConfig) -> None:
         self.pub = {name: transport.publisher(i.topic, i.type, i.qos) for name, i in robot.inputs.items()}
+        self.camera = robot.camera.input if robot.camera is not None else None
         self.stamp_ns = 0
 
-    def __call__(self, obs: np.ndarray) -> None:
+    def __call__(self, obs: np.ndarray, image: np.ndarray | None = None) -> None:
         o = [float(v) for v in obs]
         # wall-clock stamps, strictly increasing (the node judges stamps against the wall clock)
         self.stamp_ns = max(time.time_ns(), self.stamp_ns + 1)
@@ -84,49 +98,65 @@ class ArmPublisher:
             messages.make("geometry_msgs/msg/TwistStamped", {"header": header("base"), "twist": twist})
         )
         self.pub["goal"](point(o[12], o[13]))
+        if self.camera is not None:
+            assert image is not None, "the robot config names a camera: publish its picture"
+            self.pub[self.camera](image_message(image, header("top_camera")))
 
 
-def fly_arm_push(export: Path, episodes: int, seed: int, env_overrides: dict[str, Any] | None = None) -> DeployResult:
+def fly_arm_push(
+    export: Path,
+    episodes: int,
+    seed: int,
+    env_overrides: dict[str, Any] | None = None,
+    robot_path: Path = ARM_ROBOT,
+    env: Any = None,
+) -> DeployResult:
     """Fly ``episodes`` consecutive episodes of one arm-push env with the node's commands, a
-    direct :class:`PolicyRunner` on the task's observation run beside it for comparison."""
-    cfg = dataclasses.replace(registry.task_cfg("arm-push"), **(env_overrides or {}))
-    env = registry.make_env("arm-push", cfg, 1, "cpu", seed)
+    direct :class:`PolicyRunner` on the task's observation (and camera picture) run beside it for
+    comparison. ``env``: a one-env arm-push to fly (closed here; default: the registry's task)."""
+    if env is None:
+        cfg = dataclasses.replace(registry.task_cfg("arm-push"), **(env_overrides or {}))
+        env = registry.make_env("arm-push", cfg, 1, "cpu", seed)
     transport = MemoryTransport()
     clock = {"now": 1000.0}
     runner = PolicyRunner(export)
-    node = PolicyNode(transport, load_robot(ARM_ROBOT), runner, clock=lambda: clock["now"])
-    publish = ArmPublisher(transport)
+    robot = load_robot(robot_path)
+    node = PolicyNode(transport, robot, runner, clock=lambda: clock["now"])
+    publish = ArmPublisher(transport, robot)
     scale = np.array([f.scale for f in runner.io_spec.action_fields])
     offset = np.array([f.offset for f in runner.io_spec.action_fields])
     period = runner.io_spec.control_period_s
 
-    def node_period(obs: np.ndarray) -> np.ndarray | None:
+    def node_period(obs: np.ndarray, image: np.ndarray | None) -> np.ndarray | None:
         clock["now"] += period
-        publish(obs)
+        publish(obs, image)
         return node.step(clock["now"])
 
+    def split(out: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        return out["policy"][0].numpy(), (out[IMAGE_GROUP][0].numpy() if IMAGE_GROUP in out else None)
+
     try:
-        obs = env.reset(seed=seed)["policy"][0].numpy()
+        obs, image = split(env.reset(seed=seed))
         # Arming (the re-arm rule): the task waits, frozen, until the node drives.
-        command = node_period(obs)
+        command = node_period(obs, image)
         for _ in range(50):
             if command is not None and np.any(command != 0.0):
                 break
-            command = node_period(obs)
+            command = node_period(obs, image)
         direct = PolicyRunner(export)  # starts its plans where the armed node did
         done = successes = steps = 0
         worst = 0.0
         while done < episodes:
             assert command is not None, "the node sent no command"
             action = (command - offset) / scale
-            worst = max(worst, float(np.max(np.abs(action - direct(obs)))))
+            worst = max(worst, float(np.max(np.abs(action - direct(obs, image)))))
             out, _reward, terminated, truncated, info = env.step(torch.as_tensor(action, dtype=torch.float32)[None])
             steps += 1
             if bool(terminated[0] | truncated[0]):
                 done += 1
                 successes += int(bool(info["success"][0]))
-            obs = out["policy"][0].numpy()
-            command = node_period(obs)
+            obs, image = split(out)
+            command = node_period(obs, image)
     finally:
         env.close()
     return DeployResult(done, successes, steps, worst, sum(node.rejections.values()))

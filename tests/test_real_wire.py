@@ -55,6 +55,18 @@ def _samples() -> dict[str, Any]:
             "geometry_msgs/msg/PointStamped",
             {"header": {"stamp": {"sec": 3, "nanosec": 9}, "frame_id": "base"}, "point": {"x": 0.45, "y": -0.1}},
         ),
+        # A camera picture (real/camera_image.py): 3x5 bgr8, rows padded to 16 bytes.
+        "sensor_msgs/msg/Image": messages.make(
+            "sensor_msgs/msg/Image",
+            {
+                "header": {"stamp": {"sec": 11, "nanosec": 13}, "frame_id": "camera"},
+                "height": 3,
+                "width": 5,
+                "encoding": "bgr8",
+                "step": 16,
+                "data": np.arange(48, dtype=np.uint8),
+            },
+        ),
         "geometry_msgs/msg/AccelStamped": messages.make(
             "geometry_msgs/msg/AccelStamped",
             {"header": {"frame_id": "abc"}, "accel": {"linear": {"x": -2.0, "z": 0.3}}},

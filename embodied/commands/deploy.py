@@ -88,11 +88,13 @@ def run(args: argparse.Namespace) -> int:
     from embodied.config import parse_dotted
     from embodied.errors import EmbodiedError
     from embodied.real.deploy import launch_command
+    from embodied.real.robot_config import load_robot
     from embodied.real.runner import check_deployable
     from embodied.real.transports.rclpy_node import INSTALL_HINT, rclpy_available
 
     params = parse_dotted(args.param, source="--param")
-    check_deployable(args.run_dir)  # an export the node cannot run fails before any middleware starts
+    # an export the node cannot run on this robot fails before any middleware starts
+    check_deployable(args.run_dir, load_robot(args.robot, params))
     if args.print_launch:
         print(launch_command(args.run_dir, args.robot, params))
         return 0

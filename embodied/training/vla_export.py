@@ -28,6 +28,7 @@ from embodied.export.policy_io import write_policy_io
 from embodied.export.vla_onnx import export_vla_onnx, refuse_c_export
 from embodied.io_spec import IOSpec
 from embodied.policies.vla_flow import VLASampler
+from embodied.policy_io import INSTRUCTION_INPUT_KEY
 from embodied.training.run import load_run
 
 ROLLOUT_ENVS, ROLLOUT_STEPS, RANDOM_PROBES = 4, 16, 64
@@ -85,7 +86,7 @@ def export_vla_run(run_dir: Path, fmt: str) -> ExportReport | None:
     onnx = export_vla_onnx(module, out, merged)
     report = ExportReport(model_sha256=onnx.model_sha256)
     # the camera input is described as for image policies; the embedding input by its name and size
-    extra: dict[str, object] = {"instruction_input": {"name": "instruction_embedding", "size": module.embed_dim}}
+    extra: dict[str, object] = {INSTRUCTION_INPUT_KEY: {"name": "instruction_embedding", "size": module.embed_dim}}
     if module.encoder is not None:
         extra[IMAGE_INPUT_KEY] = image_input_entry(module.encoder.image_shape, camera)
     source = str(Path(run_dir).resolve())
