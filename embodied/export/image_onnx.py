@@ -13,8 +13,9 @@ top-level ``image_input`` that tells a deployment what to feed::
 ``model_sha256`` is the traced graph's hash (:func:`image_model_sha256`), so the weights of an
 image policy are compared by tracing its module again, never with
 :func:`~embodied.export.policy_io.weights_sha256` (the hash of an MLP graph). The C exporter
-refuses these policies, naming the first convolution. ``embodied deploy`` refuses them too: its
-ROS 2 node has no camera input yet.
+refuses these policies, naming the first convolution. ``embodied deploy`` feeds them from the
+robot config's ``camera`` input (:mod:`embodied.real.camera_image`) and refuses them on a robot
+config without one.
 """
 
 from __future__ import annotations
