@@ -190,6 +190,11 @@ ALGOS: dict[str, Entry] = {
         "embodied.algos.o2o:O2OCfg",
         "offline-to-online: Cal-QL pretraining, then RLPD or WSRL-style SAC (--dataset PATH)",
     ),
+    "o2o-residual": Entry(
+        "embodied.algos.residual_o2o:ResidualO2O",
+        "embodied.algos.residual_o2o:ResidualO2OCfg",
+        "offline-to-online on a pretrained policy (e.g. VLA-shaped): Cal-QL residual, then online (--base RUN_DIR --dataset PATH)",
+    ),
     "residual": Entry(
         "embodied.algos.residual:Residual",
         "embodied.algos.residual:ResidualCfg",

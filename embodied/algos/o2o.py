@@ -30,6 +30,7 @@ Shapes: ``B`` = batch, ``N`` = ``cql_num_actions``, ``E`` = critics, ``A`` = act
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -90,24 +91,50 @@ class O2OCfg(SACCfg):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_offline_phase(self, "o2o")
         checks = [
-            (self.offline_steps >= 1, f"offline_steps must be >= 1, got {self.offline_steps}"),
-            (self.offline_updates_per_step >= 1, "offline_updates_per_step must be >= 1"),
-            (self.cql_alpha >= 0.0, f"cql_alpha must be >= 0, got {self.cql_alpha}"),
-            (self.online_cql_alpha >= 0.0, f"online_cql_alpha must be >= 0, got {self.online_cql_alpha}"),
-            (self.cql_num_actions >= 1, f"cql_num_actions must be >= 1, got {self.cql_num_actions}"),
-            (self.cql_temperature > 0.0, f"cql_temperature must be > 0, got {self.cql_temperature}"),
             (0.0 <= self.offline_fraction < 1.0, f"offline_fraction must be in [0, 1), got {self.offline_fraction}"),
             (self.wsrl_warmup_steps >= 0, f"wsrl_warmup_steps must be >= 0, got {self.wsrl_warmup_steps}"),
             (self.online_mode in ("rlpd", "wsrl"), f"online_mode must be rlpd or wsrl, got {self.online_mode!r}"),
             # the dataset's rows are one-step transitions; n-step windows would mix two kinds of target
             (self.n_step == 1, f"n_step must be 1 for o2o, got {self.n_step}"),
-            # the conservative penalty acts on scalar Q-values
-            (self.num_atoms == 0, f"num_atoms must be 0 (scalar critics) for o2o, got {self.num_atoms}"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(f"algo.{message}")
+        raise_first_failed(checks)
+
+
+def raise_first_failed(checks: list[tuple[bool, str]]) -> None:
+    """Raise :class:`ConfigError` ``algo.<message>`` for the first ``(ok, message)`` not ok."""
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"algo.{message}")
+
+
+def check_offline_phase(cfg: Any, algo: str) -> None:
+    """The settings of the offline phase and the conservative penalty (``o2o`` and ``o2o-residual``)."""
+    raise_first_failed(
+        [
+            (cfg.offline_steps >= 1, f"offline_steps must be >= 1, got {cfg.offline_steps}"),
+            (cfg.offline_updates_per_step >= 1, "offline_updates_per_step must be >= 1"),
+            (cfg.cql_alpha >= 0.0, f"cql_alpha must be >= 0, got {cfg.cql_alpha}"),
+            (cfg.online_cql_alpha >= 0.0, f"online_cql_alpha must be >= 0, got {cfg.online_cql_alpha}"),
+            (cfg.cql_num_actions >= 1, f"cql_num_actions must be >= 1, got {cfg.cql_num_actions}"),
+            (cfg.cql_temperature > 0.0, f"cql_temperature must be > 0, got {cfg.cql_temperature}"),
+            # the conservative penalty acts on scalar Q-values
+            (cfg.num_atoms == 0, f"num_atoms must be 0 (scalar critics) for {algo}, got {cfg.num_atoms}"),
+        ]
+    )
+
+
+def add_penalty(
+    loss: torch.Tensor, metrics: dict[str, torch.Tensor], weight: float, penalty: Callable[[], torch.Tensor]
+) -> torch.Tensor:
+    """``loss + weight * sum(penalty())`` (summed over critics like the TD loss), the penalty's
+    mean in ``metrics["cql_penalty"]``; ``loss`` itself when ``weight`` is 0 (nothing computed)."""
+    if weight <= 0.0:
+        return loss
+    value = penalty()  # [E]
+    metrics["cql_penalty"] = value.detach().mean()
+    return loss + weight * value.sum()
 
 
 def calql_penalty(
@@ -161,6 +188,11 @@ class O2O(SAC):
     # ----------------------------------------------------------------- data
     def preload(self, source: PreloadSource) -> None:
         """Load the dataset, freeze observation statistics to it and build its transitions."""
+        if source.base_policy is not None:
+            raise EmbodiedError(
+                f"o2o learns its own actor from the dataset and takes no base policy ({source.describe()}); "
+                "to fine-tune a pretrained policy offline-to-online use --algo o2o-residual --base RUN_DIR --dataset PATH"
+            )
         if source.dataset is None:
             raise EmbodiedError(
                 f"o2o pretrains on a dataset: give --dataset PATH (it cannot start from {source.describe()})"
@@ -237,11 +269,7 @@ class O2O(SAC):
         loss, q_mean = self._critic_loss(batch, backup_alpha, self._subset())
         metrics = {"q_mean": q_mean}
         weight = self.cfg.cql_alpha if self.phase == "offline" else self.cfg.online_cql_alpha
-        if weight > 0.0:
-            penalty = self._conservative_penalty(batch)  # [E]
-            metrics["cql_penalty"] = penalty.detach().mean()
-            loss = loss + weight * penalty.sum()  # summed over critics like the TD loss
-        return loss, metrics
+        return add_penalty(loss, metrics, weight, lambda: self._conservative_penalty(batch)), metrics
 
     def _conservative_penalty(self, batch: TrainBatch) -> torch.Tensor:
         """:func:`calql_penalty` on ``batch`` ``[E]`` (gradients reach the critics only)."""

@@ -256,13 +256,16 @@ class OffPolicyBase:
         """Hook: the observation groups a replay row stores (default: the env's groups)."""
         return self.obs_spec
 
-    def new_replay(self, num_envs: int, capacity_per_env: int) -> ReplayBuffer:
-        """A replay buffer with the config's n-step settings and :meth:`replay_obs_spec` groups."""
+    def new_replay(
+        self, num_envs: int, capacity_per_env: int, extra_groups: dict[str, tuple[int, ...]] | None = None
+    ) -> ReplayBuffer:
+        """A replay buffer with the config's n-step settings and :meth:`replay_obs_spec` groups
+        (plus ``extra_groups``: float rows a particular buffer carries, e.g. demonstrations' returns)."""
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item())  # derived from the run's global seed
         return ReplayBuffer(
             num_envs,
             capacity_per_env,
-            self.replay_obs_spec(),
+            self.replay_obs_spec() | (extra_groups or {}),
             self.action_dim,
             device=self.device,
             n_step=self.cfg.n_step,

@@ -40,7 +40,7 @@ from embodied.algo import Policy, PreloadSource, Transition
 from embodied.algos.fasttd3 import FastTD3, FastTD3Cfg
 from embodied.algos.offpolicy import TrainBatch
 from embodied.config import ConfigError
-from embodied.data.demos import load_dataset
+from embodied.data.demos import Demonstrations, load_dataset
 from embodied.data.replay import ReplayBatch, ReplayBuffer, cat_batches
 from embodied.env import IMAGE_GROUP, ObsDict, VecEnv
 from embodied.errors import EmbodiedError
@@ -156,11 +156,16 @@ class Residual(FastTD3):
         if source.dataset is not None:
             self.demos = self._demo_buffer(source)
 
+    def demo_row_groups(self, demos: Demonstrations) -> dict[str, torch.Tensor]:
+        """Hook: extra observation groups ``[M, k]`` stored with every demonstration step (none here)."""
+        return {}
+
     @torch.no_grad()
     def _demo_buffer(self, source: PreloadSource) -> ReplayBuffer:
         """All demonstration steps as one env's consecutive rows (episodes end with their flags)."""
         assert source.dataset is not None and self._base_fn is not None
         demos = load_dataset(source.dataset, obs_dim=self.obs_dim, action_dim=self.action_dim)
+        extra = {k: v.to(self.device, torch.float32) for k, v in self.demo_row_groups(demos).items()}
         assert demos.next_obs is not None and demos.terminations is not None and demos.truncations is not None
         dev = self.device
         obs = torch.as_tensor(demos.obs, device=dev)
@@ -182,15 +187,16 @@ class Residual(FastTD3):
         # the last step of every episode ends it: a dataset's time limit may differ from ours
         last = torch.as_tensor(demos.step_index[1:] == 0, device=dev)
         trunc = torch.as_tensor(demos.truncations, device=dev) | torch.cat([last, last.new_ones(1)])
-        buffer = self.new_replay(1, len(obs))
+        buffer = self.new_replay(1, len(obs), {k: tuple(v.shape[1:]) for k, v in extra.items()})
         for t in range(len(obs)):  # one row per step; M is thousands, not millions
+            rows = {k: v[t : t + 1] for k, v in extra.items()}
             buffer.add(
-                {"policy": obs[t : t + 1], BASE_GROUP: base_now[t : t + 1]},
+                {"policy": obs[t : t + 1], BASE_GROUP: base_now[t : t + 1], **rows},
                 action[t : t + 1],
                 reward[t : t + 1],
                 term[t : t + 1],
                 trunc[t : t + 1] & ~term[t : t + 1],
-                {"policy": next_obs[t : t + 1], BASE_GROUP: base_next[t : t + 1]},
+                {"policy": next_obs[t : t + 1], BASE_GROUP: base_next[t : t + 1], **rows},
             )
         if self.policy.obs_norm is not None:
             self.policy.obs_norm.update(obs)

@@ -123,7 +123,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--base",
         default=None,
         metavar="RUN_DIR",
-        help="run directory of a pretrained base policy to fine-tune (--algo reinflow, residual); sets trainer.base_run",
+        help="run directory of a pretrained base policy to fine-tune (--algo reinflow, residual, o2o-residual); sets trainer.base_run",
     )
     p.add_argument(
         "--preset",
