@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from flow_deploy_support import fly_arm_push
 from test_residual import SMALL, BiasedReach, OffsetBase, flow_base, success_rate
 
 from embodied.algo import PreloadSource, Transition
@@ -21,6 +22,7 @@ from embodied.config import ConfigError
 from embodied.data.demos import Episode, write_dataset
 from embodied.data.offline import mc_returns
 from embodied.errors import EmbodiedError
+from embodied.real.runner import PolicyRunner
 from embodied.tasks.arm_push import ArmPush, ArmPushCfg
 from embodied.training.run import load_run
 
@@ -186,4 +188,14 @@ def test_cli_on_a_bc_flow_base_train_resume_export(tmp_path: Path) -> None:
     assert loaded.algo.phase == "online" and loaded.algo.offline_updates == 4 and loaded.algo.env_steps == 8
     obs = torch.randn(5, 18)
     torch.testing.assert_close(loaded.policy.export_module()(obs), loaded.policy.act(obs), rtol=0, atol=1e-6)
+
+    # fine-tuned -> exported -> deployed: one ONNX graph of base and residual, run by the node
+    assert main(["export", str(run), "--format", "c", "--no-record"]) == 2
+    assert main(["export", str(run), "--format", "onnx"]) == 0
+    runner = PolicyRunner(run)
+    for row in obs:
+        got = runner(row.numpy())
+        np.testing.assert_allclose(got, loaded.policy.act(row[None])[0].numpy(), rtol=0, atol=1e-5)
+    flown = fly_arm_push(run / "export", episodes=1, seed=3)
+    assert flown.steps >= 10 and flown.rejections == 0 and flown.max_action_diff <= 1e-4
     assert main(["list"]) == 0

@@ -127,7 +127,7 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
         raise NoArtifactKindError(
             f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "
             "--policy and the firmware tools cannot read it alone; evaluate it with `embodied eval` "
-            "(torch; a VLA-shaped policy also exports with --format onnx)"
+            "(torch; a VLA-shaped or residual policy also exports with --format onnx)"
         )
     return read_policy_artifact(path)
 
@@ -146,10 +146,11 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     try:
         artifact = policy_artifact(run_dir)
     except NoArtifactKindError:
+        from embodied.training.residual_export import export_residual_run
         from embodied.training.vla_export import export_vla_run
 
-        # policies no artifact kind describes: VLA-shaped policies
-        report = export_vla_run(run_dir, fmt)
+        # policies no artifact kind describes: VLA-shaped policies, residuals on a frozen base
+        report = export_vla_run(run_dir, fmt) or export_residual_run(run_dir, fmt)
         if report is None:
             raise
         return report
