@@ -30,7 +30,7 @@ from embodied.real.camera_image import decode_image
 from embodied.real.control_loop import Clock, ControlLoop, LoopStats
 from embodied.real.freshness import InputGate, SimClock
 from embodied.real.observation import ObservationBuilder, ObservationError, Signal, compile_signal
-from embodied.real.robot_config import RobotConfig
+from embodied.real.robot_config import IMAGE_TYPE, RobotConfig
 from embodied.real.runner import PolicyRunner, refuse_unsupported
 from embodied.real.safety import Envelope, SafetyLayer, SafetyState
 from embodied.real.sim_input_wait import PeriodInputWait
@@ -123,7 +123,8 @@ class PolicyNode:
         """Notified when an input message is accepted."""
         gap = robot.safety.gap_hold
         gap_s = None if gap is None else gap.after_periods * self.period_s
-        watched = set() if gap is None else set(gap.inputs or robot.inputs)
+        cameras = {name for name, cfg in robot.inputs.items() if cfg.type == IMAGE_TYPE}
+        watched = set() if gap is None else set(gap.inputs or set(robot.inputs) - cameras)
         self.gates = {
             name: InputGate(cfg, self.period_s, gap_s if name in watched else None)
             for name, cfg in robot.inputs.items()

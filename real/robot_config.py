@@ -123,7 +123,8 @@ class GapHoldCfg:
     """Physical command during the gap, or the name of a normalized action in ``policy_io.json``'s
     ``extra`` for every entry (``hover_action``); ``None``: the robot's safe command."""
     inputs: tuple[str, ...] = ()
-    """Inputs watched for gaps (empty: every input)."""
+    """Inputs watched for gaps (empty: every input but cameras, which publish at their own frame
+    rate, often slower than the control loop: between two pictures is not a gap)."""
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,22 @@ def test_an_image_policy_flies_arm_push_through_the_node_on_the_camera_picture(t
     assert result.max_action_diff <= 1e-4, result
 
 
+def test_gap_hold_watches_every_input_but_the_camera_unless_named(tmp_path: Path) -> None:
+    """A camera slower than the control loop leaves periods without a picture that are not gaps."""
+    pytest.importorskip("onnxruntime")
+    from embodied.real.node import PolicyNode
+    from embodied.real.runner import PolicyRunner
+    from embodied.real.transports.memory import MemoryTransport
+
+    _export_image_policy(tmp_path / "export")
+    camera = {"inputs.top_camera": CAMERA_INPUT, "camera": {"input": "top_camera"}}
+    for gap_hold, camera_watched in (({}, False), ({"inputs": ["top_camera", "joints"]}, True)):
+        robot = load_robot(write_robot_variant(tmp_path, ARM_ROBOT, {**camera, "safety.gap_hold": gap_hold}))
+        node = PolicyNode(MemoryTransport(), robot, PolicyRunner(tmp_path / "export"))
+        assert (node.gates["top_camera"].gap_s is not None) == camera_watched
+        assert node.gates["joints"].gap_s is not None
+
+
 def test_an_image_policy_on_a_robot_without_a_camera_is_refused_naming_the_key(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     from embodied.real.node import PolicyNode
