@@ -9,18 +9,22 @@ the installed package, so a missing file is an error here, never a network reque
 
 An instruction's embedding is the mean-pooled token embedding, ``[E]`` float32 (``E`` = 256),
 computed once per distinct string and cached: a policy sees the same instruction every step.
+The module imports no torch (only :func:`embed_instruction` does, to return a tensor), so the
+deploy runtime can embed an instruction too.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from embodied.errors import MissingDependencyError, import_optional
+
+if TYPE_CHECKING:
+    import torch
 
 INSTALL_HINT = 'pip install "embodied[vla]"'
 WEIGHTS_FILE = "weights/l2_supercat_256.safetensors"
@@ -56,6 +60,14 @@ def _embed_cached(instruction: str) -> tuple[float, ...]:
     return tuple(float(v) for v in vector)
 
 
+def embed_instruction_array(instruction: str) -> np.ndarray:
+    """The instruction's embedding ``[E]`` float32 (cached per string; a fresh array each call).
+    Needs no torch: the deploy node embeds a robot config's instruction with it."""
+    return np.array(_embed_cached(instruction), dtype=np.float32)
+
+
 def embed_instruction(instruction: str) -> torch.Tensor:
     """The instruction's embedding ``[E]`` float32 (cached per string; a fresh tensor each call)."""
-    return torch.tensor(_embed_cached(instruction), dtype=torch.float32)
+    import torch
+
+    return torch.from_numpy(embed_instruction_array(instruction))

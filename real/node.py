@@ -29,6 +29,7 @@ from embodied.real import messages
 from embodied.real.camera_image import decode_image
 from embodied.real.control_loop import Clock, ControlLoop, LoopStats
 from embodied.real.freshness import InputGate, SimClock
+from embodied.real.instruction import instruction_embedding
 from embodied.real.observation import ObservationBuilder, ObservationError, Signal, compile_signal
 from embodied.real.robot_config import IMAGE_TYPE, RobotConfig
 from embodied.real.runner import PolicyRunner, refuse_unsupported
@@ -104,6 +105,9 @@ class PolicyNode:
         rt_priority: int = 0,
     ) -> None:
         refuse_unsupported(runner.policy_io, robot)  # an image policy needs the robot's camera
+        if runner.policy_io.instruction_input is not None:
+            text = runner.policy_io.instruction_input
+            runner.set_instruction(instruction_embedding(text, robot.instruction, str(runner.policy_io.path)))
         self.robot = robot
         self.runner = runner
         self.io_spec = runner.io_spec

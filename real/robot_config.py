@@ -175,6 +175,8 @@ class RobotConfig:
     description: str = ""
     camera: CameraCfg | None = None
     """The camera an image policy reads (``None``: the robot feeds vector policies only)."""
+    instruction: str = ""
+    """The language instruction a VLA-shaped policy is given ("": the one it was trained with)."""
 
 
 def builtin_robots() -> list[str]:
@@ -334,7 +336,18 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
     data = r.mapping(
         load_yaml(path),
         "top level",
-        ("name", "description", "trigger", "params", "inputs", "observation", "command", "safety", "camera"),
+        (
+            "name",
+            "description",
+            "trigger",
+            "params",
+            "inputs",
+            "observation",
+            "command",
+            "safety",
+            "camera",
+            "instruction",
+        ),
     )
     if data.get("trigger", "timer") != "timer":
         raise r.fail(
@@ -434,4 +447,5 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         params=param_values,
         description=str(data.get("description", "")),
         camera=camera,
+        instruction=r.string(data, "instruction", "", ""),
     )

@@ -6,8 +6,9 @@ The runner trusts nothing it did not check: ``policy_io.json`` is validated by
 input/output widths must equal the interface's observation and action sizes. An image policy
 (``policy_io.json`` ``image_input``) takes the camera picture as its second input
 (``runner(obs, image)``); the node feeds it from the robot config's ``camera`` input
-(:mod:`embodied.real.camera_image`). A policy that reads an instruction embedding (VLA-shaped) is
-refused before anything is loaded: the node has no instruction input.
+(:mod:`embodied.real.camera_image`). A VLA-shaped policy also reads an instruction embedding,
+set once (:meth:`PolicyRunner.set_instruction`, by default the export's training instruction;
+:mod:`embodied.real.instruction`).
 """
 
 from __future__ import annotations
@@ -47,20 +48,20 @@ def resolve_export_dir(path: Path) -> Path:
 
 
 class DeployUnsupportedError(EmbodiedError):
-    """The export holds a policy the deploy node cannot feed (an instruction embedding, or camera
-    images on a robot config without a camera)."""
+    """The export holds a policy the deploy node cannot feed on this robot config (camera images
+    without a camera input, an instruction embedding without an instruction)."""
 
 
 def refuse_unsupported(policy_io: PolicyIO, robot: RobotConfig | None = None) -> None:
     """Raise :class:`DeployUnsupportedError` naming the export and why, for a policy the node
     cannot feed on ``robot`` (``None``: judge what the policy needs without a robot config)."""
     run = policy_io.source_run or str(policy_io.path.parent)
-    if policy_io.instruction_input is not None:
-        text = policy_io.instruction_input
+    text = policy_io.instruction_input
+    if text is not None and robot is not None and not robot.instruction and not text.get("embedding"):
         raise DeployUnsupportedError(
             f"{policy_io.path}: the policy of {run} reads an instruction embedding ({INSTRUCTION_INPUT_KEY} "
-            f"{text.get('name', '')!r} [{text.get('size', '?')}]) besides its observation, and the deploy node has "
-            f"no instruction input; evaluate it in simulation with `embodied eval {run} --policy onnx`"
+            f"{text.get('name', '')!r} [{text.get('size', '?')}]) and the export carries none of its training "
+            f"instruction; set `instruction: TEXT` in robot config {robot.path} or re-export the run"
         )
     entry = policy_io.image_input
     if entry is None or robot is None or robot.camera is not None:
@@ -116,6 +117,22 @@ class PolicyRunner:
             self._image_name = str(entry["name"])
             self._image_batch = np.zeros((1, *self.image_shape), dtype=np.uint8)
             inputs.pop(self._image_name)
+        self._instruction_batch: np.ndarray | None = None
+        text = self.policy_io.instruction_input
+        if text is not None:
+            self._instruction_name = str(text.get("name"))
+            size = int(text.get("size", 0))
+            if self._instruction_name not in inputs or list(inputs[self._instruction_name].shape[1:]) != [size]:
+                raise EmbodiedError(
+                    f"{self.policy_io.path}: {INSTRUCTION_INPUT_KEY} names input {self._instruction_name!r} [{size}], "
+                    f"but {onnx_path} takes {sorted(inputs)}; re-export"
+                )
+            # NaN until an instruction is set: the export's own when it carries one
+            self._instruction_batch = np.full((1, size), np.nan, dtype=np.float32)
+            default = text.get("embedding")
+            if isinstance(default, list) and len(default) == size:
+                self._instruction_batch[0] = default
+            inputs.pop(self._instruction_name)
         if len(inputs) != 1:
             raise EmbodiedError(
                 f"{onnx_path} takes inputs {sorted(inputs)} but {self.policy_io.path} describes "
@@ -172,7 +189,32 @@ class PolicyRunner:
             if image is None:
                 raise EmbodiedError(f"{self.policy_io.path}: this policy reads a camera image with each observation")
             self._image_batch[0] = image
+        if self._instruction_batch is not None and np.isnan(self._instruction_batch[0, 0]):
+            raise EmbodiedError(
+                f"{self.policy_io.path}: this policy reads an instruction embedding; set_instruction() first"
+            )
         return np.array(self._executor(self._batch)[0], dtype=np.float32)
+
+    @property
+    def reads_instruction(self) -> bool:
+        """Whether the policy takes an instruction embedding (VLA-shaped)."""
+        return self._instruction_batch is not None
+
+    @property
+    def instruction(self) -> np.ndarray | None:
+        """A copy of the instruction embedding ``[E]`` fed with every observation (None: none read)."""
+        return None if self._instruction_batch is None else self._instruction_batch[0].copy()
+
+    def set_instruction(self, embedding: np.ndarray) -> None:
+        """The instruction embedding ``[E]`` fed with every observation from now on."""
+        if self._instruction_batch is None:
+            raise EmbodiedError(f"{self.policy_io.path}: this policy reads no instruction")
+        vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if vector.shape != self._instruction_batch.shape[1:]:
+            raise EmbodiedError(
+                f"instruction embedding of shape {vector.shape}, the policy reads {self._instruction_batch.shape[1:]}"
+            )
+        self._instruction_batch[0] = vector
 
     def reset(self) -> None:
         """Drop the current plan: the next call plans from its observation (the node re-arms)."""
@@ -183,5 +225,7 @@ class PolicyRunner:
         feeds = {self._input_name: batch}
         if self._image_batch is not None:
             feeds[self._image_name] = self._image_batch
+        if self._instruction_batch is not None:
+            feeds[self._instruction_name] = self._instruction_batch
         result: Any = self._session.run([self._output_name], feeds)
         return np.asarray(result[0])

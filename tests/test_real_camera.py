@@ -212,20 +212,25 @@ def test_an_image_policy_on_a_robot_without_a_camera_is_refused_naming_the_key(t
     assert image_message(np.zeros((2, 2, 3), dtype=np.uint8), {}).step == 10  # the helper pads rows
 
 
-def test_a_policy_that_reads_an_instruction_embedding_is_refused_by_name(tmp_path: Path) -> None:
-    """A VLA-shaped export (``embodied/training/vla_export.py`` writes ``instruction_input``): the
-    node has no instruction input, so it is refused before onnxruntime loads anything."""
+def test_an_instruction_policy_without_an_instruction_to_feed_is_refused_by_name(tmp_path: Path) -> None:
+    """An export whose ``instruction_input`` carries no training embedding (exported before it did),
+    on a robot config without ``instruction:``: refused naming both; a graph without the input
+    the file names is refused by the runner."""
     import json
 
     from embodied.policy_io import INSTRUCTION_INPUT_KEY
-    from embodied.real.runner import DeployUnsupportedError, PolicyRunner
+    from embodied.real.runner import DeployUnsupportedError, PolicyRunner, check_deployable
 
     _export_image_policy(tmp_path / "export")
     path = tmp_path / "export" / "policy_io.json"
     data = json.loads(path.read_text())
     data[INSTRUCTION_INPUT_KEY] = {"name": "instruction_embedding", "size": 32}
     path.write_text(json.dumps(data))
-    with pytest.raises(
-        DeployUnsupportedError, match=r"instruction embedding \(instruction_input 'instruction_embedding' \[32\]\)"
-    ):
+    robot = load_robot(
+        write_robot_variant(tmp_path, ARM_ROBOT, {"inputs.top_camera": CAMERA_INPUT, "camera": {"input": "top_camera"}})
+    )
+    want = r"instruction embedding \(instruction_input 'instruction_embedding' \[32\]\).*set `instruction: TEXT`"
+    with pytest.raises(DeployUnsupportedError, match=want):
+        check_deployable(tmp_path, robot)
+    with pytest.raises(Exception, match=r"names input 'instruction_embedding' \[32\].*re-export"):
         PolicyRunner(tmp_path / "export")

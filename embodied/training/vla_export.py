@@ -14,11 +14,13 @@ statistics with perturbed embeddings.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from embodied.action_chunks import CHUNK_EXTRA_KEY, ChunkSpec
 from embodied.env import IMAGE_GROUP, RenderingEnv
 from embodied.errors import EmbodiedError
 from embodied.export.bundle import ExportReport, export_dir
@@ -34,8 +36,9 @@ from embodied.training.run import load_run
 ROLLOUT_ENVS, ROLLOUT_STEPS, RANDOM_PROBES = 4, 16, 64
 
 
-def vla_sampler_of(run_dir: Path) -> tuple[VLASampler, list[dict[str, np.ndarray]], IOSpec, str] | None:
-    """The run's VLA sampler, probe inputs, IOSpec and camera name, or None when its policy is not VLA-shaped."""
+def vla_sampler_of(run_dir: Path) -> tuple[VLASampler, list[dict[str, np.ndarray]], IOSpec, str, str] | None:
+    """The run's VLA sampler, probe inputs, IOSpec, camera name and instruction, or None when its
+    policy is not VLA-shaped."""
     run = load_run(run_dir)
     module = run.policy.export_module()
     if not isinstance(module, VLASampler):
@@ -61,7 +64,13 @@ def vla_sampler_of(run_dir: Path) -> tuple[VLASampler, list[dict[str, np.ndarray
             )
         probes.append(_inputs(module, fake, embedding))
     env.close()
-    return module, probes, run.io_spec, camera
+    # the graph returns action chunks: policy_io.json says how they run (extra.action_chunk), as
+    # for any chunked policy, so a deployment executes them as the run did
+    spec = run.io_spec
+    chunk = getattr(run.policy, "chunk_spec", None)
+    if isinstance(chunk, ChunkSpec):
+        spec = dataclasses.replace(spec, extra={**spec.extra, CHUNK_EXTRA_KEY: chunk.to_dict()})
+    return module, probes, spec, camera, str(getattr(getattr(run.policy, "cfg", None), "instruction", ""))
 
 
 def _inputs(module: VLASampler, obs: dict[str, torch.Tensor], embedding: torch.Tensor) -> dict[str, np.ndarray]:
@@ -76,7 +85,7 @@ def export_vla_run(run_dir: Path, fmt: str) -> ExportReport | None:
     found = vla_sampler_of(run_dir)
     if found is None:
         return None
-    module, probes, io_spec, camera = found
+    module, probes, io_spec, camera, instruction = found
     if fmt == "c":
         raise refuse_c_export(module)
     if fmt not in (ALL, "onnx"):
@@ -85,8 +94,16 @@ def export_vla_run(run_dir: Path, fmt: str) -> ExportReport | None:
     out = export_dir(run_dir)
     onnx = export_vla_onnx(module, out, merged)
     report = ExportReport(model_sha256=onnx.model_sha256)
-    # the camera input is described as for image policies; the embedding input by its name and size
-    extra: dict[str, object] = {INSTRUCTION_INPUT_KEY: {"name": "instruction_embedding", "size": module.embed_dim}}
+    # the camera input is described as for image policies; the embedding input by its name and
+    # size, with the training instruction and its embedding (what a deployment feeds by default)
+    extra: dict[str, object] = {
+        INSTRUCTION_INPUT_KEY: {
+            "name": "instruction_embedding",
+            "size": module.embed_dim,
+            "instruction": instruction,
+            "embedding": [float(v) for v in module.instruction_embedding.tolist()],
+        }
+    }
     if module.encoder is not None:
         extra[IMAGE_INPUT_KEY] = image_input_entry(module.encoder.image_shape, camera)
     source = str(Path(run_dir).resolve())
