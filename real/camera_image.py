@@ -1,6 +1,6 @@
-"""A ``sensor_msgs/Image`` as the uint8 picture an image policy reads: ``[H, W, C]``, row 0 at
-the top, RGB channel order (``policy_io.json`` ``image_input``; what the simulator's cameras
-render, see docs/conventions.md, "Camera images").
+"""A ``sensor_msgs/Image`` (or ``CompressedImage``) as the uint8 picture an image policy reads:
+``[H, W, C]``, row 0 at the top, RGB channel order (``policy_io.json`` ``image_input``; what the
+simulator's cameras render, see docs/conventions.md, "Camera images").
 
 ROS images are row-major with row 0 at the top (REP 118 / ``sensor_msgs/Image``), each row
 ``step`` bytes long (a driver may pad rows). Encodings read here: ``rgb8``, ``bgr8``, ``rgba8``,
@@ -9,6 +9,10 @@ the colour one the policy learned from). A picture of another size is refused, n
 sizes, unless the robot config's ``camera.resize`` is set: then it is scaled with OpenCV's area
 interpolation (imported only then), which averages the pixels a target pixel covers, the closest
 to what a camera with fewer pixels would record.
+
+A ``sensor_msgs/CompressedImage`` (``image_transport``'s ``compressed`` topics: JPEG or PNG in
+``data``, ``format`` naming them) is decoded with OpenCV (imported only for it). JPEG is lossy:
+the policy then sees compression artefacts it never saw in simulation; PNG is exact.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ def decode_image(
     Raises :class:`ObservationError` naming the input ``name`` for an unknown encoding, a size or
     channel count the policy cannot read, or a data length that does not match ``step x height``.
     """
-    height, width, channels = shape_hwc
+    channels = shape_hwc[2]
+    if not hasattr(message, "encoding") and hasattr(message, "format"):
+        return _decode_compressed(message, shape_hwc, resize, name)
     encoding = str(message.encoding).lower()
     if encoding not in CHANNEL_ORDER:
         raise ObservationError(
@@ -53,17 +59,45 @@ def decode_image(
         )
     rows, cols, step = int(message.height), int(message.width), int(message.step)
     in_message = CHANNELS_IN_MESSAGE[encoding]
-    raw = message.data  # a list over Cyclone DDS, array('B') or bytes from rclpy, numpy from rosbags
-    if isinstance(raw, (bytes, bytearray, memoryview)):
-        data = np.frombuffer(raw, dtype=np.uint8)
-    else:
-        data = np.asarray(raw, dtype=np.uint8).reshape(-1)
+    data = _raw_bytes(message.data)
     if rows <= 0 or cols <= 0 or step < cols * in_message or data.size != step * rows:
         raise ObservationError(
             f"{name}: malformed image: {rows}x{cols} {encoding}, step {step}, {data.size} bytes "
             f"(want step >= {cols * in_message} and step x height bytes)"
         )
     pixels = data.reshape(rows, step)[:, : cols * in_message].reshape(rows, cols, in_message)[:, :, list(order)]
+    return _sized(pixels, shape_hwc, resize, name)
+
+
+def _raw_bytes(raw: Any) -> np.ndarray:
+    """``data`` of a message as a flat uint8 array: a list over Cyclone DDS, ``array('B')`` or
+    ``bytes`` from rclpy, numpy from rosbags."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return np.frombuffer(raw, dtype=np.uint8)
+    return np.asarray(raw, dtype=np.uint8).reshape(-1)
+
+
+def _decode_compressed(message: Any, shape_hwc: tuple[int, int, int], resize: bool, name: str) -> np.ndarray:
+    import cv2  # only for compressed pictures: the deploy runtime does not need it otherwise
+
+    channels = shape_hwc[2]
+    flag = cv2.IMREAD_GRAYSCALE if channels == 1 else cv2.IMREAD_COLOR
+    decoded = cv2.imdecode(_raw_bytes(message.data), flag)
+    if decoded is None:
+        raise ObservationError(
+            f"{name}: compressed image (format {str(message.format)!r}, {len(message.data)} bytes) does not decode "
+            "as JPEG or PNG"
+        )
+    pixels = decoded.reshape(decoded.shape[0], decoded.shape[1], -1)
+    if channels == 3:
+        pixels = pixels[:, :, ::-1]  # OpenCV decodes to BGR
+    return _sized(pixels, shape_hwc, resize, name)
+
+
+def _sized(pixels: np.ndarray, shape_hwc: tuple[int, int, int], resize: bool, name: str) -> np.ndarray:
+    """``pixels [rows, cols, C]`` at the policy's size (scaled when ``resize``, else refused)."""
+    height, width, _ = shape_hwc
+    rows, cols = pixels.shape[:2]
     if (rows, cols) != (height, width):
         if not resize:
             raise ObservationError(

@@ -31,7 +31,7 @@ from embodied.real.control_loop import Clock, ControlLoop, LoopStats
 from embodied.real.freshness import InputGate, SimClock
 from embodied.real.instruction import instruction_embedding
 from embodied.real.observation import ObservationBuilder, ObservationError, Signal, compile_signal
-from embodied.real.robot_config import IMAGE_TYPE, RobotConfig
+from embodied.real.robot_config import IMAGE_TYPES, RobotConfig
 from embodied.real.runner import PolicyRunner, refuse_unsupported
 from embodied.real.safety import Envelope, SafetyLayer, SafetyState
 from embodied.real.sim_input_wait import PeriodInputWait
@@ -127,7 +127,7 @@ class PolicyNode:
         """Notified when an input message is accepted."""
         gap = robot.safety.gap_hold
         gap_s = None if gap is None else gap.after_periods * self.period_s
-        cameras = {name for name, cfg in robot.inputs.items() if cfg.type == IMAGE_TYPE}
+        cameras = {name for name, cfg in robot.inputs.items() if cfg.type in IMAGE_TYPES}
         watched = set() if gap is None else set(gap.inputs or set(robot.inputs) - cameras)
         self.gates = {
             name: InputGate(cfg, self.period_s, gap_s if name in watched else None)

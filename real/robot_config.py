@@ -151,7 +151,9 @@ class SafetyCfg:
 
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
-"""The message type a ``camera`` input carries."""
+COMPRESSED_IMAGE_TYPE = "sensor_msgs/msg/CompressedImage"
+IMAGE_TYPES = (IMAGE_TYPE, COMPRESSED_IMAGE_TYPE)
+"""The message types a ``camera`` input may carry."""
 
 
 @dataclass(frozen=True)
@@ -321,8 +323,11 @@ def _camera(r: _Reader, value: Any, inputs: Mapping[str, InputCfg]) -> CameraCfg
     name = r.string(item, "input", "camera.")
     if name not in inputs:
         raise r.fail("camera.input", unknown_choice_message("input", name, inputs))
-    if inputs[name].type != IMAGE_TYPE:
-        raise r.fail("camera.input", f"input {name!r} carries {inputs[name].type}; a camera input carries {IMAGE_TYPE}")
+    if inputs[name].type not in IMAGE_TYPES:
+        raise r.fail(
+            "camera.input",
+            f"input {name!r} carries {inputs[name].type}; a camera input carries {' or '.join(IMAGE_TYPES)}",
+        )
     resize = item.get("resize", False)
     if not isinstance(resize, bool):
         raise r.fail("camera.resize", f"expected true or false, got {resize!r}")

@@ -30,7 +30,7 @@ from embodied.policy_io import (
     check_session_hash,
     read_policy_io,
 )
-from embodied.real.robot_config import IMAGE_TYPE, RobotConfig
+from embodied.real.robot_config import IMAGE_TYPES, RobotConfig
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def refuse_unsupported(policy_io: PolicyIO, robot: RobotConfig | None = None) ->
         f"{policy_io.path}: the policy of {run} reads camera images ({IMAGE_INPUT_KEY} {shape} "
         f"{entry.get('dtype', 'uint8')} from camera {entry.get('camera', '')!r}) besides the observation vector, "
         f"and robot config {robot.path} has no camera: add `camera: {{input: NAME}}` naming an input of type "
-        f'{IMAGE_TYPE} (real/ros2/README.md, "Camera input")'
+        f'{" or ".join(IMAGE_TYPES)} (real/ros2/README.md, "Camera input")'
     )
 
 

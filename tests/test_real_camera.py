@@ -53,6 +53,27 @@ def test_every_colour_encoding_decodes_to_the_rgb_picture(encoding: str) -> None
     assert got.flags.c_contiguous and got.dtype == np.uint8
 
 
+def test_compressed_pictures_decode_png_exactly_and_jpeg_closely() -> None:
+    import cv2
+
+    rows, cols = np.meshgrid(np.arange(16), np.arange(24), indexing="ij")
+    rgb = np.stack([rows * 12, cols * 9, np.full_like(rows, 128)], axis=-1).astype(np.uint8)  # smooth: JPEG keeps it
+    for codec, tolerance in ((".png", 0.0), (".jpg", 3.0)):
+        ok, encoded = cv2.imencode(codec, np.ascontiguousarray(rgb[:, :, ::-1]))  # OpenCV encodes BGR
+        assert ok
+        message = messages.make(
+            "sensor_msgs/msg/CompressedImage",
+            {"format": f"rgb8; {codec[1:]} compressed bgr8", "data": encoded.reshape(-1)},
+        )
+        got = decode_image(message, rgb.shape)
+        assert got.shape == rgb.shape and np.abs(got.astype(float) - rgb).mean() <= tolerance, codec
+    garbage = messages.make(
+        "sensor_msgs/msg/CompressedImage", {"format": "jpeg", "data": np.arange(50, dtype=np.uint8)}
+    )
+    with pytest.raises(ObservationError, match=r"compressed image \(format 'jpeg', 50 bytes\) does not decode"):
+        decode_image(garbage, rgb.shape)
+
+
 def test_bytes_data_as_rclpy_may_deliver_it_decodes_the_same() -> None:
     rgb = _rgb()
     message = _image("rgb8", rgb, pad=2)
@@ -120,7 +141,7 @@ def test_robot_config_camera_key_is_checked(tmp_path: Path) -> None:
     assert load_robot(ARM_ROBOT).camera is None
     cases = {
         "camera.input: unknown input 'top_cam'": {**with_input, "camera": {"input": "top_cam"}},
-        "input 'joints' carries sensor_msgs/msg/JointState; a camera input carries sensor_msgs/msg/Image": {
+        "input 'joints' carries sensor_msgs/msg/JointState; a camera input carries sensor_msgs/msg/Image or": {
             "camera": {"input": "joints"}
         },
         "camera.resize: expected true or false": {**with_input, "camera": {"input": "top_camera", "resize": "yes"}},

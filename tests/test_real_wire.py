@@ -67,6 +67,14 @@ def _samples() -> dict[str, Any]:
                 "data": np.arange(48, dtype=np.uint8),
             },
         ),
+        "sensor_msgs/msg/CompressedImage": messages.make(
+            "sensor_msgs/msg/CompressedImage",
+            {
+                "header": {"frame_id": "camera"},
+                "format": "rgb8; jpeg compressed bgr8",
+                "data": np.arange(13, dtype=np.uint8),
+            },
+        ),
         "geometry_msgs/msg/AccelStamped": messages.make(
             "geometry_msgs/msg/AccelStamped",
             {"header": {"frame_id": "abc"}, "accel": {"linear": {"x": -2.0, "z": 0.3}}},
