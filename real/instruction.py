@@ -3,7 +3,7 @@
 The export carries the training instruction and its embedding (``instruction``, ``embedding``),
 which the node feeds every step by default. A robot config's ``instruction:`` replaces it: the
 node embeds that text once at start with the same packaged word-embedding table the policy was
-trained with (:mod:`embodied.policies.text_embedding`, extra ``vla``; no torch, no download).
+trained with (:mod:`embodied.policies.text_table`, extra ``vla``; no torch, no download).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def instruction_embedding(entry: dict[str, Any], text: str, source: str) -> np.n
         vector = np.asarray(default, dtype=np.float32)
         log.info("instruction: %r (the training instruction, embedded at export)", trained)
     else:
-        from embodied.policies.text_embedding import embed_instruction_array
+        from embodied.policies.text_table import embed_instruction_array
 
         vector = embed_instruction_array(text)
         log.info("instruction: %r (the robot config's; trained with %r)", text, trained)

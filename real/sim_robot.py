@@ -33,24 +33,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from embodied.env import PhysicalStateEnv
+from embodied.env import ObsDict, PhysicalStateEnv
 from embodied.errors import EmbodiedError
 from embodied.real import messages
 from embodied.real.freshness import SimClock
-from embodied.real.observation import quat_to_rotmat
 from embodied.real.robot_config import RobotConfig
 from embodied.real.safety import ActionMap
+from embodied.real.sim_state import state_publisher
 from embodied.real.transports import Transport
 
 log = logging.getLogger(__name__)
 
-ODOMETRY = "nav_msgs/msg/Odometry"
 CLOCK_NUDGES = 4
 """Lockstep: extra periods of /clock granted to a node that ticked without the newest state
 (its echo answered an older one) before that state counts as unanswered."""
@@ -80,50 +80,22 @@ class SimSummary:
         return asdict(self)
 
 
-def odometry_values(
-    pos_w: np.ndarray, quat_wxyz: np.ndarray, lin_vel_w: np.ndarray, ang_vel_b: np.ndarray, now_ns: int
-) -> dict[str, Any]:
-    """Nested field values of a ``nav_msgs/Odometry`` for one rigid body (twist in the body frame),
-    stamped ``now_ns`` (nanoseconds since the epoch)."""
-    w, x, y, z = (float(v) for v in quat_wxyz)
-    lin_vel_b = quat_to_rotmat(np.asarray(quat_wxyz, dtype=np.float64)).T @ lin_vel_w
-
-    def xyz(v: np.ndarray) -> dict[str, float]:
-        return {"x": float(v[0]), "y": float(v[1]), "z": float(v[2])}
-
-    return {
-        "header": {"stamp": {"sec": now_ns // 1_000_000_000, "nanosec": now_ns % 1_000_000_000}, "frame_id": "world"},
-        "child_frame_id": "base_link",
-        "pose": {"pose": {"position": xyz(pos_w), "orientation": {"x": x, "y": y, "z": z, "w": w}}},
-        "twist": {"twist": {"linear": xyz(lin_vel_b), "angular": xyz(ang_vel_b)}},
-    }
-
-
 class SimRobot:
     """One env of a task published over ``transport`` with the topics of ``robot``."""
 
-    def __init__(self, env: Any, robot: RobotConfig, transport: Transport) -> None:
+    def __init__(self, env: Any, robot: RobotConfig, transport: Transport, task: str = "") -> None:
+        """``task``: the env's task name (chooses what is published, :func:`state_publisher`)."""
         if env.num_envs != 1:
             raise EmbodiedError(f"sim-robot drives exactly one env, got num_envs={env.num_envs}")
-        if not isinstance(env, PhysicalStateEnv):
-            raise EmbodiedError(
-                f"{type(env).__name__} has no physical_state(); sim-robot needs the raw rigid-body state "
-                "(position_w, quat_wb, lin_vel_w, ang_vel_b) that tasks on the quadrotor backend provide"
-            )
         self.env = env
         if hasattr(env, "physical_actions"):  # commands arrive in M1..M4 labels (no task-side yaw flip)
             env.physical_actions = True
         self.robot = robot
         self._check_setpoint()
         self.actions = ActionMap.from_io_spec(env.io_spec())
-        odom_inputs = [i for i in robot.inputs.values() if i.type == ODOMETRY]
-        others = [i.name for i in robot.inputs.values() if i.type != ODOMETRY]
-        if not odom_inputs or others:
-            raise EmbodiedError(
-                f"{robot.path}: sim-robot publishes {ODOMETRY} only; the config's inputs {others or '(none)'} "
-                "cannot be simulated"
-            )
-        self._publishers = [transport.publisher(i.topic, i.type, i.qos) for i in odom_inputs]
+        self._state = state_publisher(task, env, robot, transport)
+        self._obs: ObsDict | None = None
+        """The env's newest observation (what the state publisher publishes)."""
         self._cond = threading.Condition()
         self._command: np.ndarray | None = None
         self._command_count = 0
@@ -193,6 +165,8 @@ class SimRobot:
         # Odometry carries true world positions and attitudes; the node subtracts its own setpoint
         # parameters (position, heading yaw), which must therefore be the task's for the comparison
         # with simulation to hold. Checked again at every episode start (a task may draw them).
+        if not isinstance(self.env, PhysicalStateEnv):
+            return  # other tasks publish their goal as an input
         state = self.env.physical_state()
         # Robot parameter -> the task's physical_state key of the same quantity.
         for key, state_key, size in (("setpoint_w", "setpoint_w", 3), ("setpoint_yaw_rad", "yaw_sp_rad", 1)):
@@ -209,18 +183,12 @@ class SimRobot:
 
     def publish_state(self) -> int:
         """Publish the current state; returns its stamp in nanoseconds (unique per state)."""
-        state = self.env.physical_state()
-
-        def row(key: str) -> np.ndarray:
-            return state[key][0].detach().cpu().double().numpy()
-
+        if self._obs is None:
+            raise EmbodiedError("sim-robot: publish_state() before the env was reset")
         # Strictly increasing stamps: the node rejects a stamp older than the newest it has seen.
         stamp_ns = self.sim_time_ns if self.sim_time_ns is not None else max(time.time_ns(), self._last_stamp_ns + 1)
         self._last_stamp_ns = stamp_ns
-        values = odometry_values(row("position_w"), row("quat_wb"), row("lin_vel_w"), row("ang_vel_b"), stamp_ns)
-        message = messages.make(ODOMETRY, values)
-        for publish in self._publishers:
-            publish(message)
+        self._state.publish(self._obs, stamp_ns)
         return stamp_ns
 
     def advance_clock(self) -> None:
@@ -269,8 +237,12 @@ class SimRobot:
         realtime: bool = False,
         command_timeout_s: float = 2.0,
         arm_timeout_s: float = 30.0,
+        on_step: Callable[[ObsDict, np.ndarray], None] | None = None,
     ) -> SimSummary:
-        """Fly until ``episodes`` episodes ended or ``seconds`` of wall time passed."""
+        """Fly until ``episodes`` episodes ended or ``seconds`` of wall time passed.
+
+        ``on_step(obs, action)``: called before every physics step with the observation whose
+        state was published and the normalized action ``[A]`` about to be applied (for checks)."""
         if episodes is None and seconds is None:
             raise EmbodiedError("give a stop condition: --episodes N and/or --seconds S")
         lockstep = not realtime
@@ -280,7 +252,7 @@ class SimRobot:
                 "command) to match answers to states; set it or use --realtime"
             )
         env = self.env
-        env.reset(seed=seed)
+        self._obs = env.reset(seed=seed)
         # Simulation time starts at the wall time (stamps look plausible to any tool) and then
         # moves only with the simulation.
         self.sim_time_ns = None if realtime else time.time_ns()
@@ -347,8 +319,12 @@ class SimRobot:
             assert command is not None  # set before wait_until_armed returned
             if self._safe is not None and np.allclose(command, self._safe):
                 safe_count += 1
-            action = torch.as_tensor(self.actions.to_normalized(command), dtype=torch.float32, device=env.device)
-            _obs, _reward, terminated, truncated, info = env.step(action.reshape(1, -1))
+            normalized = self.actions.to_normalized(command)
+            if on_step is not None:
+                assert self._obs is not None
+                on_step(self._obs, normalized)
+            action = torch.as_tensor(normalized, dtype=torch.float32, device=env.device)
+            self._obs, _reward, terminated, truncated, info = env.step(action.reshape(1, -1))
             steps += 1
             ep_len += 1
             if bool(terminated[0] | truncated[0]):

@@ -3,11 +3,11 @@ transport, hand-driven clock) against the MuJoCo task, beside the same export ru
 the task's observation. Used by tests/test_flow_deploy.py and for the deploy figures in
 BENCHMARKS.md.
 
-Stand-in, and its limit: the messages the node reads (joint states, the fingertip, block and
-goal positions, the block velocity, and the camera picture where the robot config names a camera)
-are published here from the task's own observation, as an arm driver, a block tracker and a
-camera driver would publish them; no simulator process serves them (``embodied sim-robot``
-publishes quadrotor odometry only).
+The messages the node reads (joint states, the fingertip, block and goal positions, the block
+velocity, and the camera picture where the robot config names a camera) are published from the
+task's own observation by :class:`~embodied.real.sim_state.ArmPushState`, as an arm driver, a
+block tracker and a camera driver would publish them (``embodied sim-robot arm-push`` serves the
+same over DDS); here in-process, with a hand-driven clock.
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ import torch
 
 from embodied import registry
 from embodied.env import IMAGE_GROUP
-from embodied.real import messages
 from embodied.real.node import PolicyNode
 from embodied.real.robot_config import ROBOTS_DIR, RobotConfig, load_robot
 from embodied.real.runner import PolicyRunner
+from embodied.real.sim_state import ArmPushState
 from embodied.real.transports.memory import MemoryTransport
 
 ARM_ROBOT = ROBOTS_DIR / "arm_push_sim.yaml"
-JOINTS = ("shoulder", "elbow", "wrist")
 
 
 @dataclasses.dataclass
@@ -42,65 +41,20 @@ class DeployResult:
     rejections: int
 
 
-def image_message(image_rgb: np.ndarray, header: dict[str, Any], pad_bytes: int = 4) -> Any:
-    """``sensor_msgs/Image`` of ``image_rgb [H, W, 3]`` uint8 as a camera driver may send it:
-    ``bgr8`` (OpenCV's order), each row padded by ``pad_bytes``."""
-    height, width, _ = image_rgb.shape
-    step = width * 3 + pad_bytes
-    rows = np.zeros((height, step), dtype=np.uint8)
-    rows[:, : width * 3] = image_rgb[:, :, ::-1].reshape(height, width * 3)
-    values = {"header": header, "height": height, "width": width, "encoding": "bgr8", "step": step}
-    return messages.make("sensor_msgs/msg/Image", {**values, "data": rows.reshape(-1)})
-
-
 class ArmPublisher:
     """Publishes one arm-push observation ``[18]`` (and its camera picture, when the robot config
-    names a camera) as the robot config's input messages."""
+    names a camera) as the robot config's input messages (:class:`ArmPushState`, what
+    ``embodied sim-robot arm-push`` publishes), stamped with the wall clock."""
 
     def __init__(self, transport: MemoryTransport, robot: RobotConfig) -> None:
-        self.pub = {name: transport.publisher(i.topic, i.type, i.qos) for name, i in robot.inputs.items()}
-        self.camera = robot.camera.input if robot.camera is not None else None
+        self.state = ArmPushState(robot, transport)
         self.stamp_ns = 0
 
     def __call__(self, obs: np.ndarray, image: np.ndarray | None = None) -> None:
-        o = [float(v) for v in obs]
         # wall-clock stamps, strictly increasing (the node judges stamps against the wall clock)
         self.stamp_ns = max(time.time_ns(), self.stamp_ns + 1)
-        sec, nanosec = divmod(self.stamp_ns, 1_000_000_000)
-
-        def header(frame: str) -> dict[str, Any]:
-            return {"frame_id": frame, "stamp": {"sec": sec, "nanosec": nanosec}}
-
-        def point(x: float, y: float) -> Any:
-            return messages.make(
-                "geometry_msgs/msg/PointStamped", {"header": header("base"), "point": {"x": x, "y": y, "z": 0.0}}
-            )
-
-        # joints listed in another order than the config's: the node reorders them by name
-        order = [2, 0, 1]
-        self.pub["joints"](
-            messages.make(
-                "sensor_msgs/msg/JointState",
-                {
-                    "header": header("base"),
-                    "name": [JOINTS[i] for i in order],
-                    "position": np.array([o[i] for i in order]),
-                    "velocity": np.array([o[3 + i] for i in order]),
-                    "effort": np.zeros(0),
-                },
-            )
-        )
-        self.pub["fingertip"](point(o[6], o[7]))
-        self.pub["block"](point(o[8], o[9]))
-        zero = {"x": 0.0, "y": 0.0, "z": 0.0}
-        twist = {"linear": {"x": o[10], "y": o[11], "z": 0.0}, "angular": zero}
-        self.pub["block_twist"](
-            messages.make("geometry_msgs/msg/TwistStamped", {"header": header("base"), "twist": twist})
-        )
-        self.pub["goal"](point(o[12], o[13]))
-        if self.camera is not None:
-            assert image is not None, "the robot config names a camera: publish its picture"
-            self.pub[self.camera](image_message(image, header("top_camera")))
+        groups = {"policy": obs[None]} | ({} if image is None else {IMAGE_GROUP: image[None]})
+        self.state.publish(groups, self.stamp_ns)
 
 
 def fly_arm_push(

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from flow_deploy_support import ARM_ROBOT, fly_arm_push, image_message
+from flow_deploy_support import ARM_ROBOT, fly_arm_push
 from real_support import write_robot_variant
 
 from embodied.config import ConfigError
@@ -22,6 +22,7 @@ from embodied.real import messages
 from embodied.real.camera_image import decode_image
 from embodied.real.observation import ObservationError
 from embodied.real.robot_config import load_robot
+from embodied.real.sim_state import image_message
 from embodied.tasks.arm_push import ArmPush, ArmPushCfg
 
 SIZE_PX = 40
@@ -255,3 +256,49 @@ def test_an_instruction_policy_without_an_instruction_to_feed_is_refused_by_name
         check_deployable(tmp_path, robot)
     with pytest.raises(Exception, match=r"names input 'instruction_embedding' \[32\].*re-export"):
         PolicyRunner(tmp_path / "export")
+
+
+def test_sim_robot_serves_arm_push_with_its_camera_in_lockstep(tmp_path: Path) -> None:
+    """``embodied sim-robot arm-push``'s simulator against the node, in one process (in-process
+    transport, real threads, simulation time on /clock): every step applies the node's answer
+    to the state it published, and that answer is what the export computes on the task's own
+    observation and picture."""
+    pytest.importorskip("onnxruntime")
+    import threading
+
+    from embodied.real.freshness import SimClock
+    from embodied.real.node import PolicyNode
+    from embodied.real.runner import PolicyRunner
+    from embodied.real.sim_robot import SimRobot
+    from embodied.real.transports.memory import MemoryTransport
+
+    _export_image_policy(tmp_path / "export")
+    robot = load_robot(
+        write_robot_variant(tmp_path, ARM_ROBOT, {"inputs.top_camera": CAMERA_INPUT, "camera": {"input": "top_camera"}})
+    )
+    transport = MemoryTransport()
+    sim_clock = SimClock()
+    transport.subscribe(SimClock.TOPIC, SimClock.TYPE, "sensor", sim_clock.on_clock)
+    node = PolicyNode(transport, robot, PolicyRunner(tmp_path / "export"), sim_clock=sim_clock)
+    env = _camera_env(seed=3)
+    sim = SimRobot(env, robot, transport, "arm-push")
+    direct = PolicyRunner(tmp_path / "export")
+    worst: list[float] = []
+
+    def check(obs: Any, action: np.ndarray) -> None:
+        want = direct(obs["policy"][0].numpy(), obs[IMAGE_GROUP][0].numpy())
+        worst.append(float(np.max(np.abs(action - want))))
+
+    stop = threading.Event()
+    worker = threading.Thread(target=node.run, args=(stop,), daemon=True)
+    worker.start()
+    try:
+        summary = sim.run(seconds=60.0, episodes=1, seed=3, on_step=check)
+    finally:
+        stop.set()
+        worker.join(timeout=5.0)
+        env.close()
+    assert summary.episodes == 1 and summary.missed_commands == 0 and summary.safe_commands == 0
+    assert len(worst) == summary.steps >= 10
+    assert max(worst) <= 1e-4, max(worst)  # float64 message arithmetic against the task's float32
+    assert sum(node.rejections.values()) == 0

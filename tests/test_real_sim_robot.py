@@ -18,7 +18,8 @@ from embodied.real.freshness import SimClock
 from embodied.real.node import PolicyNode
 from embodied.real.robot_config import load_robot
 from embodied.real.runner import PolicyRunner
-from embodied.real.sim_robot import ODOMETRY, SimRobot
+from embodied.real.sim_robot import SimRobot
+from embodied.real.sim_state import ODOMETRY
 from embodied.real.transports import Publish
 from embodied.real.transports.memory import MemoryTransport
 

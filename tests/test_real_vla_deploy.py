@@ -66,7 +66,7 @@ def test_the_export_runs_with_its_training_instruction_like_the_torch_policy(vla
 
 
 def test_the_node_flies_it_on_the_camera_and_takes_the_robot_configs_instruction(vla_run: Path, tmp_path: Path) -> None:
-    from embodied.policies.text_embedding import embed_instruction_array
+    from embodied.policies.text_table import embed_instruction_array
 
     env = load_run(vla_run).make_env(1, seed=3)
     result = fly_arm_push(vla_run / "export", episodes=1, seed=3, robot_path=_camera_robot(tmp_path), env=env)

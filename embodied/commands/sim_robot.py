@@ -13,12 +13,16 @@ from embodied.config import int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 DESCRIPTION = """\
-Run one env of TASK as a robot behind ROS 2 topics: publish its state (nav_msgs/Odometry on
-the robot config's input topics) and apply the commands `embodied deploy` sends back. Start
-the two in separate shells with the same --robot, e.g.
+Run one env of TASK as a robot behind ROS 2 topics: publish its state on the robot config's
+input topics (nav_msgs/Odometry for tasks on the quadrotor backend; for arm-push the joint
+states, tracked points and, with a camera, sensor_msgs/Image) and apply the commands `embodied
+deploy` sends back. Start the two in separate shells with the same --robot, e.g.
 
   embodied sim-robot quad-hover --run RUN_DIR --episodes 20 --loopback --handover-starts
   embodied deploy RUN_DIR --robot crazyflie_sim --loopback --use-sim-time
+
+  embodied sim-robot arm-push --robot arm_push_sim --run RUN_DIR --episodes 10 --loopback
+  embodied deploy RUN_DIR --robot arm_push_sim --loopback --use-sim-time
 
 (--run RUN_DIR: the task as that policy was trained, e.g. without the constant disturbance force
 the shipped quad-hover config leaves out.)
@@ -63,7 +67,7 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("task", metavar="TASK", help="task name, e.g. quad-hover")
+    p.add_argument("task", metavar="TASK", help="task name: quad-hover, quad-track or arm-push")
     p.add_argument("--robot", default="crazyflie_sim", help="robot config: built-in name or YAML path")
     p.add_argument("--transport", choices=("dds",), default="dds", help="middleware (Cyclone DDS)")
     p.add_argument("--episodes", type=int, default=None, help="stop after N finished episodes")
@@ -155,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import signal
 
-        sim = SimRobot(env, robot, transport)
+        sim = SimRobot(env, robot, transport, args.task)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: sim.halt())
         summary = sim.run(
