@@ -29,7 +29,7 @@ from embodied.real import messages
 from embodied.real.camera_image import decode_image
 from embodied.real.control_loop import Clock, ControlLoop, LoopStats
 from embodied.real.freshness import InputGate, SimClock
-from embodied.real.instruction import instruction_embedding
+from embodied.real.instruction import robot_instruction_embedding
 from embodied.real.observation import ObservationBuilder, ObservationError, Signal, compile_signal
 from embodied.real.robot_config import IMAGE_TYPES, RobotConfig
 from embodied.real.runner import PolicyRunner, refuse_unsupported
@@ -104,10 +104,11 @@ class PolicyNode:
         sim_clock: SimClock | None = None,
         rt_priority: int = 0,
     ) -> None:
-        refuse_unsupported(runner.policy_io, robot)  # an image policy needs the robot's camera
+        refuse_unsupported(runner.policy_io, robot)  # a camera / an instruction the policy needs
         if runner.policy_io.instruction_input is not None:
-            text = runner.policy_io.instruction_input
-            runner.set_instruction(instruction_embedding(text, robot.instruction, str(runner.policy_io.path)))
+            vector = robot_instruction_embedding(runner.policy_io.instruction_input, robot.instruction)
+            if vector is not None:
+                runner.set_instruction(vector)  # checks its size against the graph
         self.robot = robot
         self.runner = runner
         self.io_spec = runner.io_spec
@@ -189,6 +190,8 @@ class PolicyNode:
             watchdog=self._gap_deadline if gap is not None else None,
         )
         self.commands_sent = 0
+        self._camera_frame: tuple[Any, np.ndarray] | None = None
+        """The newest camera message the policy was fed and its decoded picture."""
         self._last_hold: np.ndarray | None = None
         self._last_diagnostics = -1e9
 
@@ -368,10 +371,16 @@ class PolicyNode:
         image = None
         if self.runner.image_shape is not None and self.robot.camera is not None:
             camera = self.robot.camera
-            try:
-                image = decode_image(latest[camera.input], self.runner.image_shape, camera.resize, camera.input)
-            except ObservationError as err:
-                return (SafetyState.FAULT, "invalid_image", str(err)), None
+            message = latest[camera.input]
+            # A camera slower than the loop leaves the same picture for several periods: decode
+            # (and scale) each one once.
+            if self._camera_frame is None or self._camera_frame[0] is not message:
+                try:
+                    decoded = decode_image(message, self.runner.image_shape, camera.resize, camera.input)
+                except ObservationError as err:
+                    return (SafetyState.FAULT, "invalid_image", str(err)), None
+                self._camera_frame = (message, decoded)
+            image = self._camera_frame[1]
         try:
             action = self.runner(obs, image)
         except Exception as err:
