@@ -26,14 +26,14 @@ from embodied.export.formats import ALL, FormatResult
 from embodied.export.onnx_traced import export_traced_onnx
 from embodied.export.policy_io import write_policy_io
 from embodied.policies.residual import ResidualPolicy
-from embodied.training.run import load_run
+from embodied.training.run import LoadedRun
 
 RANDOM_PROBES = 256
 
 
-def export_residual_run(run_dir: Path, fmt: str) -> ExportReport | None:
+def export_residual_run(run: LoadedRun, fmt: str) -> ExportReport | None:
     """Export a residual run (see the module docstring); None when the run's policy is not one."""
-    run = load_run(run_dir)
+    run_dir = run.run_dir
     if not isinstance(run.policy, ResidualPolicy):
         return None
     if fmt not in (ALL, "onnx"):

@@ -147,10 +147,13 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
         artifact = policy_artifact(run_dir)
     except NoArtifactKindError:
         from embodied.training.residual_export import export_residual_run
+        from embodied.training.run import load_run
         from embodied.training.vla_export import export_vla_run
 
         # policies no artifact kind describes: VLA-shaped policies, residuals on a frozen base
-        report = export_vla_run(run_dir, fmt) or export_residual_run(run_dir, fmt)
+        # (the checkpoint is loaded once for both: a residual's base is rebuilt with it)
+        run = load_run(run_dir)
+        report = export_vla_run(run, fmt) or export_residual_run(run, fmt)
         if report is None:
             raise
         return report

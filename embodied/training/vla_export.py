@@ -31,15 +31,14 @@ from embodied.export.vla_onnx import export_vla_onnx, refuse_c_export
 from embodied.io_spec import IOSpec
 from embodied.policies.vla_flow import VLASampler
 from embodied.policy_io import INSTRUCTION_INPUT_KEY
-from embodied.training.run import load_run
+from embodied.training.run import LoadedRun
 
 ROLLOUT_ENVS, ROLLOUT_STEPS, RANDOM_PROBES = 4, 16, 64
 
 
-def vla_sampler_of(run_dir: Path) -> tuple[VLASampler, list[dict[str, np.ndarray]], IOSpec, str, str] | None:
+def vla_sampler_of(run: LoadedRun) -> tuple[VLASampler, list[dict[str, np.ndarray]], IOSpec, str, str] | None:
     """The run's VLA sampler, probe inputs, IOSpec, camera name and instruction, or None when its
     policy is not VLA-shaped."""
-    run = load_run(run_dir)
     module = run.policy.export_module()
     if not isinstance(module, VLASampler):
         return None
@@ -80,9 +79,10 @@ def _inputs(module: VLASampler, obs: dict[str, torch.Tensor], embedding: torch.T
     return {name: np.ascontiguousarray(values[name].cpu().numpy()) for name in module.input_names}
 
 
-def export_vla_run(run_dir: Path, fmt: str) -> ExportReport | None:
+def export_vla_run(run: LoadedRun, fmt: str) -> ExportReport | None:
     """Export a VLA-shaped run (see the module docstring); None when the run's policy is not one."""
-    found = vla_sampler_of(run_dir)
+    run_dir = run.run_dir
+    found = vla_sampler_of(run)
     if found is None:
         return None
     module, probes, io_spec, camera, instruction = found
