@@ -430,7 +430,7 @@ Rows = list[torch.Tensor]
 """A batch as one ``[N]`` tensor per state component (struct of arrays)."""
 
 
-def _bilinear_rows(a: Rows, b: Rows, left: tuple[int, ...], right: tuple[int, ...], coef: tuple[float, ...]) -> Rows:
+def bilinear_rows(a: Rows, b: Rows, left: tuple[int, ...], right: tuple[int, ...], coef: tuple[float, ...]) -> Rows:
     """:func:`apply_bilinear` on rows: ``out_k = sum coef * a[i] * b[j]`` with the same tables."""
     out_dim = len(left) // TERMS_PER_OUTPUT
     return [
@@ -451,7 +451,7 @@ def _derivative_rows(
 ) -> Rows:
     """:func:`_derivative` on rows (same tables, same equations), for the compiled step."""
     thrust_acc_coef, thrust_coef, inertia, inv_inertia, inv_tau, ext_acc_w, ext_ang_acc_b = inputs
-    products = _bilinear_rows(s, s, left, right, coef)
+    products = bilinear_rows(s, s, left, right, coef)
     zaxis_w, quat_dot, thrust_u, torque_u = products[0:3], products[3:7], products[7], products[8:11]
     acc_per_axis = thrust_u * thrust_acc_coef[0]
     lin_acc = [ext_acc_w[i] + zaxis_w[i] * acc_per_axis for i in range(3)]
@@ -483,11 +483,27 @@ def _rk4_rows(
     row-major inputs at 4,096 envs on 2 cores. Eager mode keeps the packed row-major version,
     whose few large ops suit launch-bound execution.
     """
-    h = dt_s / substeps
     # With column-major inputs (``Quadrotor`` keeps them so under compile) these are views.
     s = list(state.t().unbind(0))
     cmd = list(rpm_cmd.t().unbind(0))
     rows = tuple(list(x.t().unbind(0)) for x in inputs)
+    # Column-major [N, 17] (one contiguous row per component): the next call reads it as views.
+    return torch.stack(rk4_rows(s, cmd, rows, left, right, coef, dt_s, substeps), dim=0).t()
+
+
+def rk4_rows(
+    s: Rows,
+    cmd: Rows,
+    rows: tuple[Rows, ...],
+    left: tuple[int, ...],
+    right: tuple[int, ...],
+    coef: tuple[float, ...],
+    dt_s: float,
+    substeps: int,
+) -> Rows:
+    """:func:`rk4_step` on rows: the 17 state rows, 4 command rows and the seven inputs as rows
+    (``[N]`` each); returns the 17 new state rows."""
+    h = dt_s / substeps
     for _ in range(substeps):
         k1 = _derivative_rows(s, cmd, rows, left, right, coef)
         k2 = _derivative_rows([x + 0.5 * h * k for x, k in zip(s, k1)], cmd, rows, left, right, coef)
@@ -497,8 +513,7 @@ def _rk4_rows(
         q = s[QUAT.start : QUAT.stop]
         inv_norm = torch.rsqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
         s[QUAT.start : QUAT.stop] = [c * inv_norm for c in q]
-    # Column-major [N, 17] (one contiguous row per component): the next call reads it as views.
-    return torch.stack(s, dim=0).t()
+    return s
 
 
 @functools.cache

@@ -26,17 +26,17 @@ The firmware (``firmware/common/quad_ctrl.c``) and the ROS 2 ``integrate`` op
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 from embodied.config import ConfigError, to_plain
 from embodied.env import ObsDict, StepResult
 from embodied.io_spec import ActionField, IOSpec
+from embodied.sim.counter_normal import stream_key
 from embodied.sim.quadrotor import (
     ANG_VEL,
     LIN_VEL,
@@ -45,29 +45,29 @@ from embodied.sim.quadrotor import (
     ROTOR_SPIN,
     RPM,
     LayoutTensor,
-    PhysicsInputs,
     Quadrotor,
     QuadrotorCfg,
-    Tables,
-    action_to_rpm_cmd,
-    apply_bilinear,
     require_finite,
-    rk4_step,
 )
 from embodied.tasks.quad_gaps import QuadGapCfg, QuadGaps
+from embodied.tasks.quad_hover_core import (
+    CoreConsts,
+    compiled_step_core,
+    finite,
+    observation,
+    quat_multiply,
+    step_core,
+)
+from embodied.tasks.quad_hover_fused import FusedConsts, compiled_fused_step
 from embodied.tasks.quad_terms import (
     STATE_DIM,
-    assemble,
     heading_cos_sin,
     noise_std_row,
     obs_fields,
     policy_terms,
     rot_wb_to_hb,
     terms_dim,
-    tilt_cost,
     vec_w_to_h,
-    yaw_cost,
-    yaw_cost_mod_pi,
     yaw_flip_action,
     yaw_flip_obs,
     yaw_symmetry_tables,
@@ -340,6 +340,9 @@ class QuadHover:
     heading = LayoutTensor()
     """``[N, 2]`` (cos, sin) of each env's setpoint yaw (``quad_terms.heading_cos_sin``)."""
 
+    fusable: bool = True
+    """The step may run as one compiled function (:mod:`embodied.tasks.quad_hover_fused`); a
+    subclass whose step hooks (setpoint, success, resets) differ sets False."""
     physical_actions: bool = False
     """Set True by drivers whose actions come from a controller that builds its own observation
     from :meth:`physical_state` (firmware software-in-the-loop, sim-robot): they are already in
@@ -440,6 +443,16 @@ class QuadHover:
             else None
         )
         """Reality-gap state, or None when every gap model is off."""
+        self._noise_key = torch.tensor(stream_key(seed), dtype=torch.long, device=self.device)
+        self._noise_counter = torch.zeros((), dtype=torch.long, device=self.device)
+        """Stream of the fused step's observation noise (``sim/counter_normal.py``): the key
+        follows the seed, the counter the steps taken."""
+        self._fused = (
+            compiled_fused_step(self.device.type) if cfg.sim.compile and self.gaps is None and self.fusable else None
+        )
+        """The whole step as one compiled function (``tasks/quad_hover_fused.py``), or None:
+        the eager step, a task with hooks of its own, or gap models with their own state."""
+        self._fused_consts = {flip: self._make_fused_consts(flip) for flip in (False, True)}
         self.randomization_scale = 1.0
         """``s`` of ``cfg.randomization_ramp``: how far per-episode draws reach into their ranges
         (1 = full); only :meth:`set_training_progress` lowers it."""
@@ -454,6 +467,8 @@ class QuadHover:
         """Reset every env (new initial states, parameters, disturbances); returns the observation."""
         if seed is not None:
             self.generator.manual_seed(seed)
+            self._noise_key = torch.tensor(stream_key(seed), dtype=torch.long, device=self.device)
+            self._noise_counter = torch.zeros((), dtype=torch.long, device=self.device)
         self._pool = self._pool[:0]  # drawn from the old stream: discard
         self._pool_cursor = 0
         self._reset_envs(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
@@ -466,6 +481,10 @@ class QuadHover:
         ``final_obs``, ``reward_terms`` (dict of ``[N]``), ``success`` (``[N]`` bool, set only
         where truncated after a full episode and close to the setpoint and level).
         """
+        if self._fused is not None:
+            return self._step_fused(action.to(self.device, torch.float32))
+        if self._host_checks:
+            self._ensure_pool(self.num_envs)
         obs_noise = self._draw_obs_noise()
         action = action.to(self.device, torch.float32)
         if self._yaw_sym is not None and not self.physical_actions:  # acted on the relabelled body: to M1..M4
@@ -517,8 +536,8 @@ class QuadHover:
         if not host or bool(done.any()):
             success = self._success(out["pos_err_h"], out["rot_hb"], truncated)
             if not host or not bool(torch.isfinite(reward).all()):
-                final_obs = {k: _finite(v) for k, v in obs.items()}
-                terms = {k: _finite(v) for k, v in terms.items()}
+                final_obs = {k: finite(v) for k, v in obs.items()}
+                terms = {k: finite(v) for k, v in terms.items()}
                 reward = torch.stack(list(terms.values())).sum(dim=0)
             self._reset_envs(done)
             # The step's noise draw is reused: rows of envs that did not end stay identical to
@@ -534,6 +553,71 @@ class QuadHover:
             final_obs = {**final_obs, "policy": obs["policy"] if final_policy is None else final_policy}
         info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success} | step_info
         return obs, reward, terminated, truncated, info
+
+    def _step_fused(self, action: torch.Tensor) -> StepResult:
+        """:meth:`step` through :func:`~embodied.tasks.quad_hover_fused.fused_step` (one compiled call)."""
+        sim, fused = self.sim, self._fused
+        assert fused is not None
+        if self._host_checks:  # the pool stays on the host's schedule, as in the eager step
+            self._ensure_pool(self.num_envs)
+            pool, cursor = self._pool, torch.tensor(self._pool_cursor, device=self.device)
+        else:  # no host sync on accelerators: fresh rows for every env, taken from row 0
+            pool, cursor = self._draw_initial(self.num_envs), torch.zeros((), dtype=torch.long, device=self.device)
+        out = fused(
+            action,
+            self.yaw_flip,
+            sim.state,
+            sim.param_scales,
+            sim.force_w,
+            sim.torque_b,
+            self.action_hist,
+            self.episode_step,
+            self.pos_err_int_h,
+            self.yaw_sp_rad,
+            self.heading,
+            self._setpoint_w,
+            pool,
+            cursor,
+            self._noise_counter,
+            self._noise_key,
+            self._fused_consts[not self.physical_actions],
+        )
+        sim.state, sim.force_w, sim.torque_b = out["state"], out["force_w"], out["torque_b"]
+        if self.cfg.sim.randomization.enabled:  # the setter refreshes the derived parameters
+            sim.param_scales = out["param_scales"]
+        self.action_hist, self.pos_err_int_h, self.heading = out["action_hist"], out["pos_err_int_h"], out["heading"]
+        self.episode_step, self.yaw_sp_rad, self.yaw_flip = out["episode_step"], out["yaw_sp_rad"], out["yaw_flip"]
+        self._noise_counter = out["noise_counter"]
+        if self._host_checks:
+            self._pool_cursor = int(out["cursor"])
+        self._critic_static = out["critic"][:, -12:]
+        info: dict[str, Any] = {
+            "final_obs": {"policy": out["final_policy"], "critic": out["final_critic"]},
+            "reward_terms": out["terms"],
+            "success": out["success"],
+        }
+        obs = {"policy": out["policy"], "critic": out["critic"]}
+        return obs, out["reward"], out["terminated"], out["truncated"], info
+
+    def _make_fused_consts(self, flip_actions: bool) -> FusedConsts:
+        """Constants of the fused step; ``flip_actions``: actions arrive in relabelled labels."""
+        cfg, p, sym = self.cfg, self.cfg.sim.params, self._yaw_sym
+        return FusedConsts(
+            core=self._consts,
+            terms=self._terms,
+            rot_tables=self.sim.rot_tables,
+            dynamics_tables=self.sim.tables,
+            nominal=(p.mass_kg, *p.inertia_kgm2, p.thrust_coef_n_per_rpm2, p.motor_tau_s),
+            gravity_w=(0.0, 0.0, -p.gravity_mps2),
+            noise_std=tuple(self._noise_std.tolist()) if self._noisy else (),
+            disturb_norm=tuple(self._disturb_norm.tolist()),
+            flip_source=None if sym is None else tuple(sym["obs_source"]),
+            flip_sign=() if sym is None else tuple(sym["obs_sign"]),
+            flip_select=-1 if sym is None else int(sym["select_index"]),
+            flip_actions=flip_actions,
+            success_radius_sq_m2=cfg.success_radius_m**2,
+            cos_success_tilt=self._cos_success_tilt,
+        )
 
     def set_training_progress(self, fraction: float) -> None:
         """Curriculum hook (:class:`embodied.env.TrainingCurriculum`): ``fraction`` of training
@@ -638,7 +722,10 @@ class QuadHover:
             "yaw_flip": self.yaw_flip.clone(),
             "gaps": {} if self.gaps is None else self.gaps.state_dict(),
             "rng": self.generator.get_state(),
-            "init_pool": self._pool[self._pool_cursor :].clone(),
+            # The whole pool and its cursor: it keeps its fixed size (the fused step's shape).
+            "init_pool": self._pool.clone(),
+            "init_pool_cursor": self._pool_cursor,
+            "noise_stream": torch.stack((self._noise_key, self._noise_counter)).cpu(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -660,7 +747,10 @@ class QuadHover:
             self.gaps.load_state_dict(state.get("gaps", {}))
         self.generator.set_state(state["rng"])
         self._pool = state["init_pool"].to(self.device, torch.float32).clone()
-        self._pool_cursor = 0
+        self._pool_cursor = int(state.get("init_pool_cursor", 0))  # older checkpoints: the unused rows only
+        if "noise_stream" in state:  # checkpoints from before the fused step keep the seeded stream
+            key, counter = state["noise_stream"].to(self.device, torch.long)
+            self._noise_key, self._noise_counter = key.clone(), counter.clone()
         self._refresh_critic_static()
 
     def close(self) -> None:
@@ -808,12 +898,19 @@ class QuadHover:
             (position_w, quat_wb, lin_vel_w, ang_vel_b, hover_rpm.expand(count, 4), scales, disturb, yaw_sp), 1
         )
 
-    def _take_initial(self, count: int) -> torch.Tensor:
-        """``count`` rows from the CPU pool, refilling it in bulk when it runs out."""
-        if self._pool_cursor + count > self._pool.shape[0]:
-            fresh = self._draw_initial(max(self._pool_size, count))
+    def _ensure_pool(self, count: int) -> None:
+        """Keep at least ``count`` unused rows in the CPU pool of initial conditions, refilling
+        it to ``_pool_size`` rows in bulk (a fixed size, so the fused step never recompiles).
+        Both steps call it with ``num_envs`` before stepping, so they draw the same rows."""
+        left = self._pool.shape[0] - self._pool_cursor
+        if left < count:
+            fresh = self._draw_initial(max(self._pool_size, count) - left)
             self._pool = torch.cat((self._pool[self._pool_cursor :], fresh))
             self._pool_cursor = 0
+
+    def _take_initial(self, count: int) -> torch.Tensor:
+        """``count`` rows from the CPU pool, refilling it in bulk when it runs out."""
+        self._ensure_pool(max(count, self.num_envs))
         rows = self._pool[self._pool_cursor : self._pool_cursor + count]
         self._pool_cursor += count
         return rows
@@ -852,205 +949,3 @@ class QuadHover:
         self._refresh_critic_static()
         if self.gaps is not None:  # new per-episode draws; delay buffers start at the fresh state
             self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM], self.randomization_scale)
-
-
-class CoreConsts(NamedTuple):
-    """Python constants of :func:`step_core` (compile specializes on them)."""
-
-    dt_s: float
-    substeps: int
-    rpm_per_action: float
-    max_thrust_n: float
-    min_thrust_n: float
-    inv_thrust_coef: float
-    max_rpm: float
-    hover_action: float
-    k_pos: float
-    pos_bonus: float
-    pos_bonus_inv_2r2: float
-    k_ori: float
-    k_yaw: float
-    yaw_mod_pi: bool
-    k_vel: float
-    k_act: float
-    alive: float
-    termination_penalty: float
-    position_bound_m: float
-    max_episode_steps: int
-    history: int
-    integral: bool
-    integral_decay: float
-    integral_limit_ms: float
-
-
-def observation(
-    terms: tuple[Any, ...],
-    state: torch.Tensor,
-    pos_err_h: torch.Tensor,
-    rot_hb: torch.Tensor,
-    heading: torch.Tensor,
-    action_hist: torch.Tensor,
-    pos_err_int_h: torch.Tensor,
-    critic_static: torch.Tensor,
-    obs_noise: torch.Tensor | None,
-    rpm_per_action: float,
-    vel_sp_w: torch.Tensor | None = None,
-    acc_sp_w: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Policy ``[N, terms_dim(terms)]`` and critic ``[N, 34 (+3)]`` observations.
-
-    ``terms``: the policy's term table (``QuadHoverCfg.policy_terms``); ``pos_err_h [N, 3]``,
-    ``rot_hb [N, 9]``, ``heading [N, 2]`` (cos, sin of the setpoint yaw), ``action_hist [N, 4H]``,
-    ``pos_err_int_h [N, 3]``. ``obs_noise [N, 18]`` is added to the noised state terms of the
-    policy only. The critic sees the clean state terms, the integral when the policy has it,
-    normalized motor speeds and the per-episode static inputs. Tracking tasks pass the moving
-    setpoint's feed-forward velocity and acceleration ``vel_sp_w``, ``acc_sp_w [N, 3]`` (world) for
-    the ``lin_vel_err_h`` and ``acc_sp_h`` terms; the critic then sees ``acc_sp_h`` as well.
-    """
-    clean = {
-        "pos_err_h": pos_err_h,
-        "rot_hb": rot_hb,
-        "lin_vel_h": vec_w_to_h(state[:, LIN_VEL], heading),
-        "ang_vel_b": state[:, ANG_VEL],
-        "pos_err_int_h": pos_err_int_h,
-        "prev_actions": action_hist,
-    }
-    if vel_sp_w is not None:
-        clean["lin_vel_err_h"] = vec_w_to_h(state[:, LIN_VEL] - vel_sp_w, heading)
-    if acc_sp_w is not None:
-        clean["acc_sp_h"] = vec_w_to_h(acc_sp_w, heading)
-    # The table puts the noised state terms first (quad_terms.STATE_TERMS).
-    noised = tuple(t for t in terms if t.noise_group is not None)
-    rest = tuple(t for t in terms if t.noise_group is None)
-    clean_state = assemble(noised, clean)  # [N, 18]
-    noisy_state = clean_state if obs_noise is None else clean_state + obs_noise
-    policy = torch.cat((noisy_state, *(clean[t.name] for t in rest)), dim=1) if rest else noisy_state
-    critic_extra = tuple(t for t in terms if t.name in ("acc_sp_h", "pos_err_int_h"))
-    rpm_norm = state[:, RPM] * (1.0 / rpm_per_action) - 1.0
-    critic = torch.cat((clean_state, *(clean[t.name] for t in critic_extra), rpm_norm, critic_static), dim=1)
-    return policy, critic
-
-
-def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Hamilton product ``a ⊗ b`` of ``[N, 4]`` (w, x, y, z) quaternions."""
-    aw, ax, ay, az = a.unbind(1)
-    bw, bx, by, bz = b.unbind(1)
-    return torch.stack(
-        (
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ),
-        dim=1,
-    )
-
-
-def step_core(
-    state: torch.Tensor,
-    action: torch.Tensor,
-    motor_action: torch.Tensor | None,
-    rpm_limits: tuple[torch.Tensor, torch.Tensor] | None,
-    action_hist: torch.Tensor,
-    episode_step: torch.Tensor,
-    pos_err_int_h: torch.Tensor,
-    critic_static: torch.Tensor,
-    obs_noise: torch.Tensor | None,
-    setpoint_w: torch.Tensor,
-    heading: torch.Tensor,
-    terms: tuple[Any, ...],
-    physics: PhysicsInputs,
-    rot_tables: Tables,
-    c: CoreConsts,
-    vel_sp_w: torch.Tensor | None = None,
-    acc_sp_w: torch.Tensor | None = None,
-) -> dict[str, Any]:
-    """Physics, observation, reward terms and termination of one step, as a pure function
-    (no randomness, no data-dependent branches) so it can run compiled; resets stay outside.
-
-    ``state [N, 17]``, ``action [N, 4]`` (sent: history and action cost), ``motor_action [N, 4]``
-    (what the motors get, delayed by the gap models; None: ``action``), ``rpm_limits``
-    (``[N, 4]`` setpoint scale and ``[N, 1]`` cap of the gap models, or None),
-    ``action_hist [N, 4H]``, ``episode_step [N]``,
-    ``pos_err_int_h [N, 3]``, ``critic_static [N, 12]``, ``setpoint_w [3]`` (or ``[N, 3]``),
-    ``heading [N, 2]``; a moving setpoint adds its feed-forward ``vel_sp_w`` and ``acc_sp_w [N, 3]``
-    (the velocity cost then penalizes the velocity error);
-    returns the new state, history, counters and integral (updated by the module docstring's
-    rule when ``c.integral``), ``pos_err_h``, ``rot_hb``, ``terms`` (dict of ``[N]``),
-    ``reward``, ``terminated``, ``truncated``, ``policy`` and ``critic``.
-    """
-    action = action.clamp(-1.0, 1.0)
-    applied = action if motor_action is None else motor_action
-    rpm_cmd = action_to_rpm_cmd(applied, c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
-    if rpm_limits is not None:  # thrust mismatch (scale) and battery sag (cap) of the gap models
-        rpm_cmd = torch.minimum(rpm_cmd * rpm_limits[0], rpm_limits[1])
-    state = rk4_step(state, rpm_cmd, *physics, c.dt_s, c.substeps)
-    episode_step = episode_step + 1
-    if c.history > 0:
-        action_hist = torch.cat((action, action_hist[:, :-4]), dim=1)
-    pos_err_h = vec_w_to_h(state[:, POS] - setpoint_w, heading)
-    if c.integral:
-        # decay * I + dt * e, then the clamp: the order the firmware and ROS node repeat.
-        pos_err_int_h = (pos_err_int_h * c.integral_decay + pos_err_h * c.dt_s).clamp(
-            -c.integral_limit_ms, c.integral_limit_ms
-        )
-    quat = state[:, QUAT]
-    rot_hb = rot_wb_to_hb(apply_bilinear(quat, quat, *rot_tables), heading)
-    reward_terms = {
-        "position": pos_err_h.square().sum(dim=1) * c.k_pos,
-        "orientation": tilt_cost(rot_hb) * c.k_ori,
-        "yaw": (yaw_cost_mod_pi(rot_hb) if c.yaw_mod_pi else yaw_cost(rot_hb)) * c.k_yaw,
-        "velocity": (state[:, LIN_VEL] if vel_sp_w is None else state[:, LIN_VEL] - vel_sp_w).square().sum(dim=1)
-        * c.k_vel,
-        "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,
-        "alive": torch.full_like(episode_step, c.alive, dtype=state.dtype),
-    }
-    if c.pos_bonus != 0.0:
-        reward_terms["position_bonus"] = torch.exp(pos_err_h.square().sum(dim=1) * -c.pos_bonus_inv_2r2) * c.pos_bonus
-    # A non-finite entry anywhere in the state reaches the position within the same RK4 step,
-    # and NaN fails every comparison, so this one check also ends diverged envs. The validated
-    # setpoint keeps the whole box above the ground, so it covers the ground as well.
-    terminated = ~(pos_err_h.abs() <= c.position_bound_m).all(dim=1)
-    truncated = (episode_step >= c.max_episode_steps) & ~terminated
-    if c.termination_penalty > 0.0:
-        reward_terms["termination"] = terminated * -c.termination_penalty
-    reward = torch.stack(list(reward_terms.values())).sum(dim=0)
-    policy, critic = observation(
-        terms,
-        state,
-        pos_err_h,
-        rot_hb,
-        heading,
-        action_hist,
-        pos_err_int_h,
-        critic_static,
-        obs_noise,
-        c.rpm_per_action,
-        vel_sp_w,
-        acc_sp_w,
-    )
-    return {
-        "state": state,
-        "action_hist": action_hist,
-        "episode_step": episode_step,
-        "pos_err_int_h": pos_err_int_h,
-        "pos_err_h": pos_err_h,
-        "rot_hb": rot_hb,
-        "terms": reward_terms,
-        "reward": reward,
-        "terminated": terminated,
-        "truncated": truncated,
-        "policy": policy,
-        "critic": critic,
-    }
-
-
-@functools.cache
-def compiled_step_core() -> Callable[..., dict[str, Any]]:
-    """:func:`step_core` through ``torch.compile``, once per process (static shapes)."""
-    return torch.compile(step_core, fullgraph=True, dynamic=False)
-
-
-def _finite(x: torch.Tensor) -> torch.Tensor:
-    """Replace NaN/inf by 0 so a diverged env cannot poison the learner's batch."""
-    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)

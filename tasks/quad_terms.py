@@ -15,6 +15,8 @@ tasks' fused step (``env.sim.compile=true``).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,15 +241,37 @@ def yaw_symmetry_tables(terms: tuple[ObsTerm, ...]) -> dict[str, Any]:
     }
 
 
+def pick_columns(
+    x: torch.Tensor, source: torch.Tensor | Sequence[int], sign: torch.Tensor | Sequence[float] | None = None
+) -> torch.Tensor:
+    """``x[:, source] * sign`` for ``x [N, D]``. With plain sequences the columns are picked one by
+    one, which ``torch.compile`` fuses into its loop (an index tensor compiles to a gather of
+    bounds-checked scalar loads); with tensors it is one indexing op, the cheaper form eagerly."""
+    if isinstance(source, torch.Tensor):
+        picked = x[:, source]
+        return picked if sign is None else picked * torch.as_tensor(sign, dtype=x.dtype, device=x.device)
+    signs = [1.0] * len(source) if sign is None else [float(v) for v in sign]
+    return torch.stack([x[:, i] if s == 1.0 else x[:, i] * s for i, s in zip(source, signs)], dim=1)
+
+
 def yaw_flip_obs(
-    obs: torch.Tensor, source: torch.Tensor, sign: torch.Tensor, select: int
+    obs: torch.Tensor,
+    source: torch.Tensor | Sequence[int],
+    sign: torch.Tensor | Sequence[float],
+    select: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``obs [N, D]`` -> (canonical ``[N, D]``, flip ``[N, 1]`` bool) by :func:`yaw_symmetry_tables`
-    (``source [D]`` long, ``sign [D]``)."""
+    (``source [D]`` long, ``sign [D]``; tensors eagerly, sequences under compile, :func:`pick_columns`)."""
     flip = obs[:, select : select + 1] < 0.0
-    return torch.where(flip, obs[:, source] * sign, obs), flip
+    return torch.where(flip, pick_columns(obs, source, sign), obs), flip
 
 
 def yaw_flip_action(action: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
     """``action [N, 4]`` with motors relabelled (:data:`MOTOR_FLIP`) where ``flip [N, 1]``."""
-    return torch.where(flip, action[:, list(MOTOR_FLIP)], action)
+    source = MOTOR_FLIP if torch.compiler.is_compiling() else _motor_flip_index(action.device)
+    return torch.where(flip, pick_columns(action, source), action)
+
+
+@functools.cache
+def _motor_flip_index(device: torch.device) -> torch.Tensor:
+    return torch.tensor(MOTOR_FLIP, dtype=torch.long, device=device)

@@ -290,6 +290,7 @@ class QuadTrack(QuadHover):
     """
 
     cfg: QuadTrackCfg
+    fusable = False  # a moving setpoint, its own success and resets: the hover-only fused step does not apply
 
     def __init__(self, cfg: QuadTrackCfg, num_envs: int, device: torch.device, seed: int) -> None:
         dev = torch.device(device)

@@ -1,0 +1,360 @@
+"""The whole quad-hover step as one pure function, so ``torch.compile`` fuses all of it.
+
+The compiled :func:`~embodied.tasks.quad_hover_core.step_core` covers physics, observation,
+reward and termination; around it the eager step spent most of its time: the observation
+noise draw, the yaw-symmetry relabelling, the parameter-derived physics inputs, and the reset
+of ended episodes (index ops per state component). :func:`fused_step` does all of them in
+the same graph:
+
+* noise from :func:`embodied.sim.counter_normal.counter_normal` (a counter-based generator;
+  the eager step keeps ``torch.randn`` on the env's generator, faster there);
+* resets without data-dependent shapes: env ``i`` that ended takes row
+  ``cursor + (number of ended envs up to i) - 1`` of the pre-drawn initial-condition pool, the
+  same row the eager step's ``nonzero`` order gives it, and every per-env tensor is selected
+  with ``torch.where``;
+* physics inputs computed from the parameter scales and disturbances in the graph.
+
+``QuadHover`` uses it when its simulator compiles (``sim.compile``) and no reality-gap model is
+on (the gap models keep per-step state outside; ``tasks/quad_gaps.py``). With the same pool and
+zero observation noise it gives the eager step's results (``tests/test_quad_hover_fused.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from embodied.sim.counter_normal import counter_normal
+from embodied.sim.quadrotor import (
+    ANG_VEL,
+    LIN_VEL,
+    QUAT,
+    RPM,
+    STATE_DIM,
+    Tables,
+    action_to_rpm_cmd,
+    bilinear_rows,
+    rk4_rows,
+)
+from embodied.tasks.quad_hover_core import CoreConsts
+from embodied.tasks.quad_terms import MOTOR_FLIP
+from embodied.tasks.quad_terms import STATE_DIM as POLICY_STATE_DIM
+
+SCALES = slice(STATE_DIM, STATE_DIM + 6)
+FORCE = slice(STATE_DIM + 6, STATE_DIM + 9)
+TORQUE = slice(STATE_DIM + 9, STATE_DIM + 12)
+YAW_SP = STATE_DIM + 12
+"""Columns of an initial-condition pool row (``QuadHover._draw_initial``)."""
+
+
+class FusedConsts(NamedTuple):
+    """Python constants of :func:`fused_step` (compile specializes on them)."""
+
+    core: CoreConsts
+    terms: tuple[Any, ...]
+    """The policy observation's terms (``QuadHoverCfg.policy_terms``)."""
+    rot_tables: Tables
+    dynamics_tables: Tables
+    nominal: tuple[float, float, float, float, float, float]
+    """Mass (kg), Ixx, Iyy, Izz (kg m²), thrust coefficient (N/rpm²), motor τ (s): the
+    parameter scales multiply these."""
+    gravity_w: tuple[float, float, float]
+    noise_std: tuple[float, ...]
+    """σ of each of the 18 noised policy entries; empty when the observation is noise-free."""
+    disturb_norm: tuple[float, ...]
+    """Critic scaling of force (3) and torque (3) disturbances."""
+    flip_source: tuple[int, ...] | None
+    """Yaw-symmetry relabelling of the policy observation (``quad_terms.yaw_symmetry_tables``),
+    None without the symmetry."""
+    flip_sign: tuple[float, ...]
+    flip_select: int
+    flip_actions: bool
+    """Relabel incoming actions where the last observation was relabelled."""
+    success_radius_sq_m2: float
+    cos_success_tilt: float
+
+
+Rows = list[torch.Tensor]
+"""One ``[N]`` tensor per component (struct of arrays), as ``sim.quadrotor.rk4_rows`` uses."""
+
+
+def rows_of(x: torch.Tensor) -> Rows:
+    """``[N, K]`` -> its K columns as ``[N]`` tensors (views)."""
+    return list(x.t().unbind(0))
+
+
+def stacked(rows: Rows) -> torch.Tensor:
+    """K ``[N]`` rows -> ``[N, K]`` column-major (each row contiguous: no transpose in the kernel)."""
+    return torch.stack(rows, dim=0).t()
+
+
+def physics_rows(scales: Rows, force_w: Rows, torque_b: Rows, k: FusedConsts) -> tuple[Rows, ...]:
+    """The seven per-env inputs of ``rk4_rows`` (``Quadrotor.physics_inputs``, as rows) from the
+    parameter scales (6 rows), ``force_w`` (3, N, world) and ``torque_b`` (3, N m, body)."""
+    mass_kg = scales[0] * k.nominal[0]
+    inertia = [scales[1 + i] * k.nominal[1 + i] for i in range(3)]
+    thrust_coef = scales[4] * k.nominal[4]
+    inv_mass = 1.0 / mass_kg
+    inv_inertia = [1.0 / value for value in inertia]
+    return (
+        [thrust_coef * inv_mass],
+        [thrust_coef],
+        inertia,
+        inv_inertia,
+        [1.0 / (scales[5] * k.nominal[5])],
+        [k.gravity_w[i] + force_w[i] * inv_mass for i in range(3)],
+        [torque_b[i] * inv_inertia[i] for i in range(3)],
+    )
+
+
+def heading_rows(yaw_sp_rad: torch.Tensor) -> Rows:
+    """``quad_terms.heading_cos_sin`` as two rows (float64, rounded once, like the firmware)."""
+    yaw = yaw_sp_rad.double()
+    return [torch.cos(yaw).float(), torch.sin(yaw).float()]
+
+
+class Observed(NamedTuple):
+    """What one state gives: the observation rows and the quantities rewards and success read."""
+
+    policy: Rows
+    critic: Rows
+    pos_err_h: Rows
+    rot_hb: Rows
+
+
+def observe_rows(
+    s: Rows,
+    heading: Rows,
+    hist: Rows,
+    integral: Rows,
+    static: Rows,
+    noise: Rows | None,
+    setpoint_w: torch.Tensor,
+    k: FusedConsts,
+) -> Observed:
+    """``quad_hover_core.observation`` on rows: state ``s`` (17), ``heading`` (cos, sin),
+    action history (4H), position-error integral (3), critic static inputs (12) and noise (18)."""
+    c, sn = heading
+    err_w = [s[i] - setpoint_w[i] for i in range(3)]
+    pos_err_h = [c * err_w[0] + sn * err_w[1], c * err_w[1] - sn * err_w[0], err_w[2]]
+    q = s[QUAT.start : QUAT.stop]
+    rot_wb = bilinear_rows(q, q, *k.rot_tables)
+    rot_hb = [c * rot_wb[j] + sn * rot_wb[3 + j] for j in range(3)]
+    rot_hb += [c * rot_wb[3 + j] - sn * rot_wb[j] for j in range(3)] + rot_wb[6:9]
+    v = s[LIN_VEL.start : LIN_VEL.stop]
+    clean = {
+        "pos_err_h": pos_err_h,
+        "rot_hb": rot_hb,
+        "lin_vel_h": [c * v[0] + sn * v[1], c * v[1] - sn * v[0], v[2]],
+        "ang_vel_b": s[ANG_VEL.start : ANG_VEL.stop],
+        "pos_err_int_h": integral,
+        "prev_actions": hist,
+    }
+    noised = [row for t in k.terms if t.noise_group is not None for row in clean[t.name]]
+    if noise is not None:
+        noised = [row + eps for row, eps in zip(noised, noise)]
+    policy = noised + [row for t in k.terms if t.noise_group is None for row in clean[t.name]]
+    clean_state = [row for t in k.terms if t.noise_group is not None for row in clean[t.name]]
+    extra = [row for t in k.terms if t.name == "pos_err_int_h" for row in integral]
+    rpm_norm = [row * (1.0 / k.core.rpm_per_action) - 1.0 for row in s[RPM.start : RPM.stop]]
+    return Observed(policy, clean_state + extra + rpm_norm + static, pos_err_h, rot_hb)
+
+
+def static_rows(scales: Rows, force_w: Rows, torque_b: Rows, k: FusedConsts) -> Rows:
+    """The 12 per-episode critic inputs: parameter scales - 1, normalized disturbances."""
+    return [x - 1.0 for x in scales] + [x * norm for x, norm in zip(force_w + torque_b, k.disturb_norm)]
+
+
+def finite_rows(rows: Rows) -> Rows:
+    """NaN/inf -> 0 (``quad_hover_core.finite``) on every row. Written as one comparison
+    (false for NaN and both infinities) because inductor vectorizes it; ``nan_to_num``
+    compiles to a scalar ``isnan`` per element on CPU."""
+    return [torch.where(row.abs() < math.inf, row, 0.0) for row in rows]
+
+
+def flip_rows(policy: Rows, k: FusedConsts) -> tuple[Rows, torch.Tensor]:
+    """``quad_terms.yaw_flip_obs`` on rows: (canonical rows, flip ``[N]`` bool)."""
+    assert k.flip_source is not None
+    flip = policy[k.flip_select] < 0.0
+    canonical = [
+        torch.where(flip, policy[src] * sign if sign != 1.0 else policy[src], row)
+        for row, src, sign in zip(policy, k.flip_source, k.flip_sign)
+    ]
+    return canonical, flip
+
+
+def fused_step(
+    action: torch.Tensor,
+    yaw_flip: torch.Tensor,
+    state: torch.Tensor,
+    param_scales: torch.Tensor,
+    force_w: torch.Tensor,
+    torque_b: torch.Tensor,
+    action_hist: torch.Tensor,
+    episode_step: torch.Tensor,
+    pos_err_int_h: torch.Tensor,
+    yaw_sp_rad: torch.Tensor,
+    heading: torch.Tensor,
+    setpoint_w: torch.Tensor,
+    pool: torch.Tensor,
+    cursor: torch.Tensor,
+    noise_counter: torch.Tensor,
+    noise_key: torch.Tensor,
+    k: FusedConsts,
+) -> dict[str, Any]:
+    """One full quad-hover step for ``N`` envs, auto-reset included; pure.
+
+    Every per-env quantity is an ``[N]`` row (struct of arrays): inductor then fuses the step
+    into loops over envs that it vectorizes, where ``[N, 3]``-shaped intermediates gave it short
+    inner loops it could not (the same reason ``sim.quadrotor.rk4_rows`` exists).
+
+    Args:
+        action: ``[N, 4]`` policy actions (relabelled labels where ``yaw_flip [N, 1]``).
+        state, param_scales, force_w, torque_b: the simulator's ``[N, 17]``, ``[N, 6]``, ``[N, 3]``, ``[N, 3]``.
+        action_hist ``[N, 4H]``, episode_step ``[N]`` long, pos_err_int_h ``[N, 3]``,
+        yaw_sp_rad ``[N]``, heading ``[N, 2]``: the task's per-env state; setpoint_w ``[3]``.
+        pool: ``[P, 30]`` initial-condition rows; ``cursor`` (0-dim long) the next unused one.
+            The caller keeps at least ``N`` rows after the cursor.
+        noise_counter, noise_key: 0-dim int64 state of the observation noise stream.
+    Returns:
+        The new per-env state under the same names (``[N, K]`` column-major), ``cursor`` and
+        ``noise_counter`` advanced, ``policy`` / ``critic`` (observation after the resets),
+        ``final_policy`` / ``final_critic`` (before them, non-finite entries zeroed), ``terms``
+        (dict of ``[N]``), ``reward``, ``terminated``, ``truncated``, ``success`` (``[N]``) and
+        ``yaw_flip`` (``[N, 1]``).
+    """
+    c = k.core
+    n = state.shape[0]
+    sent = [row.clamp(-1.0, 1.0) for row in rows_of(action)]
+    applied = sent
+    if k.flip_source is not None and k.flip_actions:
+        flipped = yaw_flip[:, 0]
+        applied = [torch.where(flipped, sent[src], row) for row, src in zip(sent, MOTOR_FLIP)]
+        sent = applied  # history and action cost see the motors' labels, as the eager step
+    rpm_cmd = action_to_rpm_cmd(stacked(applied), c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
+    scales, force, torque = rows_of(param_scales), rows_of(force_w), rows_of(torque_b)
+    s = rk4_rows(
+        rows_of(state),
+        rows_of(rpm_cmd),
+        physics_rows(scales, force, torque, k),
+        *k.dynamics_tables,
+        c.dt_s,
+        c.substeps,
+    )
+    steps = episode_step + 1
+    hist = rows_of(action_hist)
+    if c.history > 0:
+        hist = sent + hist[: 4 * (c.history - 1)]
+    heading_r = rows_of(heading)
+    cs, sn = heading_r
+    err_w = [s[i] - setpoint_w[i] for i in range(3)]
+    err_h = [cs * err_w[0] + sn * err_w[1], cs * err_w[1] - sn * err_w[0], err_w[2]]
+    integral = rows_of(pos_err_int_h)
+    if c.integral:  # decay * I + dt * e, then the clamp: the order the firmware repeats
+        integral = [
+            (i * c.integral_decay + e * c.dt_s).clamp(-c.integral_limit_ms, c.integral_limit_ms)
+            for i, e in zip(integral, err_h)
+        ]
+    noise = None
+    if k.noise_std:
+        eps = counter_normal(noise_counter, noise_key, POLICY_STATE_DIM, n)
+        noise = [eps[i] * std for i, std in enumerate(k.noise_std)]
+    final = observe_rows(s, heading_r, hist, integral, static_rows(scales, force, torque, k), noise, setpoint_w, k)
+    rot = final.rot_hb
+    dist_sq = err_h[0] * err_h[0] + err_h[1] * err_h[1] + err_h[2] * err_h[2]
+    vel = s[LIN_VEL.start : LIN_VEL.stop]
+    yaw_err = rot[0] + rot[4]
+    terms = {
+        "position": dist_sq * c.k_pos,
+        "orientation": (1.0 - rot[8]) * (0.5 * c.k_ori),
+        "yaw": (1.0 + rot[8] - (yaw_err.abs() if c.yaw_mod_pi else yaw_err)) * (0.25 * c.k_yaw),
+        "velocity": (vel[0] * vel[0] + vel[1] * vel[1] + vel[2] * vel[2]) * c.k_vel,
+        "action": functools.reduce(torch.add, [(a - c.hover_action) ** 2 for a in sent]) * c.k_act,
+        "alive": torch.full_like(dist_sq, c.alive),
+    }
+    if c.pos_bonus != 0.0:
+        terms["position_bonus"] = torch.exp(dist_sq * -c.pos_bonus_inv_2r2) * c.pos_bonus
+    # NaN fails every comparison, so a diverged env terminates (as in step_core).
+    inside = functools.reduce(torch.logical_and, [e.abs() <= c.position_bound_m for e in err_h])
+    terminated = ~inside
+    truncated = (steps >= c.max_episode_steps) & inside
+    if c.termination_penalty > 0.0:
+        terms["termination"] = terminated * -c.termination_penalty
+    success = truncated & (dist_sq < k.success_radius_sq_m2) & (rot[8] > k.cos_success_tilt)
+    # A diverged env must not poison the learner's batch (finite values pass unchanged).
+    terms = dict(zip(terms, finite_rows(list(terms.values()))))
+    reward = functools.reduce(torch.add, list(terms.values()))
+    final_policy, final_critic = finite_rows(final.policy), finite_rows(final.critic)
+
+    done = terminated | truncated
+    rank = torch.cumsum(done.to(torch.long), dim=0) - 1
+    picked = pool[(cursor + rank).clamp(0, pool.shape[0] - 1)]
+    init = rows_of(picked)
+
+    def restart(fresh: Rows, old: Rows) -> Rows:
+        return [torch.where(done, f, o) for f, o in zip(fresh, old)]
+
+    new_s = restart(init[:STATE_DIM], s)
+    new_scales = restart(init[SCALES], scales)
+    new_force, new_torque = restart(init[FORCE], force), restart(init[TORQUE], torque)
+    new_hist = [torch.where(done, c.hover_action, row) for row in hist]
+    new_integral = [torch.where(done, 0.0, row) for row in integral]
+    new_yaw = torch.where(done, init[YAW_SP], yaw_sp_rad)
+    new_heading = restart(heading_rows(init[YAW_SP]), heading_r)
+    # The step's noise is reused: rows of envs that did not end equal the final observation.
+    after = observe_rows(
+        new_s,
+        new_heading,
+        new_hist,
+        new_integral,
+        static_rows(new_scales, new_force, new_torque, k),
+        noise,
+        setpoint_w,
+        k,
+    )
+    policy, new_flip = after.policy, yaw_flip[:, 0]
+    if k.flip_source is not None:
+        final_policy, _ = flip_rows(final_policy, k)
+        policy, new_flip = flip_rows(policy, k)
+    return {
+        "state": stacked(new_s),
+        "param_scales": stacked(new_scales),
+        "force_w": stacked(new_force),
+        "torque_b": stacked(new_torque),
+        "action_hist": stacked(new_hist) if new_hist else action_hist,
+        "episode_step": torch.where(done, 0, steps),
+        "pos_err_int_h": stacked(new_integral),
+        "yaw_sp_rad": new_yaw,
+        "heading": stacked(new_heading),
+        "yaw_flip": new_flip.unsqueeze(1),
+        "cursor": cursor + done.sum(),
+        "noise_counter": noise_counter + 1,
+        "policy": stacked(policy),
+        "critic": stacked(after.critic),
+        "final_policy": stacked(final_policy),
+        "final_critic": stacked(final_critic),
+        "terms": terms,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "success": success,
+    }
+
+
+CPU_OPTIONS: dict[str, Any] = {"aggressive_fusion": True, "max_fusion_size": 1024, "cpp_wrapper": True}
+"""Inductor options for the CPU step. Fusing aggressively and into larger groups puts the step's
+few hundred row computations into fewer parallel loops (each loop ends at a thread barrier),
+and the C++ wrapper removes the Python call sequence of the generated module (~60 µs per step
+at 4,096 envs on 2 cores); the cold compile stays ~30 s (BENCHMARKS.md, "Simulator throughput")."""
+
+
+@functools.cache
+def compiled_fused_step(device_type: str) -> Callable[..., dict[str, Any]]:
+    """:func:`fused_step` through ``torch.compile`` for one device type, once per process
+    (static shapes); CPU with :data:`CPU_OPTIONS`, accelerators with inductor's defaults."""
+    options = CPU_OPTIONS if device_type == "cpu" else None
+    return torch.compile(fused_step, fullgraph=True, dynamic=False, options=options)
