@@ -1,0 +1,153 @@
+"""quad-hover PPO against the L2F trainer (learning-to-fly's ``training_benchmark``) on one machine.
+
+The anchor of the quadrotor task: L2F's TD3 trains a Crazyflie hover policy in 300,001 steps of
+one env, its fastest configuration without logging, UI or checkpoints. Its score is its own
+"Training took: X s" line (the whole 300k-step run; it has no success criterion of its own). Ours
+is ``embodied train quad-hover`` with one torch thread, scored as ``rslrl_compare.py`` scores it:
+training seconds (evaluation excluded) to the second of two consecutive evaluations at ≥ 95 %
+success, or the first one where none is held (both reported). The ratio ours / L2F is the
+figure the quad-hover target names (≤ 0.1×).
+
+The two run side by side, each pinned to its own core (``--cores 0,1``), so a busy neighbour
+slows both alike; with one core they run one after the other.
+
+Building the L2F trainer (exact commands used; the json submodule replaced by Debian's headers
+because only its CMake target is needed; MKL from PyPI, the README's fastest configuration)::
+
+    git clone https://github.com/arplaboratory/learning-to-fly /tmp/l2f
+    cd /tmp/l2f && git submodule update --init -- external/rl_tools
+    apt-get install -y cmake g++ libboost-dev nlohmann-json3-dev
+    printf 'add_library(nlohmann_json INTERFACE)\\nadd_library(nlohmann_json::nlohmann_json ALIAS nlohmann_json)\\n' \\
+        > external/rl_tools/external/json/CMakeLists.txt
+    python3 -m venv /tmp/mklenv && /tmp/mklenv/bin/pip install mkl-devel
+    mkdir build_mkl && cd build_mkl
+    cmake .. -DCMAKE_BUILD_TYPE=Release -DRL_TOOLS_BACKEND_ENABLE_MKL:BOOL=ON \\
+        -DMKL_DIR=/tmp/mklenv/lib/cmake/mkl -DMKL_THREADING=sequential -DMKL_INTERFACE=lp64
+    make training_benchmark
+
+(OpenBLAS instead: ``apt-get install libopenblas-dev`` and ``-DRL_TOOLS_BACKEND_ENABLE_OPENBLAS:BOOL=ON``;
+run it with ``OPENBLAS_NUM_THREADS=1``, its threads only contend on 2 cores.)
+
+Example (results.json and both contenders' logs under --out)::
+
+    LD_LIBRARY_PATH=/tmp/mklenv/lib .venv/bin/python bench/l2f_compare.py \\
+        --l2f-binary /tmp/l2f/build_mkl/src/training_benchmark --seeds 0,1,2 --cores 0,1
+
+Not a test: the numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from rslrl_compare import TASK, _cpu_model, run_ours, time_to_held
+
+from embodied.experiment import resolve_experiment
+
+L2F_TIME = re.compile(r"Training took:\s*([0-9.]+)\s*s")
+
+
+def run_l2f(binary: Path, cores: list[int], out: Path, index: int) -> dict[str, Any]:
+    """One ``training_benchmark`` run pinned to ``cores``: its reported and wall seconds."""
+    log_path = out / f"l2f_run{index}.log"
+    start = time.perf_counter()
+    with log_path.open("w") as log:
+        code = subprocess.call(
+            [str(binary)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=out,
+            preexec_fn=lambda: os.sched_setaffinity(0, set(cores)),
+        )
+    wall_s = time.perf_counter() - start
+    match = L2F_TIME.search(log_path.read_text())
+    if code != 0 or match is None:
+        return {"error": f"exit code {code}; no 'Training took' line in {log_path}", "wall_s": wall_s}
+    return {"training_s": float(match.group(1)), "wall_s": wall_s}
+
+
+def score_ours(res: dict[str, Any], target: float) -> dict[str, Any]:
+    """Seconds to the held target and to the first evaluation at it (None where not reached)."""
+    evals = res.get("evals", [])
+    held = time_to_held(evals, target)
+    first = next((e for e in evals if e["success_rate"] >= target), None)
+    return {
+        "held_s": None if held is None else held["train_time_s"],
+        "held_env_steps": None if held is None else held["env_steps"],
+        "first_s": None if first is None else first["train_time_s"],
+        "first_env_steps": None if first is None else first["env_steps"],
+    }
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--l2f-binary", type=Path, required=True, help="a built training_benchmark (see above)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds of ours; L2F runs once per seed")
+    parser.add_argument(
+        "--cores", default="0,1", help="two cores: side by side, one each; one core: one after the other"
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench_out/l2f"))
+    parser.add_argument("--max-env-steps", type=int, default=2_000_000, help="our step budget per run")
+    args = parser.parse_args(argv)
+    if not args.l2f_binary.is_file():
+        parser.error(f"--l2f-binary {args.l2f_binary}: no such file (build it as the docstring shows)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    cores = [int(c) for c in args.cores.split(",")]
+    side_by_side = len(cores) >= 2
+    target = resolve_experiment(TASK, "ppo").trainer.success_target
+    l2f_runs: list[dict[str, Any]] = []
+    ours_runs: dict[str, dict[str, Any]] = {}
+    for index, seed in enumerate(int(s) for s in args.seeds.split(",")):
+        l2f_cores, our_cores = ([cores[0]], [cores[1]]) if side_by_side else (cores, cores)
+        with ThreadPoolExecutor(max_workers=2 if side_by_side else 1) as pool:
+            l2f = pool.submit(run_l2f, args.l2f_binary.resolve(), l2f_cores, args.out, index)
+            ours = pool.submit(run_ours, seed, our_cores, args.max_env_steps, args.out)
+        l2f_runs.append(l2f.result())
+        res = ours.result()
+        res["score"] = score_ours(res, target)
+        ours_runs[str(seed)] = res
+        print(f"seed {seed}: L2F {l2f_runs[-1]}; ours {res['score']}")
+    l2f_s = median_or_none([r.get("training_s") for r in l2f_runs])
+    summary: dict[str, Any] = {
+        "l2f_median_training_s": l2f_s,
+        "ours_median_held_s": median_or_none([r["score"]["held_s"] for r in ours_runs.values()]),
+        "ours_held_seeds": sum(r["score"]["held_s"] is not None for r in ours_runs.values()),
+        "ours_median_first_s": median_or_none([r["score"]["first_s"] for r in ours_runs.values()]),
+        "seeds": len(ours_runs),
+    }
+    for key in ("held", "first"):
+        ours_s = summary[f"ours_median_{key}_s"]
+        summary[f"ratio_{key}_vs_l2f"] = None if (ours_s is None or not l2f_s) else ours_s / l2f_s
+    machine = {
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cores": cores,
+        "side_by_side": side_by_side,
+        "load_average_at_end": os.getloadavg(),
+    }
+    (args.out / "results.json").write_text(
+        json.dumps({"summary": summary, "machine": machine, "l2f": l2f_runs, "ours": ours_runs}, indent=1)
+    )
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
