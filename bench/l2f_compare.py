@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -50,8 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
-from rslrl_compare import TASK, _cpu_model, run_ours, time_to_held
+from rslrl_compare import TASK, machine_info, run_ours, time_to_held
 
 from embodied.experiment import resolve_experiment
 
@@ -134,14 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("held", "first"):
         ours_s = summary[f"ours_median_{key}_s"]
         summary[f"ratio_{key}_vs_l2f"] = None if (ours_s is None or not l2f_s) else ours_s / l2f_s
-    machine = {
-        "cpu": _cpu_model(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cores": cores,
-        "side_by_side": side_by_side,
-        "load_average_at_end": os.getloadavg(),
-    }
+    machine = machine_info(cores, side_by_side)
     (args.out / "results.json").write_text(
         json.dumps({"summary": summary, "machine": machine, "l2f": l2f_runs, "ours": ours_runs}, indent=1)
     )

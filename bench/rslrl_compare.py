@@ -297,16 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["speedup_rsl_rl_over_ours"] = (
             summary["rsl-rl"]["median_time_to_held_s"] / summary["ours"]["median_time_to_held_s"]
         )
-    machine = {
-        "cpu": _cpu_model(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cores": cores,
-        "side_by_side": side_by_side,
-        "load_average_at_end": os.getloadavg(),
-    }
     (args.out / "results.json").write_text(
-        json.dumps({"summary": summary, "machine": machine, "results": results}, indent=1)
+        json.dumps({"summary": summary, "machine": machine_info(cores, side_by_side), "results": results}, indent=1)
     )
     plot(results, target, args.out / "success_vs_time.png")
     print(json.dumps(summary, indent=1))
@@ -335,6 +327,18 @@ def plot(results: dict[str, dict[str, Any]], target: float, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def machine_info(cores: list[int], side_by_side: bool) -> dict[str, Any]:
+    """What a results.json records about the run's machine."""
+    return {
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cores": cores,
+        "side_by_side": side_by_side,
+        "load_average_at_end": os.getloadavg(),
+    }
 
 
 def _cpu_model() -> str:
