@@ -8,8 +8,9 @@ the draw. Here every number is a pure function of ``(key, counter, index)``: an 
 and the Box-Muller transform turns them into two independent standard normals. The whole thing
 is elementwise, so it vectorizes and runs on every core inside the compiled kernel.
 
-All integer arithmetic is on int64 holding values below 2**32, with multipliers below 2**28,
-so no product overflows and eager and compiled runs agree (to float rounding of log/cos).
+All integer arithmetic is on int64 holding values below 2**32, with multipliers below 2**28
+(and the counter, below 2**31, times a 32-bit constant), so no product overflows and eager and
+compiled runs agree (to float rounding of log/cos).
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ def counter_normal(counter: torch.Tensor, key: torch.Tensor, rows: int, cols: in
     """``[rows, cols]`` float32 standard normals for step ``counter`` of stream ``key``.
 
     ``counter`` and ``key`` are 0-dim int64 tensors (tensors, so a compiled caller does not
-    recompile when they change); ``key`` below 2**32, ``counter`` below 2**32. The same three
-    inputs always give the same numbers; different counters give unrelated ones. Like any
-    generator with 32-bit words, a value can recur by chance (each word is one of 2**32).
+    recompile when they change); ``key`` below 2**32, ``counter`` below 2**31 (one per env step:
+    more than any run takes). The same three inputs always give the same numbers; different
+    counters give unrelated ones. Like any generator with 32-bit words, a value can recur by
+    chance (each word is one of 2**32).
     """
     pairs = (cols + 1) // 2
     index = torch.arange(rows * pairs, dtype=torch.int64, device=counter.device).view(rows, pairs)
