@@ -182,6 +182,15 @@ def load_experiment(config_path: Path, allow: Collection[str] = ()) -> Experimen
         raise ConfigError(f"{config_path}: missing key(s) {shown}: the file is truncated or damaged")
     cfg = _layer(cfg, data, str(config_path), allow)
     check_numbers(cfg, "default", allow)
+    if (cfg.trainer.base_run is not None or cfg.trainer.dataset is not None) and not registry.algo_preloads(
+        cfg.algo_name
+    ):
+        # Training refuses this pairing, so no run has it: the file was damaged (a cut inside
+        # its last value, e.g. `base_run: nul`) or edited.
+        raise ConfigError(
+            f"{config_path}: trainer.base_run / trainer.dataset name a source, but algorithm "
+            f"{cfg.algo_name!r} starts from none (training refuses that): the file is damaged or was edited"
+        )
     return cfg
 
 

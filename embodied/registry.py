@@ -406,6 +406,11 @@ def algo_entry(name: str) -> Entry:
     return ALGOS[name]
 
 
+def algo_preloads(name: str) -> bool:
+    """Whether algorithm ``name`` starts from a dataset or a base run (it has ``preload``)."""
+    return callable(getattr(_load(algo_entry(name).target), "preload", None))
+
+
 def _as_config(ref: str, cfg: object) -> ConfigDataclass:
     if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         raise EmbodiedError(f"registry entry {ref!r} built a {type(cfg).__name__}, not a dataclass instance")

@@ -181,6 +181,25 @@ def test_a_truncated_saved_config_is_refused(tmp_path: Path) -> None:
         load_experiment(path)
 
 
+def test_a_saved_config_cut_inside_its_last_value_is_refused(tmp_path: Path) -> None:
+    """The saved config ends with ``base_run: null``: a cut to ``base_run: nu`` leaves a string,
+    which no PPO run can hold (training refuses a base for it); a cut to ``base_run:`` still
+    loads as null, which is the same config."""
+    import yaml
+
+    from embodied.config import to_plain
+    from embodied.experiment import load_experiment, resolve_experiment
+
+    text = yaml.safe_dump(to_plain(resolve_experiment("quad-hover")), sort_keys=False)
+    assert text.endswith("base_run: null\n"), "the test cuts the last value"
+    path = tmp_path / "config.yaml"
+    path.write_text(text[: -len("ll\n")])
+    with pytest.raises(ConfigError, match=r"config.yaml: trainer.base_run / trainer.dataset name a source, but "):
+        load_experiment(path)
+    path.write_text(text[: -len(" null\n")])
+    assert load_experiment(path).trainer.base_run is None
+
+
 def test_a_config_saved_before_later_keys_loads_with_the_behaviour_it_had(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
