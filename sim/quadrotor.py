@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -236,6 +236,47 @@ PhysicsInputs = tuple[
 ]  # fmt: skip
 """The arguments of :func:`rk4_step` between ``rpm_cmd`` and ``dt_s`` (seven tensors, then the
 :data:`Tables`), as :meth:`Quadrotor.physics_inputs` returns them."""
+
+
+class DerivedParams(NamedTuple):
+    """Per-env physical values from the parameter scales (:func:`derived_params`); ``[N, 1]``
+    except ``inertia`` and ``inv_inertia`` ``[N, 3]``."""
+
+    mass_kg: torch.Tensor
+    inv_mass: torch.Tensor
+    inertia: torch.Tensor
+    inv_inertia: torch.Tensor
+    thrust_coef: torch.Tensor
+    thrust_acc_coef: torch.Tensor
+    inv_tau: torch.Tensor
+
+
+def derived_params(param_scales: torch.Tensor, nominal: torch.Tensor) -> DerivedParams:
+    """``param_scales [N, 6]`` times ``nominal [6]`` (mass kg, Ixx, Iyy, Izz kg m², thrust
+    coefficient N/rpm², motor τ s) and the quotients the physics step reads. Pure: the
+    simulator caches it per parameter change, the fused task step computes it in its graph."""
+    values = param_scales * nominal
+    mass_kg, inertia, thrust_coef = values[:, 0:1], values[:, 1:4], values[:, 4:5]
+    inv_mass = 1.0 / mass_kg
+    return DerivedParams(
+        mass_kg, inv_mass, inertia, 1.0 / inertia, thrust_coef, thrust_coef * inv_mass, 1.0 / values[:, 5:6]
+    )
+
+
+def rk4_inputs(
+    params: DerivedParams, gravity_w: torch.Tensor, force_w: torch.Tensor, torque_b: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """The seven per-env tensors of :data:`PhysicsInputs` from the derived parameters, gravity
+    ``[3]`` (world, m/s²), the disturbance force ``force_w [N, 3]`` (N) and torque ``torque_b [N, 3]`` (N m)."""
+    return (
+        params.thrust_acc_coef,
+        params.thrust_coef,
+        params.inertia,
+        params.inv_inertia,
+        params.inv_tau,
+        torch.addcmul(gravity_w, force_w, params.inv_mass),
+        torque_b * params.inv_inertia,
+    )
 
 
 def _bilinear_tables(terms: list[tuple[int, int, int, float]], out_dim: int) -> Tables:
@@ -612,15 +653,10 @@ class Quadrotor:
     def refresh_params(self) -> None:
         """Recompute the derived per-env tensors the physics step reads; call after writing
         ``param_scales`` in place."""
-        values = self.param_scales * self.nominal  # [N, 6]
-        lay = self.in_layout
-        self.mass_kg = lay(values[:, 0:1])
-        self.inv_mass = lay(1.0 / self.mass_kg)
-        self.inertia = lay(values[:, 1:4])
-        self.inv_inertia = lay(1.0 / self.inertia)
-        self.thrust_coef = lay(values[:, 4:5])
-        self.thrust_acc_coef = lay(self.thrust_coef * self.inv_mass)
-        self.inv_tau = lay(1.0 / values[:, 5:6])
+        self.derived = DerivedParams(*(self.in_layout(x) for x in derived_params(self.param_scales, self.nominal)))
+        """:func:`derived_params` of the current scales, in the simulator's layout."""
+        self.mass_kg, self.inv_mass = self.derived.mass_kg, self.derived.inv_mass
+        self.thrust_coef = self.derived.thrust_coef
 
     def randomize(self, mask: torch.Tensor | None = None) -> None:
         """Redraw the parameter scales of envs where ``mask [N] bool`` (all if None).
@@ -697,16 +733,8 @@ class Quadrotor:
     def physics_inputs(self) -> PhysicsInputs:
         """The per-env and table arguments of :func:`rk4_step` after ``state`` and ``rpm_cmd``,
         for callers that fuse the physics into a larger pure function."""
-        return (
-            self.thrust_acc_coef,
-            self.thrust_coef,
-            self.inertia,
-            self.inv_inertia,
-            self.inv_tau,
-            self.in_layout(torch.addcmul(self.gravity_w, self.force_w, self.inv_mass)),
-            self.in_layout(self.torque_b * self.inv_inertia),
-            *self.tables,
-        )
+        p = rk4_inputs(self.derived, self.gravity_w, self.force_w, self.torque_b)
+        return (p[0], p[1], p[2], p[3], p[4], self.in_layout(p[5]), self.in_layout(p[6]), *self.tables)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Physics state, parameter scales and disturbances (clones)."""

@@ -51,12 +51,17 @@ from embodied.sim.quadrotor import (
 )
 from embodied.tasks.quad_gaps import QuadGapCfg, QuadGaps
 from embodied.tasks.quad_hover_core import (
+    POOL,
     CoreConsts,
     compiled_step_core,
+    critic_static_inputs,
+    ends_in_success,
     finite,
+    heading_errors,
     observation,
     quat_multiply,
     step_core,
+    sum_terms,
 )
 from embodied.tasks.quad_hover_fused import FusedConsts, compiled_fused_step
 from embodied.tasks.quad_terms import (
@@ -65,9 +70,7 @@ from embodied.tasks.quad_terms import (
     noise_std_row,
     obs_fields,
     policy_terms,
-    rot_wb_to_hb,
     terms_dim,
-    vec_w_to_h,
     yaw_flip_action,
     yaw_flip_obs,
     yaw_symmetry_tables,
@@ -80,12 +83,6 @@ CRITIC_DIM = POLICY_STATE_DIM + 4 + 6 + 6
 ``QuadHoverCfg.critic_dim`` adds the position-error integral (3) when it is enabled."""
 POS_ERR_INT_DIM = 3
 """Size of the optional ``pos_err_int_h`` field (heading x, y, z)."""
-
-INIT_ROW_DIM = 17 + 6 + 6 + 1
-"""One initial condition: packed sim state (17), parameter scales (6), force_w and torque_b (6),
-setpoint yaw (1)."""
-YAW_SP_COL = 29
-"""Column of the setpoint yaw (rad) in an initial-condition row."""
 
 ENVELOPE_MAX_TILT_RAD = 1.6
 """Tilt bound written to ``extra.envelope``: the initial attitudes reach 90° and recoveries
@@ -413,7 +410,7 @@ class QuadHover:
         # On CPU, episodes restart from a pool of pre-drawn initial conditions (state, parameter
         # scales, disturbances) refilled in bulk: a handful of ops per reset instead of ~40.
         self._pool_size = max(1024, 4 * self.num_envs)
-        self._pool = torch.zeros(0, INIT_ROW_DIM, dtype=f32, device=self.device)
+        self._pool = torch.zeros(0, POOL.width, dtype=f32, device=self.device)
         self._pool_cursor = 0
         self._critic_static = torch.zeros(self.num_envs, 12, dtype=f32, device=self.device)
         """``[N, 12]`` per-episode critic inputs: parameter scales - 1 and normalized disturbances."""
@@ -538,7 +535,7 @@ class QuadHover:
             if not host or not bool(torch.isfinite(reward).all()):
                 final_obs = {k: finite(v) for k, v in obs.items()}
                 terms = {k: finite(v) for k, v in terms.items()}
-                reward = torch.stack(list(terms.values())).sum(dim=0)
+                reward = sum_terms(terms)
             self._reset_envs(done)
             # The step's noise draw is reused: rows of envs that did not end stay identical to
             # final_obs, and the restarted ones get noise independent of their new state.
@@ -576,6 +573,8 @@ class QuadHover:
             self.yaw_sp_rad,
             self.heading,
             self._setpoint_w,
+            sim.nominal,
+            sim.gravity_w,
             pool,
             cursor,
             self._noise_counter,
@@ -601,21 +600,19 @@ class QuadHover:
 
     def _make_fused_consts(self, flip_actions: bool) -> FusedConsts:
         """Constants of the fused step; ``flip_actions``: actions arrive in relabelled labels."""
-        cfg, p, sym = self.cfg, self.cfg.sim.params, self._yaw_sym
+        cfg, sym = self.cfg, self._yaw_sym
         return FusedConsts(
             core=self._consts,
             terms=self._terms,
             rot_tables=self.sim.rot_tables,
             dynamics_tables=self.sim.tables,
-            nominal=(p.mass_kg, *p.inertia_kgm2, p.thrust_coef_n_per_rpm2, p.motor_tau_s),
-            gravity_w=(0.0, 0.0, -p.gravity_mps2),
             noise_std=tuple(self._noise_std.tolist()) if self._noisy else (),
             disturb_norm=tuple(self._disturb_norm.tolist()),
             flip_source=None if sym is None else tuple(sym["obs_source"]),
             flip_sign=() if sym is None else tuple(sym["obs_sign"]),
             flip_select=-1 if sym is None else int(sym["select_index"]),
             flip_actions=flip_actions,
-            success_radius_sq_m2=cfg.success_radius_m**2,
+            success_radius_m=cfg.success_radius_m,
             cos_success_tilt=self._cos_success_tilt,
         )
 
@@ -640,11 +637,8 @@ class QuadHover:
 
     def _success(self, pos_err_h: torch.Tensor, rot_hb: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
         """``[N]`` bool: a full-length episode that ends close to the setpoint and nearly level."""
-        return (
-            truncated
-            & (pos_err_h.square().sum(dim=1) < self.cfg.success_radius_m**2)
-            & (rot_hb[:, 8] > self._cos_success_tilt)
-        )
+        dist_sq_m2, cos_tilt = pos_err_h.square().sum(dim=1), rot_hb[:, 8]
+        return ends_in_success(truncated, dist_sq_m2, cos_tilt, self.cfg.success_radius_m, self._cos_success_tilt)
 
     def _canonical(self, policy: torch.Tensor, update: bool) -> torch.Tensor:
         """``policy [N, D]`` under the 180° yaw symmetry (``quad_terms.yaw_symmetry_tables``);
@@ -746,7 +740,10 @@ class QuadHover:
         if self.gaps is not None:
             self.gaps.load_state_dict(state.get("gaps", {}))
         self.generator.set_state(state["rng"])
-        self._pool = state["init_pool"].to(self.device, torch.float32).clone()
+        pool = state["init_pool"].to(self.device, torch.float32)
+        if pool.shape[1] == POOL.yaw_sp + 1:  # checkpoints from before the heading columns
+            pool = torch.cat((pool, heading_cos_sin(pool[:, POOL.yaw_sp])), dim=1)
+        self._pool = pool.clone()
         self._pool_cursor = int(state.get("init_pool_cursor", 0))  # older checkpoints: the unused rows only
         if "noise_stream" in state:  # checkpoints from before the fused step keep the seeded stream
             key, counter = state["noise_stream"].to(self.device, torch.long)
@@ -770,11 +767,12 @@ class QuadHover:
     def _observe(self, obs_noise: torch.Tensor | None) -> ObsDict:
         state = self.sim.state
         setpoint_w, vel_sp_w, acc_sp_w = self._setpoint_at(self.episode_step)
+        pos_err_h, rot_hb = heading_errors(state, setpoint_w, self.heading, self.sim.rot_tables)
         policy, critic = observation(
             self._terms,
             state,
-            vec_w_to_h(state[:, POS] - setpoint_w, self.heading),
-            rot_wb_to_hb(self.sim.rot_wb(), self.heading),
+            pos_err_h,
+            rot_hb,
             self.heading,
             self.action_hist,
             self.pos_err_int_h,
@@ -865,11 +863,11 @@ class QuadHover:
         return self.observe(noise=False)
 
     def _refresh_critic_static(self) -> None:
-        disturb = torch.cat((self.sim.force_w, self.sim.torque_b), dim=1) * self._disturb_norm
-        self._critic_static = torch.cat((self.sim.param_scales - 1.0, disturb), dim=1)
+        sim = self.sim
+        self._critic_static = critic_static_inputs(sim.param_scales, sim.force_w, sim.torque_b, self._disturb_norm)
 
     def _draw_initial(self, count: int) -> torch.Tensor:
-        """``[count, INIT_ROW_DIM]`` fresh initial conditions from L2F's distribution."""
+        """``[count, POOL.width]`` fresh initial conditions from L2F's distribution."""
         c, g, dev = self.cfg, self.generator, self.device
         scales = self.sim.sample_param_scales(count)
         if self.randomization_scale < 1.0:  # curriculum: towards the nominal vehicle (scale 1)
@@ -894,8 +892,9 @@ class QuadHover:
         # train from a free fall.
         hover_rpm = self._hover_rpm_nominal * torch.sqrt(scales[:, 0:1] / scales[:, 4:5])
         disturb = gauss[:, 3:9] * self._disturb_std
+        heading = heading_cos_sin(yaw_sp[:, 0])
         return torch.cat(
-            (position_w, quat_wb, lin_vel_w, ang_vel_b, hover_rpm.expand(count, 4), scales, disturb, yaw_sp), 1
+            (position_w, quat_wb, lin_vel_w, ang_vel_b, hover_rpm.expand(count, 4), scales, disturb, yaw_sp, heading), 1
         )
 
     def _ensure_pool(self, count: int) -> None:
@@ -922,30 +921,30 @@ class QuadHover:
         if self._host_checks:
             ids = mask.nonzero().squeeze(1)
             rows = self._take_initial(int(ids.numel()))
-            sim.state[ids] = rows[:, :17]
+            sim.state[ids] = rows[:, POOL.state]
             if self.cfg.sim.randomization.enabled:
-                sim.param_scales[ids] = rows[:, 17:23]
+                sim.param_scales[ids] = rows[:, POOL.scales]
                 sim.refresh_params()
-            sim.force_w[ids] = rows[:, 23:26]
-            sim.torque_b[ids] = rows[:, 26:29]
+            sim.force_w[ids] = rows[:, POOL.force_w]
+            sim.torque_b[ids] = rows[:, POOL.torque_b]
             self.action_hist[ids] = self.hover_action
             self.episode_step[ids] = 0
             self.pos_err_int_h[ids] = 0.0
-            self.yaw_sp_rad[ids] = rows[:, YAW_SP_COL]
-            self.heading[ids] = heading_cos_sin(rows[:, YAW_SP_COL])
+            self.yaw_sp_rad[ids] = rows[:, POOL.yaw_sp]
+            self.heading[ids] = rows[:, POOL.heading]
         else:  # branch-free: draw for every env, keep the rows of envs that did not end
             rows = self._draw_initial(self.num_envs)
             m = mask.unsqueeze(1)
-            sim.state = torch.where(m, rows[:, :17], sim.state)
+            sim.state = torch.where(m, rows[:, POOL.state], sim.state)
             if self.cfg.sim.randomization.enabled:
-                sim.param_scales = torch.where(m, rows[:, 17:23], sim.param_scales)  # setter refreshes
-            sim.force_w = torch.where(m, rows[:, 23:26], sim.force_w)
-            sim.torque_b = torch.where(m, rows[:, 26:29], sim.torque_b)
+                sim.param_scales = torch.where(m, rows[:, POOL.scales], sim.param_scales)  # setter refreshes
+            sim.force_w = torch.where(m, rows[:, POOL.force_w], sim.force_w)
+            sim.torque_b = torch.where(m, rows[:, POOL.torque_b], sim.torque_b)
             self.action_hist = torch.where(m, self.hover_action, self.action_hist)
             self.episode_step = torch.where(mask, 0, self.episode_step)
             self.pos_err_int_h = torch.where(m, 0.0, self.pos_err_int_h)
-            self.yaw_sp_rad = torch.where(mask, rows[:, YAW_SP_COL], self.yaw_sp_rad)
-            self.heading = heading_cos_sin(self.yaw_sp_rad)
+            self.yaw_sp_rad = torch.where(mask, rows[:, POOL.yaw_sp], self.yaw_sp_rad)
+            self.heading = torch.where(m, rows[:, POOL.heading], self.heading)
         self._refresh_critic_static()
         if self.gaps is not None:  # new per-episode draws; delay buffers start at the fresh state
             self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM], self.randomization_scale)

@@ -6,7 +6,8 @@ observation, reward terms and termination (:func:`step_core`) and the observatio
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -31,6 +32,25 @@ from embodied.tasks.quad_terms import (
     yaw_cost,
     yaw_cost_mod_pi,
 )
+
+
+class PoolLayout(NamedTuple):
+    """Columns of one initial condition (a row of ``QuadHover``'s pre-drawn pool)."""
+
+    state: slice
+    """Packed sim state (17)."""
+    scales: slice
+    force_w: slice
+    torque_b: slice
+    yaw_sp: int
+    """Setpoint yaw (rad)."""
+    heading: slice
+    """(cos, sin) of the setpoint yaw (``quad_terms.heading_cos_sin``), drawn once per row
+    rather than per step."""
+    width: int
+
+
+POOL = PoolLayout(slice(0, 17), slice(17, 23), slice(23, 26), slice(26, 29), 29, slice(30, 32), 32)
 
 
 class CoreConsts(NamedTuple):
@@ -110,6 +130,72 @@ def observation(
     return policy, critic
 
 
+def heading_errors(
+    state: torch.Tensor, setpoint_w: torch.Tensor, heading: torch.Tensor, rot_tables: Tables
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pos_err_h [N, 3]`` (position minus setpoint, heading frame) and ``rot_hb [N, 9]`` of
+    ``state [N, 17]`` for ``setpoint_w [3]`` (or ``[N, 3]``) and ``heading [N, 2]``."""
+    quat = state[:, QUAT]
+    rot_hb = rot_wb_to_hb(apply_bilinear(quat, quat, *rot_tables), heading)
+    return vec_w_to_h(state[:, POS] - setpoint_w, heading), rot_hb
+
+
+def critic_static_inputs(
+    param_scales: torch.Tensor, force_w: torch.Tensor, torque_b: torch.Tensor, disturb_norm: torch.Tensor
+) -> torch.Tensor:
+    """``[N, 12]`` per-episode critic inputs: ``param_scales [N, 6]`` - 1, then ``force_w``,
+    ``torque_b [N, 3]`` times ``disturb_norm [6]``."""
+    return torch.cat((param_scales - 1.0, torch.cat((force_w, torque_b), dim=1) * disturb_norm), dim=1)
+
+
+def ends_in_success(
+    truncated: torch.Tensor, dist_sq_m2: torch.Tensor, cos_tilt: torch.Tensor, radius_m: float, cos_max_tilt: float
+) -> torch.Tensor:
+    """``[N]`` bool: a full-length episode (``truncated``) that ends within ``radius_m`` of the
+    setpoint (``dist_sq_m2 [N]``: squared distance) and tilted less than the angle whose cosine
+    is ``cos_max_tilt`` (``cos_tilt [N]``: ``R_hb[2][2]``)."""
+    return truncated & (dist_sq_m2 < radius_m * radius_m) & (cos_tilt > cos_max_tilt)
+
+
+def terms_of_reward(
+    dist_sq_m2: torch.Tensor,
+    rot_hb_c: torch.Tensor | Sequence[torch.Tensor],
+    vel_sq: torch.Tensor,
+    action_sq: torch.Tensor,
+    terminated: torch.Tensor,
+    c: CoreConsts,
+) -> dict[str, torch.Tensor]:
+    """The ``[N]`` reward terms of a step from the squared position error (m²), the 9
+    components of ``R_hb`` (``rot_hb.T [9, N]`` or nine ``[N]`` rows: ``quad_terms.tilt_cost``),
+    the squared velocity (or velocity error) and the squared action offset from hover."""
+    terms = {
+        "position": dist_sq_m2 * c.k_pos,
+        "orientation": tilt_cost(rot_hb_c) * c.k_ori,
+        "yaw": (yaw_cost_mod_pi(rot_hb_c) if c.yaw_mod_pi else yaw_cost(rot_hb_c)) * c.k_yaw,
+        "velocity": vel_sq * c.k_vel,
+        "action": action_sq * c.k_act,
+        "alive": torch.full_like(dist_sq_m2, c.alive),
+    }
+    if c.pos_bonus != 0.0:
+        terms["position_bonus"] = torch.exp(dist_sq_m2 * -c.pos_bonus_inv_2r2) * c.pos_bonus
+    if c.termination_penalty > 0.0:
+        terms["termination"] = terminated * -c.termination_penalty
+    return terms
+
+
+def episode_ends(inside: torch.Tensor, episode_step: torch.Tensor, c: CoreConsts) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(terminated, truncated)`` ``[N]`` bool: left the position box (``inside [N]`` False;
+    NaN fails every comparison, so a diverged env terminates too), or reached the episode length
+    (``episode_step [N]``, counted after the step) inside it."""
+    terminated = ~inside
+    return terminated, (episode_step >= c.max_episode_steps) & inside
+
+
+def sum_terms(terms: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``[N]`` reward: the sum of the ``[N]`` reward terms."""
+    return torch.stack(list(terms.values())).sum(dim=0)
+
+
 def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Hamilton product ``a ⊗ b`` of ``[N, 4]`` (w, x, y, z) quaternions."""
     aw, ax, ay, az = a.unbind(1)
@@ -167,33 +253,26 @@ def step_core(
     episode_step = episode_step + 1
     if c.history > 0:
         action_hist = torch.cat((action, action_hist[:, :-4]), dim=1)
-    pos_err_h = vec_w_to_h(state[:, POS] - setpoint_w, heading)
+    pos_err_h, rot_hb = heading_errors(state, setpoint_w, heading, rot_tables)
     if c.integral:
         # decay * I + dt * e, then the clamp: the order the firmware and ROS node repeat.
         pos_err_int_h = (pos_err_int_h * c.integral_decay + pos_err_h * c.dt_s).clamp(
             -c.integral_limit_ms, c.integral_limit_ms
         )
-    quat = state[:, QUAT]
-    rot_hb = rot_wb_to_hb(apply_bilinear(quat, quat, *rot_tables), heading)
-    reward_terms = {
-        "position": pos_err_h.square().sum(dim=1) * c.k_pos,
-        "orientation": tilt_cost(rot_hb) * c.k_ori,
-        "yaw": (yaw_cost_mod_pi(rot_hb) if c.yaw_mod_pi else yaw_cost(rot_hb)) * c.k_yaw,
-        "velocity": (state[:, LIN_VEL] if vel_sp_w is None else state[:, LIN_VEL] - vel_sp_w).square().sum(dim=1)
-        * c.k_vel,
-        "action": (action - c.hover_action).square().sum(dim=1) * c.k_act,
-        "alive": torch.full_like(episode_step, c.alive, dtype=state.dtype),
-    }
-    if c.pos_bonus != 0.0:
-        reward_terms["position_bonus"] = torch.exp(pos_err_h.square().sum(dim=1) * -c.pos_bonus_inv_2r2) * c.pos_bonus
     # A non-finite entry anywhere in the state reaches the position within the same RK4 step,
-    # and NaN fails every comparison, so this one check also ends diverged envs. The validated
-    # setpoint keeps the whole box above the ground, so it covers the ground as well.
-    terminated = ~(pos_err_h.abs() <= c.position_bound_m).all(dim=1)
-    truncated = (episode_step >= c.max_episode_steps) & ~terminated
-    if c.termination_penalty > 0.0:
-        reward_terms["termination"] = terminated * -c.termination_penalty
-    reward = torch.stack(list(reward_terms.values())).sum(dim=0)
+    # so the box check also ends diverged envs. The validated setpoint keeps the whole box
+    # above the ground, so it covers the ground as well.
+    terminated, truncated = episode_ends((pos_err_h.abs() <= c.position_bound_m).all(dim=1), episode_step, c)
+    vel_err_w = state[:, LIN_VEL] if vel_sp_w is None else state[:, LIN_VEL] - vel_sp_w
+    reward_terms = terms_of_reward(
+        pos_err_h.square().sum(dim=1),
+        rot_hb.T,
+        vel_err_w.square().sum(dim=1),
+        (action - c.hover_action).square().sum(dim=1),
+        terminated,
+        c,
+    )
+    reward = sum_terms(reward_terms)
     policy, critic = observation(
         terms,
         state,
@@ -231,5 +310,7 @@ def compiled_step_core() -> Callable[..., dict[str, Any]]:
 
 
 def finite(x: torch.Tensor) -> torch.Tensor:
-    """Replace NaN/inf by 0 so a diverged env cannot poison the learner's batch."""
-    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    """Replace NaN/inf by 0 so a diverged env cannot poison the learner's batch. Written as one
+    comparison (false for NaN and both infinities) because inductor vectorizes it;
+    ``nan_to_num`` compiles to a scalar ``isnan`` per element on CPU."""
+    return torch.where(x.abs() < math.inf, x, 0.0)

@@ -12,7 +12,18 @@ the same graph:
   ``cursor + (number of ended envs up to i) - 1`` of the pre-drawn initial-condition pool, the
   same row the eager step's ``nonzero`` order gives it, and every per-env tensor is selected
   with ``torch.where``;
-* physics inputs computed from the parameter scales and disturbances in the graph.
+* physics inputs computed from the parameter scales and disturbances in the graph
+  (``sim.quadrotor.derived_params``, as the simulator computes them).
+
+It is written on ``[N]`` rows (one tensor per component, struct of arrays) where the eager
+step works on ``[N, K]`` tensors: inductor then fuses the step into loops over envs that it
+vectorizes. The same step built from ``step_core`` and ``observation`` on ``[N, K]`` tensors
+inside the graph ran 2.4x slower at 4,096 envs (1.5 M against 3.6 M env-steps/s, 1 thread,
+Intel Xeon, 2026-12-03), and the yaw relabelling and critic inputs alone on ``[N, K]`` tensors
+2.3x. So what does not depend on the layout comes from the functions the eager step calls
+(physics inputs, heading, reward terms, episode ends, success, the non-finite guard), and the
+rest has a row form here (:func:`observe_rows`, :func:`static_rows`, :func:`flip_rows`, the
+action relabelling), held to the eager step's results by ``tests/test_quad_hover_fused.py``.
 
 ``QuadHover`` uses it when its simulator compiles (``sim.compile``) and no reality-gap model is
 on (the gap models keep per-step state outside; ``tasks/quad_gaps.py``). With the same pool and
@@ -22,7 +33,6 @@ zero observation noise it gives the eager step's results (``tests/test_quad_hove
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -34,21 +44,24 @@ from embodied.sim.quadrotor import (
     LIN_VEL,
     QUAT,
     RPM,
-    STATE_DIM,
     Tables,
     action_to_rpm_cmd,
     bilinear_rows,
+    derived_params,
+    rk4_inputs,
     rk4_rows,
 )
-from embodied.tasks.quad_hover_core import CoreConsts
+from embodied.tasks.quad_hover_core import (
+    POOL,
+    CoreConsts,
+    ends_in_success,
+    episode_ends,
+    finite,
+    sum_terms,
+    terms_of_reward,
+)
 from embodied.tasks.quad_terms import MOTOR_FLIP
 from embodied.tasks.quad_terms import STATE_DIM as POLICY_STATE_DIM
-
-SCALES = slice(STATE_DIM, STATE_DIM + 6)
-FORCE = slice(STATE_DIM + 6, STATE_DIM + 9)
-TORQUE = slice(STATE_DIM + 9, STATE_DIM + 12)
-YAW_SP = STATE_DIM + 12
-"""Columns of an initial-condition pool row (``QuadHover._draw_initial``)."""
 
 
 class FusedConsts(NamedTuple):
@@ -59,14 +72,8 @@ class FusedConsts(NamedTuple):
     """The policy observation's terms (``QuadHoverCfg.policy_terms``)."""
     rot_tables: Tables
     dynamics_tables: Tables
-    nominal: tuple[float, float, float, float, float, float]
-    """Mass (kg), Ixx, Iyy, Izz (kg m²), thrust coefficient (N/rpm²), motor τ (s): the
-    parameter scales multiply these."""
-    gravity_w: tuple[float, float, float]
     noise_std: tuple[float, ...]
     """σ of each of the 18 noised policy entries; empty when the observation is noise-free."""
-    disturb_norm: tuple[float, ...]
-    """Critic scaling of force (3) and torque (3) disturbances."""
     flip_source: tuple[int, ...] | None
     """Yaw-symmetry relabelling of the policy observation (``quad_terms.yaw_symmetry_tables``),
     None without the symmetry."""
@@ -74,7 +81,9 @@ class FusedConsts(NamedTuple):
     flip_select: int
     flip_actions: bool
     """Relabel incoming actions where the last observation was relabelled."""
-    success_radius_sq_m2: float
+    disturb_norm: tuple[float, ...]
+    """Critic scaling of force (3) and torque (3) disturbances."""
+    success_radius_m: float
     cos_success_tilt: float
 
 
@@ -90,31 +99,6 @@ def rows_of(x: torch.Tensor) -> Rows:
 def stacked(rows: Rows) -> torch.Tensor:
     """K ``[N]`` rows -> ``[N, K]`` column-major (each row contiguous: no transpose in the kernel)."""
     return torch.stack(rows, dim=0).t()
-
-
-def physics_rows(scales: Rows, force_w: Rows, torque_b: Rows, k: FusedConsts) -> tuple[Rows, ...]:
-    """The seven per-env inputs of ``rk4_rows`` (``Quadrotor.physics_inputs``, as rows) from the
-    parameter scales (6 rows), ``force_w`` (3, N, world) and ``torque_b`` (3, N m, body)."""
-    mass_kg = scales[0] * k.nominal[0]
-    inertia = [scales[1 + i] * k.nominal[1 + i] for i in range(3)]
-    thrust_coef = scales[4] * k.nominal[4]
-    inv_mass = 1.0 / mass_kg
-    inv_inertia = [1.0 / value for value in inertia]
-    return (
-        [thrust_coef * inv_mass],
-        [thrust_coef],
-        inertia,
-        inv_inertia,
-        [1.0 / (scales[5] * k.nominal[5])],
-        [k.gravity_w[i] + force_w[i] * inv_mass for i in range(3)],
-        [torque_b[i] * inv_inertia[i] for i in range(3)],
-    )
-
-
-def heading_rows(yaw_sp_rad: torch.Tensor) -> Rows:
-    """``quad_terms.heading_cos_sin`` as two rows (float64, rounded once, like the firmware)."""
-    yaw = yaw_sp_rad.double()
-    return [torch.cos(yaw).float(), torch.sin(yaw).float()]
 
 
 class Observed(NamedTuple):
@@ -136,8 +120,10 @@ def observe_rows(
     setpoint_w: torch.Tensor,
     k: FusedConsts,
 ) -> Observed:
-    """``quad_hover_core.observation`` on rows: state ``s`` (17), ``heading`` (cos, sin),
-    action history (4H), position-error integral (3), critic static inputs (12) and noise (18)."""
+    """``quad_hover_core.observation`` on rows (the module docstring says why a second
+    form): state ``s`` (17), ``heading`` (cos, sin), action history (4H), position-error
+    integral (3), critic static inputs (12) and noise (18); ``tests/test_quad_hover_fused.py``
+    holds the two to the same observations."""
     c, sn = heading
     err_w = [s[i] - setpoint_w[i] for i in range(3)]
     pos_err_h = [c * err_w[0] + sn * err_w[1], c * err_w[1] - sn * err_w[0], err_w[2]]
@@ -165,15 +151,9 @@ def observe_rows(
 
 
 def static_rows(scales: Rows, force_w: Rows, torque_b: Rows, k: FusedConsts) -> Rows:
-    """The 12 per-episode critic inputs: parameter scales - 1, normalized disturbances."""
+    """``quad_hover_core.critic_static_inputs`` on rows: parameter scales - 1, normalized
+    disturbances (12 rows)."""
     return [x - 1.0 for x in scales] + [x * norm for x, norm in zip(force_w + torque_b, k.disturb_norm)]
-
-
-def finite_rows(rows: Rows) -> Rows:
-    """NaN/inf -> 0 (``quad_hover_core.finite``) on every row. Written as one comparison
-    (false for NaN and both infinities) because inductor vectorizes it; ``nan_to_num``
-    compiles to a scalar ``isnan`` per element on CPU."""
-    return [torch.where(row.abs() < math.inf, row, 0.0) for row in rows]
 
 
 def flip_rows(policy: Rows, k: FusedConsts) -> tuple[Rows, torch.Tensor]:
@@ -200,6 +180,8 @@ def fused_step(
     yaw_sp_rad: torch.Tensor,
     heading: torch.Tensor,
     setpoint_w: torch.Tensor,
+    nominal: torch.Tensor,
+    gravity_w: torch.Tensor,
     pool: torch.Tensor,
     cursor: torch.Tensor,
     noise_counter: torch.Tensor,
@@ -217,7 +199,9 @@ def fused_step(
         state, param_scales, force_w, torque_b: the simulator's ``[N, 17]``, ``[N, 6]``, ``[N, 3]``, ``[N, 3]``.
         action_hist ``[N, 4H]``, episode_step ``[N]`` long, pos_err_int_h ``[N, 3]``,
         yaw_sp_rad ``[N]``, heading ``[N, 2]``: the task's per-env state; setpoint_w ``[3]``.
-        pool: ``[P, 30]`` initial-condition rows; ``cursor`` (0-dim long) the next unused one.
+        nominal ``[6]``, gravity_w ``[3]``: the simulator's (``Quadrotor``).
+        pool: ``[P, POOL.width]`` initial-condition rows (columns ``quad_hover_core.POOL``);
+            ``cursor`` (0-dim long) the next unused one.
             The caller keeps at least ``N`` rows after the cursor.
         noise_counter, noise_key: 0-dim int64 state of the observation noise stream.
     Returns:
@@ -229,21 +213,14 @@ def fused_step(
     """
     c = k.core
     n = state.shape[0]
-    sent = [row.clamp(-1.0, 1.0) for row in rows_of(action)]
-    applied = sent
+    sent = [row.clamp(-1.0, 1.0) for row in rows_of(action)]  # rows: [N, 4] ops would not vectorize
     if k.flip_source is not None and k.flip_actions:
-        flipped = yaw_flip[:, 0]
-        applied = [torch.where(flipped, sent[src], row) for row, src in zip(sent, MOTOR_FLIP)]
-        sent = applied  # history and action cost see the motors' labels, as the eager step
-    rpm_cmd = action_to_rpm_cmd(stacked(applied), c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
-    scales, force, torque = rows_of(param_scales), rows_of(force_w), rows_of(torque_b)
+        # ``quad_terms.yaw_flip_action`` on rows; history and action cost see the motors' labels.
+        sent = [torch.where(yaw_flip[:, 0], sent[src], row) for row, src in zip(sent, MOTOR_FLIP)]
+    rpm_cmd = action_to_rpm_cmd(stacked(sent), c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
+    per_env = rk4_inputs(derived_params(param_scales, nominal), gravity_w, force_w, torque_b)
     s = rk4_rows(
-        rows_of(state),
-        rows_of(rpm_cmd),
-        physics_rows(scales, force, torque, k),
-        *k.dynamics_tables,
-        c.dt_s,
-        c.substeps,
+        rows_of(state), rows_of(rpm_cmd), tuple(rows_of(x) for x in per_env), *k.dynamics_tables, c.dt_s, c.substeps
     )
     steps = episode_step + 1
     hist = rows_of(action_hist)
@@ -263,32 +240,26 @@ def fused_step(
     if k.noise_std:
         eps = counter_normal(noise_counter, noise_key, POLICY_STATE_DIM, n)
         noise = [eps[i] * std for i, std in enumerate(k.noise_std)]
+    scales, force, torque = rows_of(param_scales), rows_of(force_w), rows_of(torque_b)
     final = observe_rows(s, heading_r, hist, integral, static_rows(scales, force, torque, k), noise, setpoint_w, k)
     rot = final.rot_hb
     dist_sq = err_h[0] * err_h[0] + err_h[1] * err_h[1] + err_h[2] * err_h[2]
-    vel = s[LIN_VEL.start : LIN_VEL.stop]
-    yaw_err = rot[0] + rot[4]
-    terms = {
-        "position": dist_sq * c.k_pos,
-        "orientation": (1.0 - rot[8]) * (0.5 * c.k_ori),
-        "yaw": (1.0 + rot[8] - (yaw_err.abs() if c.yaw_mod_pi else yaw_err)) * (0.25 * c.k_yaw),
-        "velocity": (vel[0] * vel[0] + vel[1] * vel[1] + vel[2] * vel[2]) * c.k_vel,
-        "action": functools.reduce(torch.add, [(a - c.hover_action) ** 2 for a in sent]) * c.k_act,
-        "alive": torch.full_like(dist_sq, c.alive),
-    }
-    if c.pos_bonus != 0.0:
-        terms["position_bonus"] = torch.exp(dist_sq * -c.pos_bonus_inv_2r2) * c.pos_bonus
-    # NaN fails every comparison, so a diverged env terminates (as in step_core).
     inside = functools.reduce(torch.logical_and, [e.abs() <= c.position_bound_m for e in err_h])
-    terminated = ~inside
-    truncated = (steps >= c.max_episode_steps) & inside
-    if c.termination_penalty > 0.0:
-        terms["termination"] = terminated * -c.termination_penalty
-    success = truncated & (dist_sq < k.success_radius_sq_m2) & (rot[8] > k.cos_success_tilt)
+    terminated, truncated = episode_ends(inside, steps, c)
+    vel = s[LIN_VEL.start : LIN_VEL.stop]
+    terms = terms_of_reward(
+        dist_sq,
+        rot,
+        vel[0] * vel[0] + vel[1] * vel[1] + vel[2] * vel[2],
+        functools.reduce(torch.add, [(a - c.hover_action) ** 2 for a in sent]),
+        terminated,
+        c,
+    )
+    success = ends_in_success(truncated, dist_sq, rot[8], k.success_radius_m, k.cos_success_tilt)
     # A diverged env must not poison the learner's batch (finite values pass unchanged).
-    terms = dict(zip(terms, finite_rows(list(terms.values()))))
-    reward = functools.reduce(torch.add, list(terms.values()))
-    final_policy, final_critic = finite_rows(final.policy), finite_rows(final.critic)
+    terms = {name: finite(value) for name, value in terms.items()}
+    reward = sum_terms(terms)
+    final_policy, final_critic = [finite(r) for r in final.policy], [finite(r) for r in final.critic]
 
     done = terminated | truncated
     rank = torch.cumsum(done.to(torch.long), dim=0) - 1
@@ -298,13 +269,13 @@ def fused_step(
     def restart(fresh: Rows, old: Rows) -> Rows:
         return [torch.where(done, f, o) for f, o in zip(fresh, old)]
 
-    new_s = restart(init[:STATE_DIM], s)
-    new_scales = restart(init[SCALES], scales)
-    new_force, new_torque = restart(init[FORCE], force), restart(init[TORQUE], torque)
+    new_s = restart(init[POOL.state], s)
+    new_scales = restart(init[POOL.scales], scales)
+    new_force, new_torque = restart(init[POOL.force_w], force), restart(init[POOL.torque_b], torque)
     new_hist = [torch.where(done, c.hover_action, row) for row in hist]
     new_integral = [torch.where(done, 0.0, row) for row in integral]
-    new_yaw = torch.where(done, init[YAW_SP], yaw_sp_rad)
-    new_heading = restart(heading_rows(init[YAW_SP]), heading_r)
+    new_yaw = torch.where(done, init[POOL.yaw_sp], yaw_sp_rad)
+    new_heading = restart(init[POOL.heading], heading_r)
     # The step's noise is reused: rows of envs that did not end equal the final observation.
     after = observe_rows(
         new_s,

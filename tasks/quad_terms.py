@@ -159,24 +159,29 @@ def rot_wb_to_hb(rot_wb: torch.Tensor, heading: torch.Tensor) -> torch.Tensor:
     return torch.cat((c * row0 + s * row1, c * row1 - s * row0, row2), dim=1)
 
 
-def tilt_cost(rot_hb: torch.Tensor) -> torch.Tensor:
+RotComponents = torch.Tensor | Sequence[torch.Tensor]
+"""The 9 entries of row-major 3x3 rotations of ``N`` envs, indexable by entry: ``rot.T [9, N]``
+of a ``[N, 9]`` batch, or nine ``[N]`` rows (the compiled step's layout)."""
+
+
+def tilt_cost(rot_hb: RotComponents) -> torch.Tensor:
     """``[N]``: ``(1 - cos tilt) / 2 = q_x² + q_y²`` of the body-to-heading rotation (0 level, 1 upside down)."""
-    return (1.0 - rot_hb[:, 8]) * 0.5
+    return (1.0 - rot_hb[8]) * 0.5
 
 
-def yaw_cost(rot_hb: torch.Tensor) -> torch.Tensor:
+def yaw_cost(rot_hb: RotComponents) -> torch.Tensor:
     """``[N]``: ``q_z² = (1 + r22 - r00 - r11) / 4`` of the body-to-heading rotation: ``(1 - cos ψ) / 2``
     for a pure heading error ψ (0 aligned with the setpoint yaw, 1 at 180°). With
     :func:`tilt_cost` it sums to ``1 - q_w²``, L2F's orientation cost."""
-    return (1.0 + rot_hb[:, 8] - rot_hb[:, 0] - rot_hb[:, 4]) * 0.25
+    return (1.0 + rot_hb[8] - rot_hb[0] - rot_hb[4]) * 0.25
 
 
-def yaw_cost_mod_pi(rot_hb: torch.Tensor) -> torch.Tensor:
+def yaw_cost_mod_pi(rot_hb: RotComponents) -> torch.Tensor:
     """``[N]``: :func:`yaw_cost` of ``R_hb`` or of the relabelled body ``R_hb Rz(π)``, whichever is
     smaller: ``(1 + r22 - |r00 + r11|) / 4``, i.e. ``(1 - |cos ψ|) / 2`` for a pure heading error ψ
     (0 with either end of the body x axis on the setpoint heading, 1/2 at ±90°). The reward of a
     policy under the 180° yaw symmetry, which cannot tell the two ends apart."""
-    return (1.0 + rot_hb[:, 8] - (rot_hb[:, 0] + rot_hb[:, 4]).abs()) * 0.25
+    return (1.0 + rot_hb[8] - (rot_hb[0] + rot_hb[4]).abs()) * 0.25
 
 
 # ---------------------------------------------------------------------------- 180° yaw symmetry
@@ -241,35 +246,19 @@ def yaw_symmetry_tables(terms: tuple[ObsTerm, ...]) -> dict[str, Any]:
     }
 
 
-def pick_columns(
-    x: torch.Tensor, source: torch.Tensor | Sequence[int], sign: torch.Tensor | Sequence[float] | None = None
-) -> torch.Tensor:
-    """``x[:, source] * sign`` for ``x [N, D]``. With plain sequences the columns are picked one by
-    one, which ``torch.compile`` fuses into its loop (an index tensor compiles to a gather of
-    bounds-checked scalar loads); with tensors it is one indexing op, the cheaper form eagerly."""
-    if isinstance(source, torch.Tensor):
-        picked = x[:, source]
-        return picked if sign is None else picked * torch.as_tensor(sign, dtype=x.dtype, device=x.device)
-    signs = [1.0] * len(source) if sign is None else [float(v) for v in sign]
-    return torch.stack([x[:, i] if s == 1.0 else x[:, i] * s for i, s in zip(source, signs)], dim=1)
-
-
 def yaw_flip_obs(
-    obs: torch.Tensor,
-    source: torch.Tensor | Sequence[int],
-    sign: torch.Tensor | Sequence[float],
-    select: int,
+    obs: torch.Tensor, source: torch.Tensor, sign: torch.Tensor, select: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``obs [N, D]`` -> (canonical ``[N, D]``, flip ``[N, 1]`` bool) by :func:`yaw_symmetry_tables`
-    (``source [D]`` long, ``sign [D]``; tensors eagerly, sequences under compile, :func:`pick_columns`)."""
+    (``source [D]`` long, ``sign [D]``). The compiled step has its own form on rows
+    (``quad_hover_fused.flip_rows``)."""
     flip = obs[:, select : select + 1] < 0.0
-    return torch.where(flip, pick_columns(obs, source, sign), obs), flip
+    return torch.where(flip, obs[:, source] * sign, obs), flip
 
 
 def yaw_flip_action(action: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
     """``action [N, 4]`` with motors relabelled (:data:`MOTOR_FLIP`) where ``flip [N, 1]``."""
-    source = MOTOR_FLIP if torch.compiler.is_compiling() else _motor_flip_index(action.device)
-    return torch.where(flip, pick_columns(action, source), action)
+    return torch.where(flip, action[:, _motor_flip_index(action.device)], action)
 
 
 @functools.cache

@@ -119,12 +119,12 @@ def test_yaw_cost_mod_pi_is_the_smaller_of_the_two_labellings() -> None:
     c, s = torch.cos(yaw), torch.sin(yaw)
     zero, one = torch.zeros_like(yaw), torch.ones_like(yaw)
     rot = torch.stack((c, -s, zero, s, c, zero, zero, zero, one), dim=1)  # Rz(yaw), row-major
-    cost = yaw_cost_mod_pi(rot)
+    cost = yaw_cost_mod_pi(rot.T)
     torch.testing.assert_close(cost, (1.0 - torch.cos(yaw).abs()) / 2.0, atol=1e-6, rtol=0)
-    assert float(yaw_cost(rot)[1]) == pytest.approx(1.0) and float(cost[1]) == pytest.approx(0.0, abs=1e-6)
+    assert float(yaw_cost(rot.T)[1]) == pytest.approx(1.0) and float(cost[1]) == pytest.approx(0.0, abs=1e-6)
     flipped = rot * torch.tensor([-1.0, -1.0, 1.0] * 3)
-    torch.testing.assert_close(yaw_cost_mod_pi(flipped), cost)
-    torch.testing.assert_close(cost, torch.minimum(yaw_cost(rot), yaw_cost(flipped)))
+    torch.testing.assert_close(yaw_cost_mod_pi(flipped.T), cost)
+    torch.testing.assert_close(cost, torch.minimum(yaw_cost(rot.T), yaw_cost(flipped.T)))
 
 
 def test_tables_follow_the_term_table() -> None:

@@ -302,17 +302,7 @@ def test_rk4_step_is_pure() -> None:
     state = sim.state.clone()
     state[:, RPM] = 14000.0
     snapshot = state.clone()
-    args = (
-        torch.full((4, 4), 15000.0),
-        sim.thrust_acc_coef,
-        sim.thrust_coef,
-        sim.inertia,
-        sim.inv_inertia,
-        sim.inv_tau,
-        sim.gravity_w.expand(4, 3),
-        sim.torque_b,
-        *sim.tables,
-    )
+    args = (torch.full((4, 4), 15000.0), *sim.physics_inputs())
     out1 = rk4_step(state, *args, 0.01, 1)
     out2 = rk4_step(state, *args, 0.01, 1)
     assert torch.equal(state, snapshot)
@@ -352,7 +342,7 @@ def test_layout_follows_the_step_kind_on_every_assignment() -> None:
         scales = 1.0 + 0.1 * torch.rand(n, 6)
         sim.param_scales = scales
         torch.testing.assert_close(sim.mass_kg[:, 0], scales[:, 0] * sim.cfg.params.mass_kg)
-        assert sim.inertia.stride() == ((1, n) if compile_step else (3, 1))
+        assert sim.derived.inertia.stride() == ((1, n) if compile_step else (3, 1))
 
 
 @pytest.mark.slow
