@@ -55,6 +55,15 @@ def test_residual_on_a_flow_base(
     obs = torch.randn(5, 18)
     exported = loaded.policy.export_module()
     torch.testing.assert_close(exported(obs), loaded.policy.act(obs), rtol=0, atol=1e-6)
+    # its ONNX export flies the evaluation like the checkpoint does (no artifact kind needed)
+    capsys.readouterr()
+    results = {}
+    for kind in ("torch", "onnx"):
+        assert main(["eval", str(run), "--episodes", "2", "--json", "--policy", kind]) == 0
+        results[kind] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert results["onnx"]["policy"] == "onnx" and (run / "export" / "policy.onnx").is_file()
+    assert results["onnx"]["mean_episode_length"] == results["torch"]["mean_episode_length"]
+    assert results["onnx"]["mean_return"] == pytest.approx(results["torch"]["mean_return"], abs=1e-3)
 
     chunked = tmp_path / "res_chunked"
     argv = ["train", "arm-push", "--algo", "residual", "--base", str(bases[2]), "--run-dir", str(chunked)]

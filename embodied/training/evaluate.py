@@ -148,11 +148,9 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     from embodied.crazyflie import sil
     from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
     from embodied.errors import EmbodiedError
-    from embodied.export.artifact import PolicyArtifactError
     from embodied.export.formats import EXPORT_SUBDIR, EXPORTERS
-    from embodied.export.image_onnx import image_input_of
     from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io
-    from embodied.training.run_policy import export_run, policy_artifact
+    from embodied.training.run_policy import NoArtifactKindError, export_run, policy_artifact
 
     if kind not in policy_choices():
         raise ConfigError(unknown_choice_message("policy kind", kind, policy_choices()))
@@ -165,10 +163,10 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     exported = read_policy_io(export)
     try:
         trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")
-    except PolicyArtifactError:
-        if image_input_of(export) is None:
-            raise
-        trained = vehicle_name(exported)  # a VLA-shaped policy (images + instruction) has no artifact to compare with
+    except NoArtifactKindError:
+        # VLA-shaped policies and residuals on a frozen base: the export is their only
+        # stateless form, so there is nothing to compare it with.
+        trained = vehicle_name(exported)
     if vehicle_name(exported) != trained:
         raise EmbodiedError(
             f"{exported.path}: extra.vehicle is {vehicle_name(exported)!r} but the run's policy says "

@@ -114,7 +114,7 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
             return artifact
         log.warning("%s was taken from another checkpoint than %s: rebuilding it", path, run_dir / CHECKPOINT_FILE)
     else:
-        log.info("%s has no %s (older runs wrote none): building it from the checkpoint once", run_dir, POLICY_FILE)
+        log.info("%s has no %s: building it from the checkpoint", run_dir, POLICY_FILE)
     from embodied.training.run import load_run
 
     run = load_run(run_dir)
