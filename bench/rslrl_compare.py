@@ -16,8 +16,8 @@ one after the other on the cores given:
   adapter of the same env to rsl-rl's ``VecEnv``. rsl-rl's PPO is the algorithm ours is modelled on,
   so the runner gets our config's values wherever it has the same setting (rollout 32 steps,
   2 epochs, 4 minibatches, gamma 0.995, lambda 0.95, clip 0.2, no value clipping, no entropy bonus,
-  adaptive learning rate from 1e-3 at KL 0.01, 128x128 tanh networks, initial std 0.2, observation
-  normalization). What our config does through algorithm options that rsl-rl lacks, the adapter
+  adaptive learning rate from 1e-3 at our KL target ``algo.desired_kl``, 128x128 tanh networks,
+  initial std 0.2, observation normalization). What our config does through algorithm options that rsl-rl lacks, the adapter
   does on the env side: actions are offsets from the hover command (our ``init_action_mean:
   hover_action``) clamped to [-1, 1], rewards are scaled by 0.01 (our ``reward_scale``). Not
   reproduced: our cap of the adaptive rate at 1e-3 (``lr_max``), its cooldown and the small initial
