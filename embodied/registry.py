@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from embodied.algo import Algorithm
+from embodied.algo import Algorithm, Preloadable
 from embodied.config import ConfigError, apply_overrides, unknown_choice_message
 from embodied.env import VecEnv
 from embodied.errors import EmbodiedError, import_optional
@@ -407,8 +407,10 @@ def algo_entry(name: str) -> Entry:
 
 
 def algo_preloads(name: str) -> bool:
-    """Whether algorithm ``name`` starts from a dataset or a base run (it has ``preload``)."""
-    return callable(getattr(_load(algo_entry(name).target), "preload", None))
+    """Whether algorithm ``name`` starts from a dataset or a base run (:class:`~embodied.algo.Preloadable`,
+    the check training makes through ``preload_algorithm``)."""
+    algo_class = _load(algo_entry(name).target)
+    return isinstance(algo_class, type) and issubclass(algo_class, Preloadable)
 
 
 def _as_config(ref: str, cfg: object) -> ConfigDataclass:

@@ -655,8 +655,21 @@ class Quadrotor:
         ``param_scales`` in place."""
         self.derived = DerivedParams(*(self.in_layout(x) for x in derived_params(self.param_scales, self.nominal)))
         """:func:`derived_params` of the current scales, in the simulator's layout."""
-        self.mass_kg, self.inv_mass = self.derived.mass_kg, self.derived.inv_mass
-        self.thrust_coef = self.derived.thrust_coef
+
+    @property
+    def mass_kg(self) -> torch.Tensor:
+        """``[N, 1]`` per-env mass (kg)."""
+        return self.derived.mass_kg
+
+    @property
+    def inv_mass(self) -> torch.Tensor:
+        """``[N, 1]`` 1 / mass (1/kg)."""
+        return self.derived.inv_mass
+
+    @property
+    def thrust_coef(self) -> torch.Tensor:
+        """``[N, 1]`` per-env thrust coefficient (N/rpm²)."""
+        return self.derived.thrust_coef
 
     def randomize(self, mask: torch.Tensor | None = None) -> None:
         """Redraw the parameter scales of envs where ``mask [N] bool`` (all if None).

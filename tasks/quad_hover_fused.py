@@ -110,6 +110,12 @@ class Observed(NamedTuple):
     rot_hb: Rows
 
 
+def to_heading_rows(vec_w: Rows, heading: Rows) -> Rows:
+    """``quad_terms.vec_w_to_h`` on rows: three world rows -> heading frame (``heading``: cos, sin)."""
+    c, sn = heading
+    return [c * vec_w[0] + sn * vec_w[1], c * vec_w[1] - sn * vec_w[0], vec_w[2]]
+
+
 def observe_rows(
     s: Rows,
     heading: Rows,
@@ -125,17 +131,15 @@ def observe_rows(
     integral (3), critic static inputs (12) and noise (18); ``tests/test_quad_hover_fused.py``
     holds the two to the same observations."""
     c, sn = heading
-    err_w = [s[i] - setpoint_w[i] for i in range(3)]
-    pos_err_h = [c * err_w[0] + sn * err_w[1], c * err_w[1] - sn * err_w[0], err_w[2]]
+    pos_err_h = to_heading_rows([s[i] - setpoint_w[i] for i in range(3)], heading)
     q = s[QUAT.start : QUAT.stop]
     rot_wb = bilinear_rows(q, q, *k.rot_tables)
     rot_hb = [c * rot_wb[j] + sn * rot_wb[3 + j] for j in range(3)]
     rot_hb += [c * rot_wb[3 + j] - sn * rot_wb[j] for j in range(3)] + rot_wb[6:9]
-    v = s[LIN_VEL.start : LIN_VEL.stop]
     clean = {
         "pos_err_h": pos_err_h,
         "rot_hb": rot_hb,
-        "lin_vel_h": [c * v[0] + sn * v[1], c * v[1] - sn * v[0], v[2]],
+        "lin_vel_h": to_heading_rows(s[LIN_VEL.start : LIN_VEL.stop], heading),
         "ang_vel_b": s[ANG_VEL.start : ANG_VEL.stop],
         "pos_err_int_h": integral,
         "prev_actions": hist,
@@ -227,9 +231,7 @@ def fused_step(
     if c.history > 0:
         hist = sent + hist[: 4 * (c.history - 1)]
     heading_r = rows_of(heading)
-    cs, sn = heading_r
-    err_w = [s[i] - setpoint_w[i] for i in range(3)]
-    err_h = [cs * err_w[0] + sn * err_w[1], cs * err_w[1] - sn * err_w[0], err_w[2]]
+    err_h = to_heading_rows([s[i] - setpoint_w[i] for i in range(3)], heading_r)
     integral = rows_of(pos_err_int_h)
     if c.integral:  # decay * I + dt * e, then the clamp: the order the firmware repeats
         integral = [
