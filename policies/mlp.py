@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from embodied.normalizer import RunningNormalizer
+from embodied.policies.cpu_tanh import tanh_from_sigmoid, use_sigmoid_tanh
 
 
 class _TanhFromSigmoid(torch.autograd.Function):
@@ -21,7 +22,7 @@ class _TanhFromSigmoid(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
-        y = torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
+        y = tanh_from_sigmoid(x)
         ctx.save_for_backward(y)
         return y
 
@@ -32,17 +33,22 @@ class _TanhFromSigmoid(torch.autograd.Function):
 
 
 class Tanh(nn.Tanh):
-    """``nn.Tanh`` that is several times faster on CPU float32.
+    """``nn.Tanh`` with this CPU's faster float32 kernel.
 
-    PyTorch's CPU tanh kernel costs ~190 us per 64k floats here against ~30 us for sigmoid, and
-    hidden-layer tanh was a fifth of a PPO update. The identity ``tanh(x) = 2 sigmoid(2x) - 1``
-    agrees with ``torch.tanh`` to ~1e-7 absolute (exporters emit the real tanh, whose outputs
-    match within the 1e-5 parity bound). Other devices and dtypes, and compiled graphs, use
-    ``torch.tanh``.
+    On some CPUs ``torch.tanh`` is several times slower than ``2 sigmoid(2x) - 1``, on others
+    several times faster (:mod:`embodied.policies.cpu_tanh` measures once per process and logs the
+    choice). The two agree with ``torch.tanh`` to ~1e-7 absolute (exporters emit the real tanh,
+    whose outputs match within the 1e-5 parity bound). Other devices and dtypes, and compiled
+    graphs, use ``torch.tanh``.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu" and x.dtype == torch.float32 and not torch.compiler.is_compiling():
+        if (
+            x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and not torch.compiler.is_compiling()
+            and use_sigmoid_tanh()
+        ):
             out: torch.Tensor = _TanhFromSigmoid.apply(x)
             return out
         return torch.tanh(x)
