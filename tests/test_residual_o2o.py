@@ -100,6 +100,44 @@ def test_phases_returns_and_resume(tmp_path: Path) -> None:
     )
 
 
+def _run_until(algo: ResidualO2O, env: ArmPush, obs: dict[str, torch.Tensor], done: Any) -> dict[str, torch.Tensor]:
+    """Step ``env`` with ``algo`` (updating whenever it is ready) until ``done()``; the last obs."""
+    while not done():
+        action = algo.act(obs)
+        nxt, reward, term, trunc, info = env.step(action)
+        algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
+        obs = nxt
+        if algo.ready_to_update() and not done():
+            algo.update()
+    return obs
+
+
+def test_online_critic_warmup_keeps_the_offline_residual(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)
+    algo = ResidualO2O(_cfg(online_critic_warmup_updates=3, updates_per_step=1), env)
+    path, _ = _random_dataset(tmp_path / "demos")
+    algo.preload(PreloadSource(base_policy=flow_base(1), dataset=path))
+    obs = _run_until(algo, env, env.reset(seed=0), lambda: algo.phase == "online")
+    assert algo.online_start_update == algo.num_updates == 6
+    obs = _run_until(algo, env, obs, algo.ready_to_update)
+    offline_residual = [p.detach().clone() for p in algo.actor_parameters()]
+    critic_before = [p.detach().clone() for p in algo.critic.parameters()]
+    for _ in range(3):  # the warm-up: the critic moves, the residual does not
+        assert "actor_loss" not in algo.update()
+    assert all(torch.equal(a, b) for a, b in zip(offline_residual, algo.actor_parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(critic_before, algo.critic.parameters(), strict=True))
+    restored = ResidualO2O(_cfg(online_critic_warmup_updates=3, updates_per_step=1), env)
+    restored.preload(PreloadSource(base_policy=flow_base(1), dataset=path))
+    restored.load_state_dict(algo.state_dict())
+    assert restored.online_start_update == 6
+    metrics = algo.update()  # the fourth online step also trains the residual
+    assert "actor_loss" in metrics
+    assert not all(torch.equal(a, b) for a, b in zip(offline_residual, algo.actor_parameters(), strict=True))
+    with pytest.raises(ConfigError, match="online_critic_warmup_updates must be >= 0"):
+        _cfg(online_critic_warmup_updates=-1)
+
+
 def test_penalty_policy_actions_carry_their_exact_gaussian_density() -> None:
     torch.manual_seed(0)
     env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)

@@ -19,7 +19,8 @@ at it), and the schedule is ``o2o``'s:
    rows from the dataset (RLPD's symmetric sampling at 0.5), the first ``learning_starts`` env
    steps are collected by the offline policy before any update (the warm start), and the penalty
    weight becomes ``online_cql_alpha`` (0: none; online rows have no Monte-Carlo return, so the
-   penalty then has no bound).
+   penalty then has no bound). With ``online_critic_warmup_updates`` the first online steps train
+   the critic alone, so the residual acts as the offline one until the critic has seen online rows.
 
 Checkpoints hold the phase and offline step count besides residual RL's state; the base and the
 dataset are loaded again from ``trainer.base_run`` and ``trainer.dataset``.
@@ -71,11 +72,22 @@ class ResidualO2OCfg(ResidualCfg):
     critic_warmup_updates: int = 0
     """Critic-only steps before the residual's first step; the offline phase already trained the
     critic (residual RL's default, 1,000, is for a critic that starts untrained online)."""
+    online_critic_warmup_updates: int = 0
+    """Critic-only steps at the start of the online phase: the residual stays the offline one while
+    the critic re-fits to the online rows (its offline values are those of the dataset's returns)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_offline_phase(self, "o2o-residual")
-        raise_first_failed([(self.cql_policy_std > 0.0, f"cql_policy_std must be > 0, got {self.cql_policy_std}")])
+        raise_first_failed(
+            [
+                (self.cql_policy_std > 0.0, f"cql_policy_std must be > 0, got {self.cql_policy_std}"),
+                (
+                    self.online_critic_warmup_updates >= 0,
+                    f"online_critic_warmup_updates must be >= 0, got {self.online_critic_warmup_updates}",
+                ),
+            ]
+        )
 
 
 class ResidualO2O(Residual):
@@ -88,6 +100,8 @@ class ResidualO2O(Residual):
         self.phase = "offline"
         self.offline_updates = 0
         """Offline gradient steps done."""
+        self.online_start_update = 0
+        """``num_updates`` when the online phase began (its critic warm-up counts from here)."""
 
     # ------------------------------------------------------------------------- data
     def preload(self, source: PreloadSource) -> None:
@@ -139,7 +153,17 @@ class ResidualO2O(Residual):
             # Online updates wait until learning_starts steps are stored (nothing was stored
             # offline): the offline policy collects them first, the warm start.
             self.phase = "online"
+            self.online_start_update = self.num_updates
         return metrics | {"phase": 0.0, "offline_updates": float(self.offline_updates)}
+
+    def actor_update_due(self) -> bool:
+        """Not during the first ``online_critic_warmup_updates`` online steps."""
+        if (
+            self.phase == "online"
+            and self.num_updates - self.online_start_update <= self.cfg.online_critic_warmup_updates
+        ):
+            return False
+        return super().actor_update_due()
 
     # ------------------------------------------------------------------------- losses
     def critic_loss(self, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -177,9 +201,16 @@ class ResidualO2O(Residual):
 
     # ------------------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "phase": self.phase, "offline_updates": self.offline_updates}
+        return {
+            **super().state_dict(),
+            "phase": self.phase,
+            "offline_updates": self.offline_updates,
+            "online_start_update": self.online_start_update,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.phase = str(state["phase"])
         self.offline_updates = int(state["offline_updates"])
+        # Checkpoints written before the online warm-up existed switched after the offline steps.
+        self.online_start_update = int(state.get("online_start_update", self.offline_updates))
