@@ -214,7 +214,9 @@ def _rsl_rl_child(seed: int, cores: list[int], max_env_steps: int, out_file: str
     Path(out_file).write_text(json.dumps({"evals": evals, "runner_cfg": train_cfg}))
 
 
-def run_rsl_rl(seed: int, cores: list[int], max_env_steps: int, out: Path, num_envs: int | None) -> dict[str, Any]:
+def run_rsl_rl(
+    seed: int, cores: list[int], max_env_steps: int, out: Path, num_envs: int | None = None
+) -> dict[str, Any]:
     out_file = out / f"rsl-rl_seed{seed}.json"
     proc = mp.get_context("spawn").Process(
         target=_rsl_rl_child, args=(seed, cores, max_env_steps, str(out_file), num_envs)
@@ -227,7 +229,7 @@ def run_rsl_rl(seed: int, cores: list[int], max_env_steps: int, out: Path, num_e
     return data
 
 
-def run_ours(seed: int, cores: list[int], max_env_steps: int, out: Path, num_envs: int | None) -> dict[str, Any]:
+def run_ours(seed: int, cores: list[int], max_env_steps: int, out: Path, num_envs: int | None = None) -> dict[str, Any]:
     """Our CLI with the shipped config (``num_envs`` is rsl-rl's option, unused here)."""
     run_dir = out / f"ours_seed{seed}"
     command = [
