@@ -33,11 +33,14 @@ zero observation noise it gives the eager step's results (``tests/test_quad_hove
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
+import embodied.sim as sim_package
 from embodied.sim.counter_normal import counter_normal
 from embodied.sim.quadrotor import (
     ANG_VEL,
@@ -51,6 +54,7 @@ from embodied.sim.quadrotor import (
     rk4_inputs,
     rk4_rows,
 )
+from embodied.tasks import compiled_step_cache
 from embodied.tasks.quad_hover_core import (
     POOL,
     CoreConsts,
@@ -62,6 +66,8 @@ from embodied.tasks.quad_hover_core import (
 )
 from embodied.tasks.quad_terms import MOTOR_FLIP
 from embodied.tasks.quad_terms import STATE_DIM as POLICY_STATE_DIM
+
+log = logging.getLogger(__name__)
 
 
 class FusedConsts(NamedTuple):
@@ -325,9 +331,116 @@ and the C++ wrapper removes the Python call sequence of the generated module (~6
 at 4,096 envs on 2 cores); the cold compile stays ~30 s (BENCHMARKS.md, "Simulator throughput")."""
 
 
+SOURCE_FOLDERS = (Path(__file__).parent, Path(sim_package.__file__).parent)
+"""Package folders whose sources the compiled step is built from (``tasks``, ``sim``): an edit to
+any of their modules keys a new cache entry."""
+
+
+Signature = tuple[tuple[torch.dtype, torch.Size, tuple[int, ...]], ...]
+"""dtype, shape and strides of each tensor argument of :func:`fused_step`."""
+
+
+def signature(args: tuple[Any, ...]) -> Signature:
+    """The :data:`Signature` of ``args`` (the tensors among them)."""
+    return tuple((a.dtype, a.shape, a.stride()) for a in args if isinstance(a, torch.Tensor))
+
+
+def no_guards(entries: Sequence[Any]) -> list[bool]:
+    """Dynamo guard filter that keeps none (:class:`CompiledFusedStep` matches its inputs itself)."""
+    return [False] * len(entries)
+
+
+class CompiledFusedStep:
+    """:func:`fused_step` compiled for one device type, called without Dynamo's per-call work
+    where that is possible (CPU).
+
+    A ``torch.compile``d function evaluates Dynamo's guards on every call (~570 here, most on
+    the constants ``k``) and enters through Dynamo's frame hooks: on this Intel Xeon
+    (2026-12-04) that was ~70 µs of the ~635 µs step at 4,096 envs on 2 cores and ~45 µs of
+    ~186 µs at 256 envs (``embodied bench env quad-hover``). On CPU the step is instead compiled
+    ahead (``aot_compile`` of the same ``torch.compile``: same graph, same inductor options) once
+    per constants object and tensor :data:`Signature`, and a call only looks that pair up (the
+    caller passes the same ``k`` object every step; a new object, dtype, shape or stride compiles
+    again, or reuses an entry compiled for equal ones) before calling the compiled code, which
+    itself asserts every input's shape and strides.
+
+    An ahead-compiled graph carries a fresh name, so torch's on-disk caches never hit: the
+    compiled step is saved in ``cache_dir`` instead (:mod:`embodied.tasks.compiled_step_cache`,
+    keyed on the constants, signature, sources, torch and the host ISA) and a later process
+    loads it (~3 s) instead of compiling cold (~25-35 s at 4,096 envs). ``cache_dir`` None (or
+    torch's caches turned off) compiles every process. Where ahead-of-time compilation is not
+    available (another torch, accelerators) it calls the ``torch.compile``d function.
+    """
+
+    def __init__(self, device_type: str, cache_dir: Path | None = None) -> None:
+        """``cache_dir``: where compiled steps are saved and loaded; default beside torch's
+        inductor cache (:func:`embodied.tasks.compiled_step_cache.default_cache_dir`)."""
+        self.device_type = device_type
+        self.cache_dir = cache_dir if cache_dir is not None else compiled_step_cache.default_cache_dir()
+        self.loaded = 0
+        """How many compiled steps came from ``cache_dir`` (the rest were compiled here)."""
+        self.options = CPU_OPTIONS if device_type == "cpu" else None
+        self.compiled = torch.compile(fused_step, fullgraph=True, dynamic=False, options=self.options)
+        self.ahead = device_type == "cpu" and hasattr(self.compiled, "aot_compile")
+        self._by_id: dict[int, tuple[FusedConsts, dict[Signature, Callable[..., dict[str, Any]]]]] = {}
+        """``id(k)`` -> (``k``, kept so the id stays its own; signature -> compiled step)."""
+        self._by_value: dict[tuple[FusedConsts, Signature], Callable[..., dict[str, Any]]] = {}
+
+    def __call__(self, *args: Any) -> dict[str, Any]:
+        """:func:`fused_step` on the same arguments (``k`` last)."""
+        if not self.ahead:
+            return self.compiled(*args)
+        k, tensors = args[-1], args[:-1]
+        entry = self._by_id.get(id(k))
+        sig = signature(tensors)
+        step = None if entry is None or entry[0] is not k else entry[1].get(sig)
+        if step is None:
+            step = self._prepare(k, sig, tensors)
+        return step(*tensors, k=k)
+
+    def _prepare(self, k: FusedConsts, sig: Signature, tensors: tuple[Any, ...]) -> Callable[..., dict[str, Any]]:
+        """The step compiled ahead for ``k`` and ``sig`` (an equal earlier entry, or a new one)."""
+        step = self._by_value.get((k, sig))
+        if step is None:
+            try:
+                step = self._compile_ahead(k, tensors)
+            except Exception as err:  # an API of torch's that may move: keep stepping, through Dynamo
+                log.warning("fused step: ahead-of-time compile failed (%s); using torch.compile", err)
+                self.ahead = False
+                return self.compiled
+            self._by_value[(k, sig)] = step
+        entry = self._by_id.get(id(k))
+        if entry is None or entry[0] is not k:
+            entry = self._by_id[id(k)] = (k, {})
+        entry[1][sig] = step
+        return step
+
+    def _compile_ahead(self, k: FusedConsts, tensors: tuple[Any, ...]) -> Callable[..., dict[str, Any]]:
+        """``aot_compile`` of :func:`fused_step` for these inputs, or the same loaded from
+        ``cache_dir``; its guards are dropped (this class matches ``k`` and the signature
+        itself), so the call is the compiled code alone."""
+        path = None
+        if self.cache_dir is not None:
+            key = compiled_step_cache.cache_key(
+                ("fused_step", self.device_type, self.options, k, signature(tensors)), SOURCE_FOLDERS
+            )
+            path = self.cache_dir / f"quad_hover_fused_{key}.bin"
+            loaded = compiled_step_cache.load(path, fused_step.__globals__)
+            if loaded is not None:
+                self.loaded += 1
+                return loaded
+        options = {**(self.options or {}), "guard_filter_fn": no_guards}
+        compiled: Any = torch.compile(fused_step, fullgraph=True, dynamic=False, options=options)
+        ahead = compiled.aot_compile((tensors, {"k": k}))
+        ahead.disable_guard_check()
+        if path is not None:
+            compiled_step_cache.save(ahead, path)
+        step: Callable[..., dict[str, Any]] = ahead
+        return step
+
+
 @functools.cache
 def compiled_fused_step(device_type: str) -> Callable[..., dict[str, Any]]:
-    """:func:`fused_step` through ``torch.compile`` for one device type, once per process
-    (static shapes); CPU with :data:`CPU_OPTIONS`, accelerators with inductor's defaults."""
-    options = CPU_OPTIONS if device_type == "cpu" else None
-    return torch.compile(fused_step, fullgraph=True, dynamic=False, options=options)
+    """:func:`fused_step` compiled for one device type (:class:`CompiledFusedStep`), once per
+    process (static shapes); CPU with :data:`CPU_OPTIONS`, accelerators with inductor's defaults."""
+    return CompiledFusedStep(device_type)

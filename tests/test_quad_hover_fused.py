@@ -7,14 +7,15 @@ function against its eager run is the slow test at the end."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from embodied.config import apply_overrides
-from embodied.sim.counter_normal import counter_normal, stream_key
+from embodied.sim.counter_normal import GOLDEN, MIX, UNIFORM_SCALE, counter_normal, stream_key
 from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
-from embodied.tasks.quad_hover_fused import fused_step
+from embodied.tasks.quad_hover_fused import CompiledFusedStep, fused_step
 
 CPU = torch.device("cpu")
 
@@ -143,12 +144,46 @@ def test_counter_normal_is_standard_normal_and_independent_across_counters_and_k
     assert stream_key(7) != stream_key(8) and 0 <= stream_key(-1) < 2**32
 
 
+def _counter_normal_int64(counter: int, key: int, rows: int, cols: int) -> torch.Tensor:
+    """``counter_normal`` with every word mixed on int64 (values below 2**32, masked)."""
+    mask = 0xFFFFFFFF
+
+    def mix(x: torch.Tensor) -> torch.Tensor:
+        x = ((x >> 16) ^ x) * MIX & mask
+        x = ((x >> 16) ^ x) * MIX & mask
+        return (x >> 16) ^ x
+
+    pairs = (cols + 1) // 2
+    index = torch.arange(rows * pairs, dtype=torch.int64).view(rows, pairs)
+    step = mix(torch.tensor((counter * GOLDEN + key) & mask))
+    salt = mix(step ^ 0x5BD1E995)
+    word_a = mix(((2 * index + step) & mask) ^ salt)
+    word_b = mix(((2 * index + 1 + step) & mask) ^ salt)
+    radius = torch.sqrt(-2.0 * torch.log(((word_a >> 8).to(torch.float32) + 0.5) * UNIFORM_SCALE))
+    angle = (2.0 * math.pi) * ((word_b >> 8).to(torch.float32) * UNIFORM_SCALE)
+    return torch.cat((radius * torch.cos(angle), radius * torch.sin(angle)), dim=1)[:, :cols]
+
+
+@pytest.mark.parametrize(
+    ("counter", "key", "rows", "cols"), [(0, 7, 18, 4096), (2**31 - 1, 2**32 - 1, 18, 37), (5, 0, 3, 1)]
+)
+def test_counter_normal_mixes_on_int32_to_the_int64_numbers(counter: int, key: int, rows: int, cols: int) -> None:
+    """The per-element words are mixed on int32 (half the vector width of int64); wrapping
+    products and masked shifts give exactly the numbers of the int64 mix, edge counters and
+    keys included."""
+    drawn = counter_normal(torch.tensor(counter), torch.tensor(key), rows, cols)
+    assert torch.equal(drawn, _counter_normal_int64(counter, key, rows, cols))
+
+
 @pytest.mark.slow
-def test_compiled_fused_step_matches_its_eager_run() -> None:
-    """The compiled step (``sim.compile``) against the same function run eagerly, noise on."""
+def test_compiled_fused_step_matches_its_eager_run_and_loads_from_its_cache(tmp_path: Path) -> None:
+    """The compiled step (``sim.compile``) against the same function run eagerly, noise on; a
+    second process (a fresh compiler on the same cache folder) loads the saved step instead of
+    compiling, and it steps the same."""
     cfg = apply_overrides(QuadHoverCfg(pos_err_integral=True), {"sim": {"compile": True}}, "test")
     compiled = QuadHover(cfg, 64, CPU, seed=3)
     assert compiled._fused is not None and compiled._fused is not fused_step
+    compiled._fused = CompiledFusedStep("cpu", tmp_path)
     eager = QuadHover(cfg, 64, CPU, seed=3)
     eager._fused = fused_step
     gen = torch.Generator().manual_seed(0)
@@ -160,6 +195,19 @@ def test_compiled_fused_step_matches_its_eager_run() -> None:
         assert torch.allclose(r1, r2, atol=1e-4) and torch.allclose(o1["policy"], o2["policy"], atol=1e-4)
         assert torch.allclose(o1["critic"], o2["critic"], atol=1e-4)
     assert compiled.sim.state.stride() == (1, 64), "the step keeps the simulator's column-major layout"
+    # On CPU the step runs compiled ahead, without Dynamo's guards on every call.
+    assert compiled._fused.ahead and compiled._fused.loaded == 0 and len(list(tmp_path.iterdir())) == 1
+
+    reloaded = QuadHover(cfg, 64, CPU, seed=3)
+    reloaded._fused = CompiledFusedStep("cpu", tmp_path)
+    replay = QuadHover(cfg, 64, CPU, seed=3)
+    replay._fused = compiled._fused
+    for _ in range(10):
+        action = torch.rand(64, 4, generator=gen) * 2 - 1
+        o1, r1, te1, _, _ = replay.step(action)
+        o2, r2, te2, _, _ = reloaded.step(action)
+        assert torch.equal(r1, r2) and torch.equal(te1, te2) and torch.equal(o1["policy"], o2["policy"])
+    assert reloaded._fused.loaded == 1, "the saved step was loaded, not compiled again"
 
 
 def test_fused_step_on_the_accelerator_path_restarts_from_fresh_rows() -> None:
