@@ -66,6 +66,8 @@ class SimSummary:
     successes: int
     success_rate: float
     mean_episode_steps: float
+    episode_steps: tuple[int, ...]
+    """Length of each ended episode, in order (a short one points at the episode to replay)."""
     steps: int
     commands: int
     missed_commands: int
@@ -340,6 +342,7 @@ class SimRobot:
             successes=successes,
             success_rate=successes / done_episodes if done_episodes else float("nan"),
             mean_episode_steps=float(np.mean(lengths)) if lengths else float("nan"),
+            episode_steps=tuple(lengths),
             steps=steps,
             commands=self._command_count,
             missed_commands=missed,
