@@ -8,14 +8,13 @@ the draw. Here every number is a pure function of ``(key, counter, index)``: an 
 and the Box-Muller transform turns them into two independent standard normals. The whole thing
 is elementwise, so it vectorizes and runs on every core inside the compiled kernel.
 
-The two per-step words (``step``, ``salt``) are mixed on int64 holding values below 2**32, with
-multipliers below 2**28 (and the counter, below 2**31, times a 32-bit constant), so no product
-overflows. The per-element words are mixed on int32 holding the same 32 bits (:func:`mix32_bits`):
-products wrap modulo 2**32 as the masked int64 ones, and each right shift is masked to act as a
-logical one, so the numbers are the same as an int64 mix gives, at half the vector width (16
-lanes per AVX-512 register instead of 8; the fused quad-hover step at 4,096 envs on 2 cores took
-~15-25 µs less, Intel Xeon, 2026-12-04). Eager and compiled runs agree (to float rounding of
-log/cos).
+The 32-bit words are held in int32 (their bits; :func:`as_int32_bits`) and mixed there
+(:func:`mix32`): products wrap modulo 2**32, and each right shift is masked to act as a logical
+one, so the numbers are those of the same mix on unsigned 32-bit words, at half the vector width
+of int64 (16 lanes per AVX-512 register instead of 8; the fused quad-hover step at 4,096 envs on
+2 cores took ~15-25 µs less than with int64 words below 2**32, Intel Xeon, 2026-12-04). Only the
+counter times the golden constant is formed on int64 (below 2**63: no overflow) before it is
+folded to 32 bits. Eager and compiled runs agree (to float rounding of log/cos).
 """
 
 from __future__ import annotations
@@ -34,21 +33,14 @@ UNIFORM_SCALE = 1.0 / 16777216.0
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
-    """Bijective avalanche mix of 32-bit values held in int64 ``x`` (any shape)."""
-    x = ((x >> 16) ^ x) * MIX & MASK32
-    x = ((x >> 16) ^ x) * MIX & MASK32
-    return (x >> 16) ^ x
-
-
-def mix32_bits(x: torch.Tensor) -> torch.Tensor:
-    """:func:`mix32` on int32 ``x`` holding the 32-bit words' bits (any shape): the same bits out."""
+    """Bijective avalanche mix of 32-bit words held as int32 bits ``x`` (any shape)."""
     x = (((x >> 16) & 0xFFFF) ^ x) * MIX
     x = (((x >> 16) & 0xFFFF) ^ x) * MIX
     return ((x >> 16) & 0xFFFF) ^ x
 
 
 def as_int32_bits(x: torch.Tensor) -> torch.Tensor:
-    """int64 ``x`` below 2**32 -> int32 with the same low 32 bits."""
+    """int64 ``x`` in [0, 2**32) -> int32 with the same 32 bits."""
     return (x - ((x >> 31) << 32)).to(torch.int32)
 
 
@@ -63,14 +55,13 @@ def counter_normal(counter: torch.Tensor, key: torch.Tensor, rows: int, cols: in
     """
     pairs = (cols + 1) // 2
     index = torch.arange(rows * pairs, dtype=torch.int32, device=counter.device).view(rows, pairs)
-    step = mix32((counter * GOLDEN + key) & MASK32)
-    salt = as_int32_bits(mix32(step ^ 0x5BD1E995))
-    step = as_int32_bits(step)
+    step = mix32(as_int32_bits((counter * GOLDEN + key) & MASK32))
+    salt = mix32(step ^ 0x5BD1E995)
     # The xor after the addition breaks the additive structure: two steps whose index ranges
     # overlap after ``+ step`` still hash apart (their salts differ). int32 sums wrap like the
     # masked int64 ones.
-    word_a = mix32_bits((2 * index + step) ^ salt)
-    word_b = mix32_bits((2 * index + 1 + step) ^ salt)
+    word_a = mix32((2 * index + step) ^ salt)
+    word_b = mix32((2 * index + 1 + step) ^ salt)
     # Top 24 bits (the mask makes the shift logical): (0, 1] for the logarithm, [0, 1) for the angle.
     u_radius = (((word_a >> 8) & 0xFFFFFF).to(torch.float32) + 0.5) * UNIFORM_SCALE
     u_angle = ((word_b >> 8) & 0xFFFFFF).to(torch.float32) * UNIFORM_SCALE
@@ -83,4 +74,4 @@ def counter_normal(counter: torch.Tensor, key: torch.Tensor, rows: int, cols: in
 def stream_key(seed: int) -> int:
     """A 32-bit stream key from an integer seed (any size, negative too)."""
     folded = (int(seed) ^ (int(seed) >> 32)) & MASK32
-    return int(mix32(torch.tensor(folded ^ 0x2545F491, dtype=torch.int64)).item())
+    return int(mix32(as_int32_bits(torch.tensor(folded ^ 0x2545F491, dtype=torch.int64))).item()) & MASK32

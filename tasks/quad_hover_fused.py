@@ -403,7 +403,7 @@ class CompiledFusedStep:
         step = self._by_value.get((k, sig))
         if step is None:
             try:
-                step = self._compile_ahead(k, tensors)
+                step = self._compile_ahead(k, sig, tensors)
             except Exception as err:  # an API of torch's that may move: keep stepping, through Dynamo
                 log.warning("fused step: ahead-of-time compile failed (%s); using torch.compile", err)
                 self.ahead = False
@@ -415,15 +415,13 @@ class CompiledFusedStep:
         entry[1][sig] = step
         return step
 
-    def _compile_ahead(self, k: FusedConsts, tensors: tuple[Any, ...]) -> Callable[..., dict[str, Any]]:
+    def _compile_ahead(self, k: FusedConsts, sig: Signature, tensors: tuple[Any, ...]) -> Callable[..., dict[str, Any]]:
         """``aot_compile`` of :func:`fused_step` for these inputs, or the same loaded from
         ``cache_dir``; its guards are dropped (this class matches ``k`` and the signature
         itself), so the call is the compiled code alone."""
         path = None
         if self.cache_dir is not None:
-            key = compiled_step_cache.cache_key(
-                ("fused_step", self.device_type, self.options, k, signature(tensors)), SOURCE_FOLDERS
-            )
+            key = compiled_step_cache.cache_key(("fused_step", self.device_type, self.options, k, sig), SOURCE_FOLDERS)
             path = self.cache_dir / f"quad_hover_fused_{key}.bin"
             loaded = compiled_step_cache.load(path, fused_step.__globals__)
             if loaded is not None:

@@ -8,7 +8,6 @@ from different states and the comparison would measure sampling luck instead of 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -31,16 +30,14 @@ NOISE_FREE = ["obs_noise_std=[0,0,0,0]"]
 
 
 def _env_cfg(robot: Path) -> Any:
-    """The task as ``sim-robot --robot robot`` serves it: noise-free, and holding the robot
-    config's setpoint (``held_setpoint``) where the training config draws a setpoint yaw per
-    episode. Without the held setpoint the two sides fly different episodes from the second
-    one on (a policy trained on one AMD EPYC fell in episode 2 under one and not the other)."""
-    from embodied.commands.sim_robot import held_setpoint
-    from embodied.config import apply_overrides
+    """The task as ``sim-robot --robot robot`` serves it (``served_env_cfg``): noise-free, and
+    holding the robot config's setpoint where the training config draws a setpoint yaw per
+    episode. Without the held setpoint the two sides fly different episodes from the second one
+    on (a policy trained on one AMD EPYC fell in episode 2 under one and not the other)."""
+    from embodied.commands.sim_robot import served_env_cfg
     from embodied.real.robot_config import load_robot
 
-    cfg = dataclasses.replace(registry.task_cfg("quad-hover"), obs_noise_std=(0.0, 0.0, 0.0, 0.0))
-    return apply_overrides(cfg, held_setpoint(load_robot(robot).params, cfg), str(robot))
+    return served_env_cfg(registry.task_cfg("quad-hover"), load_robot(robot), NOISE_FREE)
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from embodied.config import int_in_range
 from embodied.real.transports import add_middleware_arguments
+
+if TYPE_CHECKING:
+    from embodied.real.robot_config import RobotConfig
 
 DESCRIPTION = """\
 Run one env of TASK as a robot behind ROS 2 topics: publish its state on the robot config's
@@ -58,6 +61,24 @@ def held_setpoint(robot_params: dict[str, Any], env_cfg: object) -> dict[str, An
         if "setpoint_yaw_range_rad" in fields:
             held["setpoint_yaw_range_rad"] = 0.0
     return held
+
+
+def served_env_cfg(env_cfg: Any, robot: RobotConfig, env_overrides: list[str], *, handover_starts: bool = False) -> Any:
+    """The task config sim-robot serves for ``robot``: ``env_cfg``
+    holding the robot's setpoint, then the handover starts if asked, then the ``--env``
+    ``KEY=VALUE`` overrides. An in-process run on this config flies the same episodes."""
+    from embodied.config import apply_overrides, parse_dotted
+
+    held = held_setpoint(robot.params, env_cfg)
+    if held:
+        # The node holds one setpoint (its parameters), so the served task holds the same one
+        # instead of drawing a new setpoint (yaw) per episode.
+        env_cfg = apply_overrides(env_cfg, held, f"{robot.path} params")
+    if handover_starts:
+        env_cfg = apply_overrides(env_cfg, dict(HANDOVER_STARTS), "--handover-starts")
+    if env_overrides:
+        env_cfg = apply_overrides(env_cfg, parse_dotted(env_overrides, source="--env"), "--env")
+    return env_cfg
 
 
 def register(subparsers: Any) -> None:
@@ -127,17 +148,7 @@ def run(args: argparse.Namespace) -> int:
         if run_cfg.task_name != args.task:
             raise ConfigError(f"--run {args.run} trained task {run_cfg.task_name!r}, not {args.task!r}")
         env_cfg = run_cfg.env
-    from embodied.config import apply_overrides
-
-    held = held_setpoint(robot.params, env_cfg)
-    if held:
-        # The node holds one setpoint (its parameters), so the served task holds the same one
-        # instead of drawing a new setpoint (yaw) per episode.
-        env_cfg = apply_overrides(env_cfg, held, f"{robot.path} params")
-    if args.handover_starts:
-        env_cfg = apply_overrides(env_cfg, dict(HANDOVER_STARTS), "--handover-starts")
-    if args.env:
-        env_cfg = apply_overrides(env_cfg, parse_dotted(args.env, source="--env"), "--env")
+    env_cfg = served_env_cfg(env_cfg, robot, args.env or [], handover_starts=args.handover_starts)
     import torch
 
     # One env steps fastest on one thread, and idle OpenMP workers spin on the cores the node needs.
