@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from embodied import registry
 from embodied.config import DEVICE_PATTERN, ConfigError, apply_overrides, check_numbers, load_yaml, parse_dotted
@@ -42,6 +42,11 @@ class TrainerCfg:
     """Write ``ckpt/latest.pt`` every this many updates (and always at the end)."""
     torch_threads: int = 0
     """``torch.set_num_threads`` for the run (0: leave torch's default)."""
+    background_eval: bool | Literal["auto"] = "auto"
+    """Fly periodic evaluations in a child process on a spare CPU core while training goes on
+    (same results; a stop on the success target keeps the evaluated weights). ``auto``: for a
+    single CPU process with as many spare cores as training threads (see
+    ``embodied.training.background_eval``)."""
     check_finite: bool = True
     """Stop with a clear message when observations, rewards or losses become NaN/inf."""
     progress: bool = True
@@ -241,11 +246,17 @@ MANISKILL_CAMERA_KEYS: dict[str, Any] = {
 and so is the value that reproduces older runs, so this group fills both. Last in the tuple, so
 the older groups fill a MuJoCo config's ``env.backend`` first."""
 
+BACKGROUND_EVAL_KEYS: dict[str, Any] = {
+    "trainer.background_eval": False,  # evaluations ran in the training process, between updates
+}
+"""Periodic evaluations in a background process (:mod:`embodied.training.background_eval`)."""
+
 KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (
     KEYS_ADDED_LATER,
     FINETUNING_RELEASE_KEYS,
     VISION_RELEASE_KEYS,
     MANISKILL_CAMERA_KEYS,
+    BACKGROUND_EVAL_KEYS,
 )
 """One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
 

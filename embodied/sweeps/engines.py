@@ -73,9 +73,11 @@ def job_argv(out_dir: Path, job: Job, threads: int) -> list[str]:
         aside = run_dir.with_name(f"{run_dir.name}.incomplete-{int(time.time())}")
         run_dir.rename(aside)
         log.warning("%s had no checkpoint; moved to %s and starting it again", run_dir, aside.name)
+    # Evaluations stay in the run's own process: a background evaluator would use a core outside
+    # the run's share (Ray places runs by --cores-per-run without pinning them).
     return [
         *base, job.task, "--algo", job.algo, "--seed", str(job.seed), "--run-dir", str(run_dir),
-        "--no-progress", f"trainer.torch_threads={threads}", *job.overrides,
+        "--no-progress", f"trainer.torch_threads={threads}", "trainer.background_eval=false", *job.overrides,
     ]  # fmt: skip
 
 

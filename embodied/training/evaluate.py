@@ -86,6 +86,23 @@ def evaluate(
     )
 
 
+def evaluate_module(policy: Any, make_env: Callable[[int, int], Any], episodes: int, seed: int) -> EvalResult:
+    """:func:`evaluate` a policy module as the trainer does: ``policy.act(obs, deterministic=True)``,
+    with a fresh action-chunk plan (``policy.reset_plan()``, where it has one) for each batch."""
+
+    def act(obs: ObsDict) -> torch.Tensor:
+        action: torch.Tensor = policy.act(obs, deterministic=True)
+        return action
+
+    def act_in(env: Any) -> PolicyFn:
+        reset_plan = getattr(policy, "reset_plan", None)
+        if reset_plan is not None:
+            reset_plan()
+        return act
+
+    return evaluate(act_in, make_env, episodes, seed)
+
+
 def _run_batch(
     policy: PolicyFn, env: Any, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:

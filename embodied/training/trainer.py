@@ -25,7 +25,6 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +38,17 @@ from embodied.config import ConfigError
 from embodied.env import ObsDict, TrainingCurriculum, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.experiment import ExperimentCfg
+from embodied.policies.cpu_tanh import use_sigmoid_tanh
 from embodied.progress import TrainProgress
 from embodied.stop import StopRequest, deferred_stop, stop_exception
-from embodied.training.evaluate import EvalResult, evaluate
+from embodied.training.background_eval import (
+    BackgroundEvalError,
+    BackgroundEvaluator,
+    EvalEnvs,
+    EvalSnapshot,
+    background_eval_choice,
+)
+from embodied.training.evaluate import EvalResult, evaluate_module
 from embodied.training.run import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -79,6 +86,8 @@ class TrainState:
     updates: int = 0
     train_time_s: float = 0.0
     eval_time_s: float = 0.0
+    """Seconds the training loop spent on evaluations (evaluating, or waiting for the background
+    evaluator's results)."""
     evals: list[dict[str, float]] = field(default_factory=list)
     time_to_target_s: float | None = None
     env_steps_to_target: int | None = None
@@ -297,6 +306,14 @@ class Trainer:
         self.stats = EpisodeStats(self.local_envs, self.device)
         self._saved_steps: int | None = None
         self.logger: MetricsLogger | _NoMetrics = _NoMetrics()
+        self.eval_envs = EvalEnvs(cfg.task_name, cfg.env, str(self.device))
+        """Builds the evaluation envs (picklable: the background evaluator's child calls it too)."""
+        self._background = self._background_evaluator()
+        self._pending: EvalSnapshot | None = None
+        """The snapshot whose evaluation is in flight (None: none); collected at the next
+        evaluation point, or at the end."""
+        self._policy_restored = False
+        """An evaluated snapshot's weights were put back since the last save."""
         if resume:
             try:
                 self._restore()
@@ -339,6 +356,7 @@ class Trainer:
                 "time_to_target_s": s.time_to_target_s,
                 "env_steps_to_target": s.env_steps_to_target,
                 "metrics_rows": self.logger.rows,
+                "pending_eval": None if self._pending is None else self._pending.to_checkpoint(),
             },
             "rng": {
                 "torch": torch.get_rng_state(),
@@ -365,6 +383,7 @@ class Trainer:
         else:
             write_policy_artifact(self.run_dir, module, self.env.io_spec(), self.state.env_steps)
         self._saved_steps = self.state.env_steps
+        self._policy_restored = False
         return path
 
     def _load_rank_checkpoint(self) -> dict[str, Any]:
@@ -414,6 +433,8 @@ class Trainer:
             env_steps_to_target=t["env_steps_to_target"],
             metrics_rows=int(t.get("metrics_rows", -1)),
         )
+        pending = t.get("pending_eval")
+        self._pending = None if pending is None else EvalSnapshot.from_checkpoint(pending)
         torch.set_rng_state(ckpt["rng"]["torch"].cpu())
         if torch.cuda.is_available() and ckpt["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
@@ -422,51 +443,149 @@ class Trainer:
 
     # ----------------------------------------------------------------- evaluation
     def run_eval(self) -> EvalResult:
-        cfg = self.cfg
-        policy = self.algo.policy
-
-        def act(obs: ObsDict) -> torch.Tensor:
-            return policy.act(obs, deterministic=True)
-
-        def act_in(env: object) -> Callable[[ObsDict], torch.Tensor]:
-            # a policy that executes action chunks starts each evaluation with a fresh plan
-            reset_plan = getattr(policy, "reset_plan", None)
-            if reset_plan is not None:
-                reset_plan()
-            return act
-
+        """Evaluate the current policy in this process and log the result at the current step."""
+        cfg, st = self.cfg, self.state
         start = time.perf_counter()
-        result = evaluate(
-            act_in,
-            lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, self.device, seed),
-            episodes=cfg.trainer.eval_episodes,
-            seed=cfg.seed + EVAL_SEED_OFFSET + 7919 * len(self.state.evals),
-        )
+        result = evaluate_module(self.algo.policy, self.eval_envs, cfg.trainer.eval_episodes, self._eval_seed())
         elapsed = time.perf_counter() - start
-        self.state.eval_time_s += elapsed
+        st.eval_time_s += elapsed
+        self._log_eval(result, st.env_steps, st.train_time_s, {"perf/eval_time_s": elapsed})
+        return result
+
+    def _eval_seed(self) -> int:
+        """The next evaluation's seed: apart from the training envs', another for each evaluation."""
+        return self.cfg.seed + EVAL_SEED_OFFSET + 7919 * len(self.state.evals)
+
+    def _log_eval(self, result: EvalResult, env_steps: int, train_time_s: float, perf: dict[str, float]) -> None:
+        """Keep, log and check an evaluation of the policy as it was at ``env_steps``."""
         row = {f"eval/{k}": float(v) for k, v in result.as_dict().items()}
-        row |= {"eval/train_time_s": self.state.train_time_s, "eval/env_steps": float(self.state.env_steps)}
+        row |= {"eval/train_time_s": train_time_s, "eval/env_steps": float(env_steps)}
         self._record_eval(row)
-        self.logger.log(self.state.env_steps, row | {"perf/eval_time_s": elapsed})
+        self.logger.log(env_steps, row | perf)
         log.info(
             "eval at %d env steps (%.2f s training): success %.1f %%, return %.2f, length %.1f",
-            self.state.env_steps,
-            self.state.train_time_s,
+            env_steps,
+            train_time_s,
             100 * result.success_rate,
             result.mean_return,
             result.mean_episode_length,
         )
-        if cfg.trainer.check_finite:
-            self._check_eval(result)
-        return result
+        if self.cfg.trainer.check_finite:
+            self._check_eval(result, env_steps)
+
+    # ------------------------------------------------------- background evaluation
+    def _background_evaluator(self) -> BackgroundEvaluator | None:
+        """The child process that evaluates while training goes on, where it is used (logged)."""
+        tcfg = self.cfg.trainer
+        threads = torch.get_num_threads()
+        use, why = background_eval_choice(
+            tcfg.background_eval,
+            device=self.device,
+            processes=self.ranks,
+            periodic=tcfg.eval_every_env_steps > 0 and tcfg.eval_episodes > 0,
+            threads=threads,
+        )
+        if use and not isinstance(self.algo.policy, nn.Module):
+            use, why = False, f"the policy ({type(self.algo.policy).__name__}) is not a torch module"
+        if not use:
+            if tcfg.background_eval is True:
+                log.warning("trainer.background_eval=true not used: %s", why)
+            return None
+        log.info("evaluations run in a background process beside training (%s)", why)
+        tanh_form = "sigmoid" if use_sigmoid_tanh() else "tanh"
+        return BackgroundEvaluator(self.eval_envs, tcfg.eval_episodes, threads, tanh_form)
+
+    def _periodic_eval(self, progress: TrainProgress) -> bool:
+        """An evaluation point: evaluate now, or collect the evaluation in flight and hand the
+        background evaluator this one. Returns whether the success target is now held."""
+        if self._collect_eval(progress):
+            return True
+        if self._background is not None:
+            try:
+                st = self.state
+                snapshot = EvalSnapshot.take(self._policy_module(), st.env_steps, st.train_time_s, self._eval_seed())
+                self._background.submit(snapshot)
+            except Exception as err:  # a policy that cannot be pickled, a child that cannot start
+                self._drop_background(err)
+            else:
+                self._pending = snapshot
+                return False
+        progress.update(self.state.env_steps, {"eval/success_rate": self._evaluate_all()})
+        return self._target_held()
+
+    def _collect_eval(self, progress: TrainProgress) -> bool:
+        """Wait for the evaluation in flight (if any) and log it at the step its snapshot was taken.
+
+        When it makes the success target held, the snapshot's weights are put back (the policy
+        kept is the one evaluated, not the one trained on past it) and this returns True."""
+        snapshot, self._pending = self._pending, None
+        if snapshot is None:
+            return False
+        start = time.perf_counter()
+        result: EvalResult | None = None
+        if self._background is not None:
+            try:
+                result, child_s = self._background.collect()
+            except BackgroundEvalError as err:
+                self._drop_background(err)
+        if result is None:  # no evaluator (failed, or a resume without one): evaluate it here
+            result = evaluate_module(
+                snapshot.load_policy(), self.eval_envs, self.cfg.trainer.eval_episodes, snapshot.seed
+            )
+            child_s = time.perf_counter() - start
+        waited = time.perf_counter() - start
+        self.state.eval_time_s += waited
+        self._log_eval(
+            result, snapshot.env_steps, snapshot.train_time_s, {"perf/eval_time_s": child_s, "perf/eval_wait_s": waited}
+        )
+        progress.update(self.state.env_steps, {"eval/success_rate": result.success_rate})
+        if not self._target_held():
+            return False
+        self._policy_module().load_state_dict(snapshot.policy_state)
+        self._policy_restored = True
+        log.info(
+            "keeping the policy evaluated at %d env steps (training ran on to %d while it was evaluated)",
+            snapshot.env_steps,
+            self.state.env_steps,
+        )
+        return True
+
+    def _policy_module(self) -> nn.Module:
+        """The policy as a torch module (background evaluation is only used for one)."""
+        policy = self.algo.policy
+        if not isinstance(policy, nn.Module):
+            raise TypeError(f"background evaluation needs a torch module policy, got {type(policy).__name__}")
+        return policy
+
+    def _drop_background(self, err: Exception) -> None:
+        """Evaluate in this process from now on (after the background evaluator failed)."""
+        log.warning("background evaluation failed, evaluating in the training process from now on: %s", err)
+        if self._background is not None:
+            self._background.close()
+        self._background = None
+
+    def _resubmit_pending(self) -> None:
+        """On resume: hand the background evaluator the snapshot the checkpoint had in flight."""
+        if self._pending is None or self._background is None:
+            return
+        try:
+            self._background.submit(self._pending)
+        except Exception as err:  # collected in this process instead
+            self._drop_background(err)
+
+    def _close_background(self) -> None:
+        """Stop the background evaluator (a checkpoint holds the snapshot it was flying)."""
+        if self._background is not None:
+            self._background.close()
+            self._background = None
 
     def _record_eval(self, row: dict[str, float]) -> None:
         """Keep an evaluation row and note when the success target was first reached."""
         self.state.evals.append(row)
         target = self.cfg.trainer.success_target
         if target is not None and self.state.time_to_target_s is None and row["eval/success_rate"] >= target:
-            self.state.time_to_target_s = self.state.train_time_s
-            self.state.env_steps_to_target = self.state.env_steps
+            self.state.time_to_target_s = row["eval/train_time_s"]
+            self.state.env_steps_to_target = int(row["eval/env_steps"])
 
     def _evaluate_all(self) -> float:
         """:meth:`run_eval` on rank 0, its row kept by every rank (so all of them agree on an early
@@ -506,6 +625,7 @@ class Trainer:
         except OSError as err:
             raise self._disk_error(err) from None
         finally:
+            self._close_background()
             self.logger.close()
             self._release()
         st = self.state
@@ -541,6 +661,7 @@ class Trainer:
             tick = time.perf_counter()
             iteration = 0
             self._tell_progress()
+            self._resubmit_pending()
             while st.env_steps < tcfg.total_env_steps:
                 signum = self._agreed_stop(stop, iteration)
                 iteration += 1
@@ -572,19 +693,19 @@ class Trainer:
                         self._check_episodes(row)
                 if next_eval is not None and st.env_steps >= next_eval:
                     next_eval += tcfg.eval_every_env_steps
-                    progress.update(st.env_steps, {"eval/success_rate": self._evaluate_all()})
-                    if self._target_held():
-                        ended_early = True
+                    ended_early = self._periodic_eval(progress)
                 if st.updates % tcfg.checkpoint_every_updates == 0 or ended_early:
                     self.save()
                 if ended_early:
                     log.info("success target %.2f held on two consecutive evaluations: stopping", tcfg.success_target)
                     break
                 tick = time.perf_counter()
+            if not ended_early:
+                ended_early = self._collect_eval(progress)
             # Still inside the deferred region: the last step is saved before the final
             # evaluation, so a stop during that evaluation loses only the evaluation (a resume
             # runs it again); a stop during a save is honoured right after it.
-            if st.env_steps != self._saved_steps or not self._checkpoint_exists():
+            if self._policy_restored or st.env_steps != self._saved_steps or not self._checkpoint_exists():
                 self.save()
             if (
                 not self._agreed_stop(stop, 0)
@@ -627,8 +748,8 @@ class Trainer:
                 f"{self.run_dir / CONFIG_FILE} (physical parameters, disturbances, limits)"
             )
 
-    def _check_eval(self, result: EvalResult) -> None:
-        where = f"evaluation at {self.state.env_steps} env steps"
+    def _check_eval(self, result: EvalResult, env_steps: int) -> None:
+        where = f"evaluation at {env_steps} env steps"
         if not (math.isfinite(result.mean_return) and math.isfinite(result.std_return)):
             raise NonFiniteError(f"non-finite mean return {result.mean_return} in the {where}")
         if result.mean_episode_length <= 1.0:
@@ -652,7 +773,11 @@ class Trainer:
         return EmbodiedError(f"cannot write {where}: {what}; {self._kept()}")
 
     def _save_and_stop(self, signum: int, unbooked_train_s: float) -> None:
-        """Checkpoint between two loop iterations (the state is whole there), then raise the stop."""
+        """Checkpoint between two loop iterations (the state is whole there), then raise the stop.
+
+        The checkpoint holds the snapshot an evaluation in the background was flying; a resume
+        evaluates it again."""
+        self._close_background()
         self.state.train_time_s += unbooked_train_s
         saved = self.run_dir / CHECKPOINT_FILE
         if self._saved_steps != self.state.env_steps or not self._checkpoint_exists():

@@ -1,0 +1,251 @@
+"""Periodic evaluations in a child process on a spare CPU core, while training goes on.
+
+Why: on a small CPU run evaluation is a large share of the wall time. ``embodied train
+quad-hover`` trains on one torch thread of a 2-core machine and spent 17.7 s in 16 evaluations of
+1,000 episodes beside 19.3 s of training (BENCHMARKS.md, "Evaluations in the background"), while
+the second core sat idle. Here the trainer hands a snapshot of the policy to a child process and
+trains on; the child flies the evaluation on the spare core.
+
+The numbers are those a synchronous evaluation of the same snapshot gives: the child builds the
+same envs with the same seeds, uses the trainer's torch thread count and CPU tanh form
+(:mod:`embodied.policies.cpu_tanh`), and the trainer collects each result at a fixed point of
+the run (the next evaluation point, the next checkpoint, or the end), never "when it is ready".
+So a run is reproducible whatever the timing. What changes: a stop on the success target is
+decided one evaluation interval later (when the result arrives), and the trainer then puts the
+evaluated snapshot's weights back, so the saved policy is the one that held the target.
+
+The child is started with ``spawn`` (no fork of a process with OpenMP threads) at the first
+evaluation, ignores Ctrl-C (the trainer decides what a stop keeps, and closes it), and dies with
+its parent. Where it cannot build the task (e.g. a task registered at run time in the parent
+only) or fails in any other way, the trainer logs why and evaluates in its own process from then
+on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from embodied.errors import EmbodiedError
+from embodied.training.evaluate import EvalResult, evaluate_module
+
+log = logging.getLogger(__name__)
+
+BackgroundEvalSetting = bool | Literal["auto"]
+"""``trainer.background_eval`` (:class:`embodied.experiment.TrainerCfg`): ``true``/``false`` force
+it; ``"auto"`` uses it where a core is spare."""
+
+CLOSE_TIMEOUT_S = 5.0
+"""How long :meth:`BackgroundEvaluator.close` waits for the child to leave before killing it."""
+
+
+class BackgroundEvalError(EmbodiedError):
+    """The evaluation child failed or died; the message carries its traceback or exit code."""
+
+
+@dataclass(frozen=True)
+class EvalSnapshot:
+    """The policy as it was at one evaluation point, with the counters the result is logged at."""
+
+    env_steps: int
+    train_time_s: float
+    seed: int
+    policy_bytes: bytes
+    """``torch.save`` of the whole policy module (what the child unpickles)."""
+    policy_state: dict[str, torch.Tensor]
+    """A copy of the policy's ``state_dict`` (what the trainer restores when this snapshot held)."""
+
+    @classmethod
+    def take(cls, policy: nn.Module, env_steps: int, train_time_s: float, seed: int) -> EvalSnapshot:
+        """Copy ``policy`` now. Raises whatever pickling raises for a module that cannot be saved."""
+        buffer = io.BytesIO()
+        torch.save(policy, buffer)
+        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        return cls(env_steps, train_time_s, seed, buffer.getvalue(), state)
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint keeps of a snapshot still in flight (a resume evaluates it again)."""
+        return {
+            "env_steps": self.env_steps,
+            "train_time_s": self.train_time_s,
+            "seed": self.seed,
+            "policy_bytes": self.policy_bytes,
+        }
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict[str, Any]) -> EvalSnapshot:
+        """The snapshot :meth:`to_checkpoint` kept."""
+        policy = torch.load(io.BytesIO(saved["policy_bytes"]), weights_only=False)
+        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        return cls(
+            int(saved["env_steps"]), float(saved["train_time_s"]), int(saved["seed"]), saved["policy_bytes"], state
+        )
+
+    def load_policy(self) -> nn.Module:
+        """The snapshot's policy module, on the device it was saved from."""
+        module: nn.Module = torch.load(io.BytesIO(self.policy_bytes), weights_only=False)
+        return module
+
+
+def spare_cores(threads: int) -> int:
+    """CPU cores this process may run on beyond the ``threads`` training uses."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return usable - threads
+
+
+def background_eval_choice(
+    setting: BackgroundEvalSetting, *, device: torch.device, processes: int, periodic: bool, threads: int
+) -> tuple[bool, str]:
+    """Whether to evaluate in the background, and why (one clause, for the log).
+
+    Only for a single CPU training process with periodic evaluations: the child needs as many
+    spare cores as training has threads (it uses the same count, so its numbers match a
+    synchronous evaluation's). ``True`` where that does not hold is refused with the reason."""
+    if not setting:
+        return False, "trainer.background_eval=false"
+    if device.type != "cpu":
+        return False, f"training runs on {device.type} (background evaluation is for CPU runs)"
+    if processes > 1:
+        return False, f"{processes} training processes (rank 0 evaluates between updates)"
+    if not periodic:
+        return False, "no periodic evaluations (trainer.eval_every_env_steps is 0 or eval_episodes is 0)"
+    spare = spare_cores(threads)
+    if setting == "auto" and spare < threads:
+        return False, f"no spare core ({spare + threads} usable, {threads} training threads)"
+    return True, f"{spare + threads} usable cores, {threads} training thread(s)"
+
+
+class BackgroundEvaluator:
+    """One child process that evaluates policy snapshots, one at a time.
+
+    ``make_env(num_envs, seed)`` must be picklable (a module-level function or a
+    :class:`functools.partial` of one): the child calls it to build the evaluation envs."""
+
+    def __init__(self, make_env: Callable[[int, int], Any], episodes: int, threads: int, tanh_form: str) -> None:
+        self.make_env = make_env
+        self.episodes = episodes
+        self.threads = threads
+        self.tanh_form = tanh_form
+        self._conn: Connection | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._in_flight = False
+
+    def _start(self) -> Connection:
+        context = multiprocessing.get_context("spawn")
+        parent_end, child_end = context.Pipe()
+        process = context.Process(
+            target=serve,
+            args=(child_end, self.make_env, self.episodes, self.threads, self.tanh_form),
+            name="embodied-eval",
+            daemon=True,
+        )
+        process.start()
+        child_end.close()
+        self._conn, self._process = parent_end, process
+        log.debug("evaluation child started (pid %s)", process.pid)
+        return parent_end
+
+    def submit(self, snapshot: EvalSnapshot) -> None:
+        """Hand ``snapshot`` to the child (started on first use); at most one may be in flight."""
+        if self._in_flight:
+            raise RuntimeError("an evaluation is already in flight: collect() it first")
+        conn = self._conn if self._conn is not None else self._start()
+        try:
+            conn.send((snapshot.policy_bytes, snapshot.seed))
+        except (OSError, EOFError) as err:
+            raise BackgroundEvalError(f"cannot reach the evaluation child: {err}") from None
+        self._in_flight = True
+
+    def collect(self) -> tuple[EvalResult, float]:
+        """Wait for the evaluation in flight: ``(result, seconds the child spent on it)``."""
+        if not self._in_flight or self._conn is None:
+            raise RuntimeError("no evaluation in flight")
+        self._in_flight = False
+        try:
+            status, payload, elapsed_s = self._conn.recv()
+        except (OSError, EOFError):
+            code = self._process.exitcode if self._process is not None else None
+            raise BackgroundEvalError(f"the evaluation child died (exit code {code})") from None
+        if status != "ok":
+            raise BackgroundEvalError(f"the evaluation child failed:\n{payload}")
+        return payload, elapsed_s
+
+    def close(self) -> None:
+        """Stop the child: at once when an evaluation is in flight (it is dropped; the trainer's
+        checkpoint keeps its snapshot), else after it reads the end of the work."""
+        conn, process, in_flight = self._conn, self._process, self._in_flight
+        self._conn = self._process = None
+        self._in_flight = False
+        if process is not None and in_flight:
+            process.kill()
+        if conn is not None:
+            with contextlib.suppress(OSError, EOFError):
+                conn.send(None)
+            conn.close()
+        if process is not None:
+            process.join(CLOSE_TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def serve(conn: Connection, make_env: Callable[[int, int], Any], episodes: int, threads: int, tanh_form: str) -> None:
+    """The child's loop: receive ``(policy_bytes, seed)``, send ``("ok", EvalResult, seconds)`` or
+    ``("error", traceback, 0.0)``; ``None`` ends it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from embodied.policies import cpu_tanh
+
+    os.environ[cpu_tanh.ENV_VAR] = tanh_form  # the trainer's measured choice, not a new measurement
+    torch.set_num_threads(threads)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        policy_bytes, seed = job
+        start = time.perf_counter()
+        try:
+            policy = torch.load(io.BytesIO(policy_bytes), weights_only=False)
+            result = evaluate_module(policy, make_env, episodes, seed)
+            reply: tuple[str, Any, float] = ("ok", result, time.perf_counter() - start)
+        except Exception:  # reported to the trainer, which falls back to evaluating itself
+            reply = ("error", traceback.format_exc(), 0.0)
+        try:
+            conn.send(reply)
+        except OSError:  # the trainer is gone
+            return
+
+
+@dataclass(frozen=True)
+class EvalEnvs:
+    """``(num_envs, seed) -> VecEnv`` for evaluations: the run's task and env config on ``device``.
+
+    A picklable callable (not a closure), so the background evaluator's child can build the
+    same envs as the trainer."""
+
+    task_name: str
+    env_cfg: Any
+    device: str
+
+    def __call__(self, num_envs: int, seed: int) -> Any:
+        from embodied import registry
+
+        return registry.make_env(self.task_name, self.env_cfg, num_envs, self.device, seed)
