@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from embodied.config import ConfigError
+from embodied.sim.mujoco_model import load_mjcf
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +143,8 @@ class Perturbation:
 
 def load_model(params: CrazyflieParams, perturbation: Perturbation, timestep_s: float) -> Any:
     """The MuJoCo model of ``params`` with ``perturbation``'s mass and inertia, stepping ``timestep_s``."""
-    import mujoco
 
-    model = mujoco.MjModel.from_xml_path(str(MODEL_PATH))
+    model = load_mjcf(MODEL_PATH)
     body = model.body("crazyflie").id
     model.body_mass[body] = params.mass_kg * perturbation.mass_scale
     model.body_inertia[body] = np.asarray(params.inertia_kgm2) * perturbation.inertia_scale

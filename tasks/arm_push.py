@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import mujoco
 import numpy as np
 import torch
 
 from embodied.config import ConfigError
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.sim.mujoco import MujocoBackendCfg, MujocoVecEnv
+from embodied.sim.mujoco_model import load_mjcf
 
 ASSET = Path(str(importlib.resources.files("embodied.sim") / "assets" / "arm_push.xml"))
 LINK_LENGTHS_M = (0.30, 0.25, 0.10)
@@ -108,7 +108,7 @@ class ArmPush(MujocoVecEnv):
 
     def __init__(self, cfg: ArmPushCfg, num_envs: int, device: torch.device | str, seed: int) -> None:
         self.cfg = cfg
-        model = mujoco.MjModel.from_xml_path(str(ASSET))
+        model = load_mjcf(ASSET)
         super().__init__(model, cfg.backend, num_envs, device, seed)
 
     # -------------------------------------------------------------------------- state views

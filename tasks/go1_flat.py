@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.resources
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import mujoco
@@ -33,6 +34,7 @@ import torch
 
 from embodied.config import ConfigError
 from embodied.io_spec import IOSpec
+from embodied.sim.mujoco_model import load_mjcf
 from embodied.tasks.mujoco_locomotion import (
     LocomotionBackendCfg,
     LocomotionTerms,
@@ -61,7 +63,7 @@ OBS_TERMS: tuple[ObsTerm, ...] = (
 def go1_model() -> mujoco.MjModel:
     """The Go1 model shipped in ``embodied.sim``'s assets."""
     path = importlib.resources.files("embodied.sim") / "assets" / "go1.xml"
-    return mujoco.MjModel.from_xml_path(str(path))
+    return load_mjcf(Path(str(path)))
 
 
 def rotate_to_body(xp: Any, quat_wxyz: Any, vec_w: Any) -> Any:

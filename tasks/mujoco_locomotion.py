@@ -33,6 +33,7 @@ from embodied.config import ConfigError
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.sim.mjwarp import MjwarpCfg, MjwarpVecEnv
 from embodied.sim.mujoco import MujocoBackendCfg, MujocoVecEnv, gymnasium_asset
+from embodied.sim.mujoco_model import load_mjcf
 
 _CONVENTIONS = {
     "world_frame": "MuJoCo world, z up",
@@ -139,7 +140,7 @@ class LocomotionTerms:
 
 
 def _model(xml: str) -> mujoco.MjModel:
-    return mujoco.MjModel.from_xml_path(str(gymnasium_asset(xml)))
+    return load_mjcf(gymnasium_asset(xml))
 
 
 class OnMujoco(MujocoVecEnv):
