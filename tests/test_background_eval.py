@@ -107,9 +107,13 @@ def test_a_stop_on_the_success_target_keeps_the_evaluated_weights(tmp_path: Path
         assert torch.equal(here_policy[key], background_policy[key]), key
     from embodied.training.run_policy import policy_artifact
 
-    # the policy artifact export and deploy read was written from the kept weights
+    # the policy artifact that export and deploy read was written from the kept weights
     artifact = policy_artifact(tmp_path / "background")
     assert artifact.env_steps == state.env_steps
+    obs = torch.linspace(-1.0, 1.0, 4 * artifact.io_spec.obs_dim).reshape(4, -1)
+    torch.testing.assert_close(
+        artifact.module()(obs), policy_artifact(tmp_path / "here").module()(obs), rtol=0.0, atol=0.0
+    )
 
 
 def test_an_evaluation_in_flight_at_a_stop_is_kept_and_redone_on_resume(tmp_path: Path) -> None:
