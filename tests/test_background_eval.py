@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -140,14 +141,21 @@ def test_an_evaluation_in_flight_at_a_stop_is_kept_and_redone_on_resume(tmp_path
 
 
 def test_a_child_that_cannot_build_the_task_falls_back_to_evaluating_here(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from embodied.training import trainer as trainer_module
+    from embodied.training.background_eval import BackgroundEvaluator
+
     here = Trainer(_cfg(False, 3), tmp_path / "here")
     here.train()
+
+    def child_without_the_task(make_env: object, *args: Any) -> BackgroundEvaluator:
+        # as for a task registered at run time in the trainer's process only
+        return BackgroundEvaluator(_unknown_task_envs, *args)
+
+    monkeypatch.setattr(trainer_module, "BackgroundEvaluator", child_without_the_task)
     trainer = Trainer(_cfg(True, 3), tmp_path / "fallback")
     assert trainer._background is not None
-    # as for a task registered at run time in the trainer's process only
-    trainer._background.make_env = _unknown_task_envs
     trainer.train()
     assert "background evaluation failed" in caplog.text
     assert _evals(tmp_path / "fallback") == _evals(tmp_path / "here")

@@ -1,24 +1,25 @@
 """Periodic evaluations in a child process on a spare CPU core, while training goes on.
 
 Why: on a small CPU run evaluation is a large share of the wall time. ``embodied train
-quad-hover`` trains on one torch thread of a 2-core machine and spent 17.7 s in 16 evaluations of
-1,000 episodes beside 19.3 s of training (BENCHMARKS.md, "Evaluations in the background"), while
-the second core sat idle. Here the trainer hands a snapshot of the policy to a child process and
-trains on; the child flies the evaluation on the spare core.
+quad-hover`` trains on one torch thread of a 2-core machine and spent 15-18 s in 16 evaluations
+of 1,000 episodes beside 18-21 s of training, while the second core sat idle (BENCHMARKS.md,
+"Evaluations in the background"). Here the trainer hands a snapshot of the policy to a child
+process and trains on; the child flies the evaluation on the spare core.
 
 The numbers are those a synchronous evaluation of the same snapshot gives: the child builds the
 same envs with the same seeds, uses the trainer's torch thread count and CPU tanh form
 (:mod:`embodied.policies.cpu_tanh`), and the trainer collects each result at a fixed point of
-the run (the next evaluation point, the next checkpoint, or the end), never "when it is ready".
-So a run is reproducible whatever the timing. What changes: a stop on the success target is
-decided one evaluation interval later (when the result arrives), and the trainer then puts the
-evaluated snapshot's weights back, so the saved policy is the one that held the target.
+the run (the next evaluation point, or the end), never "when it is ready". So a run is
+reproducible whatever the timing. What changes: a stop on the success target is decided one
+evaluation interval later (when the result arrives), and the trainer then puts the evaluated
+snapshot's weights back, so the saved policy is the one that held the target. A checkpoint
+keeps the snapshot in flight, and a resume evaluates it again.
 
-The child is started with ``spawn`` (no fork of a process with OpenMP threads) at the first
-evaluation, ignores Ctrl-C (the trainer decides what a stop keeps, and closes it), and dies with
-its parent. Where it cannot build the task (e.g. a task registered at run time in the parent
-only) or fails in any other way, the trainer logs why and evaluates in its own process from then
-on.
+The child is started with ``spawn`` (no fork of a process with OpenMP threads) when the trainer
+is built, so its imports overlap the trainer's set-up. It ignores Ctrl-C (the trainer decides
+what a stop keeps, and closes it) and dies with its parent. Where it cannot build the task (e.g.
+a task registered at run time in the parent only) or fails in any other way, the trainer logs
+why and evaluates in its own process from then on.
 """
 
 from __future__ import annotations
@@ -145,6 +146,12 @@ class BackgroundEvaluator:
         self._conn: Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
         self._in_flight = False
+
+    def start(self) -> None:
+        """Start the child now (its imports then overlap the trainer's set-up and first
+        rollouts); :meth:`submit` starts it otherwise."""
+        if self._conn is None:
+            self._start()
 
     def _start(self) -> Connection:
         context = multiprocessing.get_context("spawn")

@@ -233,6 +233,7 @@ class Trainer:
         try:
             self._setup(resume, allow)
         except BaseException:
+            self._close_background()
             self._release()
             raise
 
@@ -493,7 +494,13 @@ class Trainer:
             return None
         log.info("evaluations run in a background process beside training (%s)", why)
         tanh_form = "sigmoid" if use_sigmoid_tanh() else "tanh"
-        return BackgroundEvaluator(self.eval_envs, tcfg.eval_episodes, threads, tanh_form)
+        evaluator = BackgroundEvaluator(self.eval_envs, tcfg.eval_episodes, threads, tanh_form)
+        try:
+            evaluator.start()  # imports torch and the task while training starts
+        except Exception as err:  # e.g. no process can be started here
+            log.warning("background evaluation not used (its process did not start: %s)", err)
+            return None
+        return evaluator
 
     def _periodic_eval(self, progress: TrainProgress) -> bool:
         """An evaluation point: evaluate now, or collect the evaluation in flight and hand the
@@ -575,9 +582,10 @@ class Trainer:
 
     def _close_background(self) -> None:
         """Stop the background evaluator (a checkpoint holds the snapshot it was flying)."""
-        if self._background is not None:
-            self._background.close()
-            self._background = None
+        background = getattr(self, "_background", None)  # None too when set-up failed before it
+        if background is not None:
+            background.close()
+        self._background = None
 
     def _record_eval(self, row: dict[str, float]) -> None:
         """Keep an evaluation row and note when the success target was first reached."""
