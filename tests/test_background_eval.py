@@ -180,3 +180,25 @@ def test_the_automatic_choice_needs_a_spare_core_and_one_cpu_process() -> None:
     assert not background_eval_choice(False, device=cpu, processes=1, periodic=True, threads=1)[0]
     if cores >= 2:
         assert background_eval_choice("auto", device=cpu, processes=1, periodic=True, threads=1)[0]
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_the_child(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    marker = tmp_path / "top-level-runs.txt"
+    script = tmp_path / "train_script.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from embodied.experiment import replace_trainer, resolve_experiment\n"
+        "from embodied.training.trainer import Trainer\n"
+        f"with open({str(marker)!r}, 'a') as fh:\n"
+        "    fh.write('ran\\n')\n"
+        "cfg = resolve_experiment('quad-hover', 'ppo', num_envs=16, overrides=['algo.num_steps_per_env=8'])\n"
+        "cfg = replace_trainer(cfg, total_env_steps=128 * 3, eval_every_env_steps=128, eval_episodes=4,\n"
+        "                      torch_threads=1, background_eval=True, progress=False, tensorboard=False)\n"
+        f"state = Trainer(cfg, Path({str(tmp_path / 'run')!r})).train()\n"
+        "assert len(state.evals) == 3, state.evals\n"
+    )
+    subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, timeout=300)
+    assert marker.read_text() == "ran\n"

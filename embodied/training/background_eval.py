@@ -15,9 +15,11 @@ evaluation interval later (when the result arrives), and the trainer then puts t
 snapshot's weights back, so the saved policy is the one that held the target. A checkpoint
 keeps the snapshot in flight, and a resume evaluates it again.
 
-The child is started with ``spawn`` (no fork of a process with OpenMP threads) when the trainer
-is built, so its imports overlap the trainer's set-up. It ignores Ctrl-C (the trainer decides
-what a stop keeps, and closes it) and dies with its parent. Where it cannot build the task (e.g.
+The child is a fresh interpreter (no fork of a process with OpenMP threads, and no re-import of
+the user's ``__main__``), started when the trainer is built, so its imports overlap the
+trainer's set-up. It runs in its own session, so a
+Ctrl-C at the terminal reaches the trainer alone (which decides what a stop keeps and closes it),
+and it ends when its socket closes, i.e. with its parent. Where it cannot build the task (e.g.
 a task registered at run time in the parent only) or fails in any other way, the trainer logs
 why and evaluates in its own process from then on.
 """
@@ -27,11 +29,13 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import multiprocessing
 import os
-import signal
+import socket
+import subprocess
+import sys
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -135,8 +139,13 @@ def background_eval_choice(
 class BackgroundEvaluator:
     """One child process that evaluates policy snapshots, one at a time.
 
-    ``make_env(num_envs, seed)`` must be picklable (a module-level function or a
-    :class:`functools.partial` of one): the child calls it to build the evaluation envs."""
+    ``make_env(num_envs, seed)`` must be picklable (a module-level function, or an instance of
+    a module-level class such as :class:`EvalEnvs`): the child calls it to build the envs.
+
+    The child is a fresh interpreter (``python -c``, this process's ``sys.path``) talking over a
+    socket pair, not a :mod:`multiprocessing` spawn: spawn imports the parent's ``__main__`` in
+    the child, so a training script without an ``if __name__ == "__main__"`` guard would start
+    a second training run there."""
 
     def __init__(self, make_env: Callable[[int, int], Any], episodes: int, threads: int, tanh_form: str) -> None:
         self.make_env = make_env
@@ -144,7 +153,8 @@ class BackgroundEvaluator:
         self.threads = threads
         self.tanh_form = tanh_form
         self._conn: Connection | None = None
-        self._process: multiprocessing.process.BaseProcess | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._end: weakref.finalize[Any, Any] | None = None
         self._in_flight = False
 
     def start(self) -> None:
@@ -154,19 +164,34 @@ class BackgroundEvaluator:
             self._start()
 
     def _start(self) -> Connection:
-        context = multiprocessing.get_context("spawn")
-        parent_end, child_end = context.Pipe()
-        process = context.Process(
-            target=serve,
-            args=(child_end, self.make_env, self.episodes, self.threads, self.tanh_form),
-            name="embodied-eval",
-            daemon=True,
+        parent_sock, child_sock = socket.socketpair()
+        search_path = [p for p in sys.path if isinstance(p, str)]
+        bootstrap = (
+            f"import sys; sys.path[:] = {search_path!r}; "
+            f"from {__name__} import child_main; child_main({child_sock.fileno()})"
         )
-        process.start()
-        child_end.close()
-        self._conn, self._process = parent_end, process
+        try:
+            # its own session: a Ctrl-C at the terminal reaches the trainer alone, which decides
+            # what a stop keeps; the child ends when its socket closes
+            process = subprocess.Popen(
+                [sys.executable, "-c", bootstrap], pass_fds=(child_sock.fileno(),), start_new_session=True
+            )
+        except BaseException:
+            parent_sock.close()
+            raise
+        finally:
+            child_sock.close()
+        conn = Connection(parent_sock.detach())
+        # a trainer dropped without train() (a failed check, an interactive session) must not
+        # leave its idle child behind until the interpreter exits
+        self._end = weakref.finalize(self, _end_child, conn, process)
+        self._conn, self._process = conn, process
+        try:
+            conn.send((self.make_env, self.episodes, self.threads, self.tanh_form))
+        except OSError as err:
+            raise BackgroundEvalError(f"cannot reach the evaluation child: {err}") from None
         log.debug("evaluation child started (pid %s)", process.pid)
-        return parent_end
+        return conn
 
     def submit(self, snapshot: EvalSnapshot) -> None:
         """Hand ``snapshot`` to the child (started on first use); at most one may be in flight."""
@@ -187,7 +212,7 @@ class BackgroundEvaluator:
         try:
             status, payload, elapsed_s = self._conn.recv()
         except (OSError, EOFError):
-            code = self._process.exitcode if self._process is not None else None
+            code = self._process.poll() if self._process is not None else None
             raise BackgroundEvalError(f"the evaluation child died (exit code {code})") from None
         if status != "ok":
             raise BackgroundEvalError(f"the evaluation child failed:\n{payload}")
@@ -196,26 +221,46 @@ class BackgroundEvaluator:
     def close(self) -> None:
         """Stop the child: at once when an evaluation is in flight (it is dropped; the trainer's
         checkpoint keeps its snapshot), else after it reads the end of the work."""
-        conn, process, in_flight = self._conn, self._process, self._in_flight
-        self._conn = self._process = None
+        process, end, in_flight = self._process, self._end, self._in_flight
+        self._conn = self._process = self._end = None
         self._in_flight = False
         if process is not None and in_flight:
             process.kill()
-        if conn is not None:
-            with contextlib.suppress(OSError, EOFError):
-                conn.send(None)
-            conn.close()
-        if process is not None:
-            process.join(CLOSE_TIMEOUT_S)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        if end is not None:
+            end()
+
+
+def _end_child(conn: Connection, process: subprocess.Popen[bytes]) -> None:
+    """Ask the child to leave (it reads that after its current work), kill it if it does not."""
+    with contextlib.suppress(OSError, EOFError, ValueError):
+        conn.send(None)
+    with contextlib.suppress(OSError):
+        conn.close()
+    try:
+        process.wait(CLOSE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def child_main(fd: int) -> None:
+    """Entry point of the child interpreter: serve evaluations over the socket ``fd``."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s (evaluation child): %(message)s")
+    conn = Connection(fd)
+    try:
+        make_env, episodes, threads, tanh_form = conn.recv()
+    except EOFError:
+        return
+    except Exception:  # e.g. a task config class the child cannot import
+        with contextlib.suppress(OSError):
+            conn.send(("error", traceback.format_exc(), 0.0))
+        return
+    serve(conn, make_env, episodes, threads, tanh_form)
 
 
 def serve(conn: Connection, make_env: Callable[[int, int], Any], episodes: int, threads: int, tanh_form: str) -> None:
     """The child's loop: receive ``(policy_bytes, seed)``, send ``("ok", EvalResult, seconds)`` or
     ``("error", traceback, 0.0)``; ``None`` ends it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from embodied.policies import cpu_tanh
 
     os.environ[cpu_tanh.ENV_VAR] = tanh_form  # the trainer's measured choice, not a new measurement
