@@ -145,6 +145,16 @@ def unknown_choice_message(kind: str, name: str, choices: Iterable[str]) -> str:
 
 
 def _type_name(tp: Any) -> str:
+    """An annotation as the user writes values in YAML: ``true/false or 'auto'``, ``float or null``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in args)
+    if origin is typing.Literal:
+        return " or ".join(repr(arg) for arg in args)
+    if tp is type(None):
+        return "null"
+    if tp is bool:
+        return "true/false"
     if isinstance(tp, type):
         return tp.__name__
     return str(tp).replace("typing.", "")

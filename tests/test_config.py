@@ -275,3 +275,12 @@ def test_runs_saved_before_the_finetuning_release_load_as_trained(
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(plain, sort_keys=False))
     assert getattr(getattr(load_experiment(path), group), name) == old_value
+
+
+def test_a_union_key_names_its_values_as_yaml_writes_them() -> None:
+    from embodied.experiment import resolve_experiment
+
+    with pytest.raises(ConfigError, match=r"'trainer.background_eval' expects true/false or 'auto', got 'maybe'"):
+        resolve_experiment("quad-hover", overrides=["trainer.background_eval=maybe"])
+    with pytest.raises(ConfigError, match=r"'trainer.success_target' expects float or null, got 'high'"):
+        resolve_experiment("quad-hover", overrides=["trainer.success_target=high"])
