@@ -53,9 +53,6 @@ BackgroundEvalSetting = bool | Literal["auto"]
 """``trainer.background_eval`` (:class:`embodied.experiment.TrainerCfg`): ``true``/``false`` force
 it; ``"auto"`` uses it where a core is spare."""
 
-CLOSE_TIMEOUT_S = 5.0
-"""How long :meth:`BackgroundEvaluator.close` waits for the child to leave before killing it."""
-
 
 class BackgroundEvalError(EmbodiedError):
     """The evaluation child failed or died; the message carries its traceback or exit code."""
@@ -129,7 +126,7 @@ def background_eval_choice(
     if processes > 1:
         return False, f"{processes} training processes (rank 0 evaluates between updates)"
     if not periodic:
-        return False, "no periodic evaluations (trainer.eval_every_env_steps is 0 or eval_episodes is 0)"
+        return False, "no periodic evaluation within the budget (trainer.eval_every_env_steps, eval_episodes)"
     spare = spare_cores(threads)
     if setting == "auto" and spare < threads:
         return False, f"no spare core ({spare + threads} usable, {threads} training threads)"
@@ -219,28 +216,22 @@ class BackgroundEvaluator:
         return payload, elapsed_s
 
     def close(self) -> None:
-        """Stop the child: at once when an evaluation is in flight (it is dropped; the trainer's
-        checkpoint keeps its snapshot), else after it reads the end of the work."""
-        process, end, in_flight = self._process, self._end, self._in_flight
+        """Stop the child (an evaluation in flight is dropped; the trainer's checkpoint keeps
+        its snapshot)."""
+        end = self._end
         self._conn = self._process = self._end = None
         self._in_flight = False
-        if process is not None and in_flight:
-            process.kill()
         if end is not None:
             end()
 
 
 def _end_child(conn: Connection, process: subprocess.Popen[bytes]) -> None:
-    """Ask the child to leave (it reads that after its current work), kill it if it does not."""
-    with contextlib.suppress(OSError, EOFError, ValueError):
-        conn.send(None)
+    """End the child at once: it holds nothing to keep, and it may still be importing (a
+    polite request would wait for that)."""
     with contextlib.suppress(OSError):
         conn.close()
-    try:
-        process.wait(CLOSE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    process.kill()
+    process.wait()
 
 
 def child_main(fd: int) -> None:

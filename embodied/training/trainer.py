@@ -309,7 +309,7 @@ class Trainer:
         self.logger: MetricsLogger | _NoMetrics = _NoMetrics()
         self.eval_envs = EvalEnvs(cfg.task_name, cfg.env, str(self.device))
         """Builds the evaluation envs (picklable: the background evaluator's child calls it too)."""
-        self._background = self._background_evaluator()
+        self._background: BackgroundEvaluator | None = None
         self._pending: EvalSnapshot | None = None
         """The snapshot whose evaluation is in flight (None: none); collected at the next
         evaluation point, or at the end."""
@@ -321,6 +321,7 @@ class Trainer:
             except OSError as err:
                 raise self._disk_error(err) from None
             self._saved_steps = self.state.env_steps
+        self._background = self._background_evaluator()
         distributed.from_main(lambda: self._open_run_files(resume, allow))
 
     def _open_run_files(self, resume: bool, allow: list[str] | None) -> None:
@@ -483,7 +484,7 @@ class Trainer:
             tcfg.background_eval,
             device=self.device,
             processes=self.ranks,
-            periodic=tcfg.eval_every_env_steps > 0 and tcfg.eval_episodes > 0,
+            periodic=self._periodic_eval_ahead(),
             threads=threads,
         )
         if use and not isinstance(self.algo.policy, nn.Module):
@@ -501,6 +502,14 @@ class Trainer:
             log.warning("background evaluation not used (its process did not start: %s)", err)
             return None
         return evaluator
+
+    def _periodic_eval_ahead(self) -> bool:
+        """Whether an evaluation point falls within what is left of the budget (a run too short
+        for one, e.g. a smoke test, starts no child)."""
+        tcfg, every = self.cfg.trainer, self.cfg.trainer.eval_every_env_steps
+        if every <= 0 or tcfg.eval_episodes <= 0:
+            return False
+        return (self.state.env_steps // every + 1) * every <= tcfg.total_env_steps
 
     def _periodic_eval(self, progress: TrainProgress) -> bool:
         """An evaluation point: evaluate now, or collect the evaluation in flight and hand the
