@@ -202,3 +202,11 @@ def test_a_script_without_a_main_guard_is_not_run_again_by_the_child(tmp_path: P
     )
     subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, timeout=300)
     assert marker.read_text() == "ran\n"
+
+
+def test_a_run_with_no_evaluation_point_in_its_budget_starts_no_child(tmp_path: Path) -> None:
+    short = replace_trainer(_cfg(True, 4), eval_every_env_steps=5 * UPDATE)
+    trainer = Trainer(short, tmp_path / "short")
+    assert trainer._background is None
+    trainer.train()
+    assert [r["eval/env_steps"] for r in _evals(tmp_path / "short")] == [4 * UPDATE]  # the final one only
