@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from embodied import registry
     from embodied.errors import EmbodiedError
     from embodied.experiment import load_experiment
-    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.evaluate import EvalEnvs, evaluate, load_policy
     from embodied.training.run import CONFIG_FILE
     from embodied.training.run_policy import NoArtifactKindError, policy_artifact
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     device = registry.resolve_device(args.device)
     result = evaluate(
         lambda env: load_policy(args.policy, args.run_dir, env),
-        lambda n, seed: registry.make_env(cfg.task_name, cfg.env, n, device, seed),
+        EvalEnvs(cfg.task_name, cfg.env, str(device)),
         episodes=args.episodes,
         seed=args.seed,
     )

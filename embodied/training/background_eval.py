@@ -27,6 +27,7 @@ why and evaluates in its own process from then on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
 import os
@@ -37,7 +38,6 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
@@ -58,7 +58,7 @@ class BackgroundEvalError(EmbodiedError):
     """The evaluation child failed or died; the message carries its traceback or exit code."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class EvalSnapshot:
     """The policy as it was at one evaluation point, with the counters the result is logged at."""
 
@@ -66,40 +66,34 @@ class EvalSnapshot:
     train_time_s: float
     seed: int
     policy_bytes: bytes
-    """``torch.save`` of the whole policy module (what the child unpickles)."""
-    policy_state: dict[str, torch.Tensor]
-    """A copy of the policy's ``state_dict`` (what the trainer restores when this snapshot held)."""
+    """``torch.save`` of the whole policy module: what the child flies, what a checkpoint keeps
+    of a snapshot in flight, and the weights the trainer puts back when this snapshot held."""
 
     @classmethod
     def take(cls, policy: nn.Module, env_steps: int, train_time_s: float, seed: int) -> EvalSnapshot:
         """Copy ``policy`` now. Raises whatever pickling raises for a module that cannot be saved."""
         buffer = io.BytesIO()
         torch.save(policy, buffer)
-        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-        return cls(env_steps, train_time_s, seed, buffer.getvalue(), state)
+        return cls(env_steps, train_time_s, seed, buffer.getvalue())
 
     def to_checkpoint(self) -> dict[str, Any]:
         """What a checkpoint keeps of a snapshot still in flight (a resume evaluates it again)."""
-        return {
-            "env_steps": self.env_steps,
-            "train_time_s": self.train_time_s,
-            "seed": self.seed,
-            "policy_bytes": self.policy_bytes,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_checkpoint(cls, saved: dict[str, Any]) -> EvalSnapshot:
         """The snapshot :meth:`to_checkpoint` kept."""
-        policy = torch.load(io.BytesIO(saved["policy_bytes"]), weights_only=False)
-        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-        return cls(
-            int(saved["env_steps"]), float(saved["train_time_s"]), int(saved["seed"]), saved["policy_bytes"], state
-        )
+        return cls(**saved)
 
     def load_policy(self) -> nn.Module:
         """The snapshot's policy module, on the device it was saved from."""
-        module: nn.Module = torch.load(io.BytesIO(self.policy_bytes), weights_only=False)
-        return module
+        return policy_from_bytes(self.policy_bytes)
+
+
+def policy_from_bytes(policy_bytes: bytes) -> nn.Module:
+    """The module :meth:`EvalSnapshot.take` saved (trusted bytes: this run's own policy)."""
+    module: nn.Module = torch.load(io.BytesIO(policy_bytes), weights_only=False)
+    return module
 
 
 def spare_cores(threads: int) -> int:
@@ -137,7 +131,7 @@ class BackgroundEvaluator:
     """One child process that evaluates policy snapshots, one at a time.
 
     ``make_env(num_envs, seed)`` must be picklable (a module-level function, or an instance of
-    a module-level class such as :class:`EvalEnvs`): the child calls it to build the envs.
+    a module-level class such as :class:`~embodied.training.evaluate.EvalEnvs`): the child calls it to build the envs.
 
     The child is a fresh interpreter (``python -c``, this process's ``sys.path``) talking over a
     socket pair, not a :mod:`multiprocessing` spawn: spawn imports the parent's ``__main__`` in
@@ -266,8 +260,7 @@ def serve(conn: Connection, make_env: Callable[[int, int], Any], episodes: int, 
         policy_bytes, seed = job
         start = time.perf_counter()
         try:
-            policy = torch.load(io.BytesIO(policy_bytes), weights_only=False)
-            result = evaluate_module(policy, make_env, episodes, seed)
+            result = evaluate_module(policy_from_bytes(policy_bytes), make_env, episodes, seed)
             reply: tuple[str, Any, float] = ("ok", result, time.perf_counter() - start)
         except Exception:  # reported to the trainer, which falls back to evaluating itself
             reply = ("error", traceback.format_exc(), 0.0)
@@ -275,20 +268,3 @@ def serve(conn: Connection, make_env: Callable[[int, int], Any], episodes: int, 
             conn.send(reply)
         except OSError:  # the trainer is gone
             return
-
-
-@dataclass(frozen=True)
-class EvalEnvs:
-    """``(num_envs, seed) -> VecEnv`` for evaluations: the run's task and env config on ``device``.
-
-    A picklable callable (not a closure), so the background evaluator's child can build the
-    same envs as the trainer."""
-
-    task_name: str
-    env_cfg: Any
-    device: str
-
-    def __call__(self, num_envs: int, seed: int) -> Any:
-        from embodied import registry
-
-        return registry.make_env(self.task_name, self.env_cfg, num_envs, self.device, seed)

@@ -44,6 +44,23 @@ class EvalResult:
         return out | out.pop("metrics")
 
 
+@dataclass(frozen=True)
+class EvalEnvs:
+    """``(num_envs, seed) -> VecEnv`` for evaluations: the run's task and env config on ``device``.
+
+    A picklable callable (not a closure), so the background evaluator's child can build the
+    same envs as the trainer."""
+
+    task_name: str
+    env_cfg: Any
+    device: str
+
+    def __call__(self, num_envs: int, seed: int) -> Any:
+        from embodied import registry
+
+        return registry.make_env(self.task_name, self.env_cfg, num_envs, self.device, seed)
+
+
 @torch.inference_mode()
 def evaluate(
     policy_for_env: Callable[[Any], PolicyFn], make_env: Callable[[int, int], Any], episodes: int, seed: int

@@ -44,11 +44,10 @@ from embodied.stop import StopRequest, deferred_stop, stop_exception
 from embodied.training.background_eval import (
     BackgroundEvalError,
     BackgroundEvaluator,
-    EvalEnvs,
     EvalSnapshot,
     background_eval_choice,
 )
-from embodied.training.evaluate import EvalResult, evaluate_module
+from embodied.training.evaluate import EvalEnvs, EvalResult, evaluate_module
 from embodied.training.run import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -227,6 +226,8 @@ class Trainer:
         """The training processes of this run (None: a single process)."""
         self.run_dir = Path(run_dir)
         self.lock: RunLock | None = None
+        self._background: BackgroundEvaluator | None = None
+        """The child process evaluating beside training (None: evaluations run here)."""
         # Only rank 0 touches the run directory; its checks (a run already there, a missing
         # checkpoint) decide for every rank.
         resume = distributed.from_main(lambda: self._claim_run_dir(resume))
@@ -309,7 +310,6 @@ class Trainer:
         self.logger: MetricsLogger | _NoMetrics = _NoMetrics()
         self.eval_envs = EvalEnvs(cfg.task_name, cfg.env, str(self.device))
         """Builds the evaluation envs (picklable: the background evaluator's child calls it too)."""
-        self._background: BackgroundEvaluator | None = None
         self._pending: EvalSnapshot | None = None
         """The snapshot whose evaluation is in flight (None: none); collected at the next
         evaluation point, or at the end."""
@@ -517,15 +517,14 @@ class Trainer:
         if self._collect_eval(progress):
             return True
         if self._background is not None:
+            st = self.state
             try:
-                st = self.state
                 snapshot = EvalSnapshot.take(self._policy_module(), st.env_steps, st.train_time_s, self._eval_seed())
-                self._background.submit(snapshot)
-            except Exception as err:  # a policy that cannot be pickled, a child that cannot start
+            except Exception as err:  # a policy that cannot be pickled
                 self._drop_background(err)
             else:
-                self._pending = snapshot
-                return False
+                if self._submit(snapshot):
+                    return False
         progress.update(self.state.env_steps, {"eval/success_rate": self._evaluate_all()})
         return self._target_held()
 
@@ -557,7 +556,7 @@ class Trainer:
         progress.update(self.state.env_steps, {"eval/success_rate": result.success_rate})
         if not self._target_held():
             return False
-        self._policy_module().load_state_dict(snapshot.policy_state)
+        self._policy_module().load_state_dict(snapshot.load_policy().state_dict())
         self._policy_restored = True
         log.info(
             "keeping the policy evaluated at %d env steps (training ran on to %d while it was evaluated)",
@@ -573,27 +572,33 @@ class Trainer:
             raise TypeError(f"background evaluation needs a torch module policy, got {type(policy).__name__}")
         return policy
 
+    def _submit(self, snapshot: EvalSnapshot) -> bool:
+        """Hand ``snapshot`` to the background evaluator and keep it as the one in flight;
+        False (evaluating here from now on) where the child cannot take it."""
+        assert self._background is not None
+        try:
+            self._background.submit(snapshot)
+        except Exception as err:  # a child that cannot start or be reached
+            self._drop_background(err)
+            return False
+        self._pending = snapshot
+        return True
+
+    def _resubmit_pending(self) -> None:
+        """On resume: hand the background evaluator the snapshot the checkpoint had in flight
+        (without one, :meth:`_collect_eval` evaluates it here)."""
+        if self._pending is not None and self._background is not None:
+            self._submit(self._pending)
+
     def _drop_background(self, err: Exception) -> None:
         """Evaluate in this process from now on (after the background evaluator failed)."""
         log.warning("background evaluation failed, evaluating in the training process from now on: %s", err)
-        if self._background is not None:
-            self._background.close()
-        self._background = None
-
-    def _resubmit_pending(self) -> None:
-        """On resume: hand the background evaluator the snapshot the checkpoint had in flight."""
-        if self._pending is None or self._background is None:
-            return
-        try:
-            self._background.submit(self._pending)
-        except Exception as err:  # collected in this process instead
-            self._drop_background(err)
+        self._close_background()
 
     def _close_background(self) -> None:
         """Stop the background evaluator (a checkpoint holds the snapshot it was flying)."""
-        background = getattr(self, "_background", None)  # None too when set-up failed before it
-        if background is not None:
-            background.close()
+        if self._background is not None:
+            self._background.close()
         self._background = None
 
     def _record_eval(self, row: dict[str, float]) -> None:

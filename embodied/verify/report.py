@@ -89,15 +89,14 @@ def ensure_export(run_dir: Path) -> None:
 
 def _torch_task_eval(run_dir: Path, kind: str, episodes: int, seed: int) -> dict[str, float]:
     """``embodied eval RUN_DIR --policy KIND`` as a dict."""
-    from embodied import registry
     from embodied.experiment import load_experiment
-    from embodied.training.evaluate import evaluate, load_policy
+    from embodied.training.evaluate import EvalEnvs, evaluate, load_policy
     from embodied.training.run import CONFIG_FILE
 
     cfg = load_experiment(run_dir / CONFIG_FILE)
     result = evaluate(
         lambda env: load_policy(kind, run_dir, env),
-        lambda n, s: registry.make_env(cfg.task_name, cfg.env, n, "cpu", s),
+        EvalEnvs(cfg.task_name, cfg.env, "cpu"),
         episodes=episodes,
         seed=seed,
     )
