@@ -26,9 +26,12 @@ from embodied.real.freshness import InputGate
 
 log = logging.getLogger(__name__)
 
-WAIT_S = 0.5
+WAIT_S = 1.5
 """Wall time a tick waits for a state in flight: beyond the scheduler stalls of a loaded 2-core
-machine (100-150 ms), far below the simulator's own wait for an answer (2 s)."""
+machine (typically 100-150 ms; a CI run of the DDS closed-loop test on a shared 2-core VM saw
+one over 0.5 s, the earlier value), and below the simulator's own wait for an answer
+(``sim_robot.COMMAND_TIMEOUT_S``, 2 s), so that after a stall between the two the simulator
+still gets an answer (the hold) before it gives up."""
 _SLICE_S = 0.01
 """The wait re-checks ``cancelled`` this often (wake-ups come from signal handlers too, which
 must not take the node's lock to notify)."""

@@ -51,6 +51,10 @@ from embodied.real.transports import Transport
 
 log = logging.getLogger(__name__)
 
+COMMAND_TIMEOUT_S = 2.0
+"""Wall time the lockstep simulator waits for the answer to a published state before it stops
+(the node's own wait for a state in flight, ``sim_input_wait.WAIT_S``, stays below it)."""
+
 CLOCK_NUDGES = 4
 """Lockstep: extra periods of /clock granted to a node that ticked without the newest state
 (its echo answered an older one) before that state counts as unanswered."""
@@ -237,7 +241,7 @@ class SimRobot:
         seconds: float | None = None,
         seed: int = 0,
         realtime: bool = False,
-        command_timeout_s: float = 2.0,
+        command_timeout_s: float = COMMAND_TIMEOUT_S,
         arm_timeout_s: float = 30.0,
         on_step: Callable[[ObsDict, np.ndarray], None] | None = None,
     ) -> SimSummary:
