@@ -9,10 +9,10 @@ names:
   initial-condition pool refill (eager, amortized) and the rest of the Python step. The call's
   time at a few envs is its fixed cost; its growth per 1,024 envs is the kernels' work.
 * ``variants`` (at the largest size): the compiled call alone with the observation noise off,
-  the yaw relabelling off, both, and with the reset rows taken without the scan over ended envs
-  (``torch.cumsum``, which inductor leaves to ATen between two kernels). The last one changes
-  which pool row an env gets and exists only to size that split; the others are configurations
-  of the shipped step.
+  the yaw relabelling off, both (configurations of the shipped step), and two edits of its source
+  that exist only to size a part (:data:`EDITS`): the reset rows taken without the scan over ended
+  envs (``torch.cumsum``, which inductor leaves to ATen between two kernels), and the final
+  observation not computed.
 
     .venv/bin/python bench/fused_step_breakdown.py --threads 2 --num-envs 16,1024,2048,4096
 
@@ -40,8 +40,25 @@ from embodied.config import apply_overrides
 from embodied.registry import make_env, task_cfg
 from embodied.tasks import quad_hover_fused
 
-SCAN_LINE = "rank = torch.cumsum(done.to(torch.long), dim=0) - 1"
-NO_SCAN_LINE = "rank = torch.arange(n, device=done.device) * done.to(torch.long)"
+EDITS = {
+    "no_scan": (
+        "rank = torch.cumsum(done.to(torch.long), dim=0) - 1",
+        "rank = torch.arange(n, device=done.device) * done.to(torch.long)",
+    ),
+    "no_final_obs": (
+        '"final_policy": stacked(final_policy),\n        "final_critic": stacked(final_critic),',
+        '"final_policy": stacked(policy),\n        "final_critic": stacked(after.critic),',
+    ),
+    "no_second_obs": (
+        "policy, new_flip = after.policy, yaw_flip[:, 0]",
+        "policy, new_flip = final.policy, yaw_flip[:, 0]\n    after = final",
+    ),
+}
+"""Source edits of :func:`~embodied.tasks.quad_hover_fused.fused_step` that size one part of it
+(their results differ from the shipped step's): ``no_scan`` takes each ended env's pool row by
+env index; ``no_final_obs`` returns the observation after the resets as the final one, so the final
+observation rows are neither computed nor written; ``no_second_obs`` returns the observation
+before the resets as the one after them (not computed a second time)."""
 
 
 def median_us(fn: Callable[[int], Any], steps: int, repeats: int) -> float:
@@ -99,17 +116,17 @@ def step_split(num_envs: int, steps: int, repeats: int) -> dict[str, float]:
     }
 
 
-def no_scan_step() -> Callable[..., Any]:
-    """:func:`~embodied.tasks.quad_hover_fused.fused_step` with the reset rows taken by env index
-    (no scan), compiled with the same options through ``torch.compile``."""
+def edited_step(edit: str) -> Callable[..., Any]:
+    """:func:`~embodied.tasks.quad_hover_fused.fused_step` with one of :data:`EDITS`, compiled
+    with the same options through ``torch.compile``."""
+    old, new = EDITS[edit]
     source = Path(quad_hover_fused.__file__).read_text()
-    if SCAN_LINE not in source:
-        raise SystemExit(f"fused_step no longer contains {SCAN_LINE!r}: update this script")
-    module = types.ModuleType("fused_step_without_scan")
+    if old not in source:
+        raise SystemExit(f"fused_step no longer contains {old!r}: update this script")
+    module = types.ModuleType(f"fused_step_{edit}")
     module.__file__ = quad_hover_fused.__file__  # the module reads its own folder at import
-    exec(compile(source.replace(SCAN_LINE, NO_SCAN_LINE), "fused_step_without_scan", "exec"), module.__dict__)
-    options = quad_hover_fused.CPU_OPTIONS
-    return torch.compile(module.fused_step, fullgraph=True, dynamic=False, options=options)
+    exec(compile(source.replace(old, new), f"fused_step_{edit}", "exec"), module.__dict__)
+    return torch.compile(module.fused_step, fullgraph=True, dynamic=False, options=quad_hover_fused.CPU_OPTIONS)
 
 
 def variants(num_envs: int, steps: int, repeats: int) -> dict[str, float]:
@@ -151,10 +168,16 @@ def variants(num_envs: int, steps: int, repeats: int) -> dict[str, float]:
     compiled_shipped = torch.compile(
         quad_hover_fused.fused_step, fullgraph=True, dynamic=False, options=quad_hover_fused.CPU_OPTIONS
     )
-    without_scan = no_scan_step()
-    # Both through torch.compile (Dynamo's guards on every call), so the pair differs in the scan only.
+    # All through torch.compile (Dynamo's guards on every call), so each differs from the
+    # shipped one by its edit only.
     calls["shipped_torch_compile"] = lambda i: compiled_shipped(*args, k)
-    calls["no_scan_torch_compile"] = lambda i: without_scan(*args, k)
+
+    def edited(edit: str) -> Callable[[int], Any]:
+        step = edited_step(edit)
+        return lambda i: step(*args, k)
+
+    for edit in EDITS:
+        calls[f"{edit}_torch_compile"] = edited(edit)
     for call in calls.values():
         call(0)
     out: dict[str, float] = {}
