@@ -126,33 +126,19 @@ def edited_step(edit: str) -> Callable[..., Any]:
     module = types.ModuleType(f"fused_step_{edit}")
     module.__file__ = quad_hover_fused.__file__  # the module reads its own folder at import
     exec(compile(source.replace(old, new), f"fused_step_{edit}", "exec"), module.__dict__)
-    return torch.compile(module.fused_step, fullgraph=True, dynamic=False, options=quad_hover_fused.CPU_OPTIONS)
+    return compiled(module.fused_step)
+
+
+def compiled(step: Callable[..., Any]) -> Callable[..., Any]:
+    """``step`` through ``torch.compile`` with the options the shipped step compiles with."""
+    return torch.compile(step, fullgraph=True, dynamic=False, options=quad_hover_fused.CPU_OPTIONS)
 
 
 def variants(num_envs: int, steps: int, repeats: int) -> dict[str, float]:
     """The compiled call alone (µs per step) for each variant, on one fixed set of inputs."""
     env = hover_env(num_envs)
-    sim, k = env.sim, env._fused_consts[not env.physical_actions]
-    args = [
-        torch.rand(num_envs, env.action_dim, generator=torch.Generator().manual_seed(1)) * 2 - 1,
-        env.yaw_flip,
-        sim.state,
-        sim.param_scales,
-        sim.force_w,
-        sim.torque_b,
-        env.action_hist,
-        env.episode_step,
-        env.pos_err_int_h,
-        env.yaw_sp_rad,
-        env.heading,
-        env._setpoint_w,
-        sim.nominal,
-        sim.gravity_w,
-        env._pool,
-        torch.tensor(0),
-        env._noise_counter,
-        env._noise_key,
-    ]
+    action = torch.rand(num_envs, env.action_dim, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    *args, k = env.fused_inputs(action)
     shipped = env._fused
     consts = {
         "shipped": k,
@@ -165,9 +151,7 @@ def variants(num_envs: int, steps: int, repeats: int) -> dict[str, float]:
         return lambda i: shipped(*args, c)
 
     calls = {name: with_consts(c) for name, c in consts.items()}
-    compiled_shipped = torch.compile(
-        quad_hover_fused.fused_step, fullgraph=True, dynamic=False, options=quad_hover_fused.CPU_OPTIONS
-    )
+    compiled_shipped = compiled(quad_hover_fused.fused_step)
     # All through torch.compile (Dynamo's guards on every call), so each differs from the
     # shipped one by its edit only.
     calls["shipped_torch_compile"] = lambda i: compiled_shipped(*args, k)

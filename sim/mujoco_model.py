@@ -23,9 +23,9 @@ _HANDLER_LOCK = threading.Lock()
 
 def load_mjcf(path: Path) -> mujoco.MjModel:
     """``mujoco.MjModel.from_xml_path(path)``; its warnings are logged (each once per process)."""
-    messages: list[str] = []
     if not hasattr(mujoco, "get_mju_user_warning"):  # a binding without handler access: MuJoCo's own
         return mujoco.MjModel.from_xml_path(str(path))
+    messages: list[str] = []
     with _HANDLER_LOCK:
         previous = mujoco.get_mju_user_warning()
         mujoco.set_mju_user_warning(messages.append)

@@ -551,16 +551,16 @@ class QuadHover:
         info: dict[str, Any] = {"final_obs": final_obs, "reward_terms": terms, "success": success} | step_info
         return obs, reward, terminated, truncated, info
 
-    def _step_fused(self, action: torch.Tensor) -> StepResult:
-        """:meth:`step` through :func:`~embodied.tasks.quad_hover_fused.fused_step` (one compiled call)."""
-        sim, fused = self.sim, self._fused
-        assert fused is not None
+    def fused_inputs(self, action: torch.Tensor) -> tuple[Any, ...]:
+        """The arguments of :func:`~embodied.tasks.quad_hover_fused.fused_step` for one step with
+        ``action [N, 4]`` from the current state (the pool refilled first where it runs low)."""
+        sim = self.sim
         if self._host_checks:  # the pool stays on the host's schedule, as in the eager step
             self._ensure_pool(self.num_envs)
             pool, cursor = self._pool, torch.tensor(self._pool_cursor, device=self.device)
         else:  # no host sync on accelerators: fresh rows for every env, taken from row 0
             pool, cursor = self._draw_initial(self.num_envs), torch.zeros((), dtype=torch.long, device=self.device)
-        out = fused(
+        return (
             action,
             self.yaw_flip,
             sim.state,
@@ -581,6 +581,12 @@ class QuadHover:
             self._noise_key,
             self._fused_consts[not self.physical_actions],
         )
+
+    def _step_fused(self, action: torch.Tensor) -> StepResult:
+        """:meth:`step` through :func:`~embodied.tasks.quad_hover_fused.fused_step` (one compiled call)."""
+        sim, fused = self.sim, self._fused
+        assert fused is not None
+        out = fused(*self.fused_inputs(action))
         sim.state, sim.force_w, sim.torque_b = out["state"], out["force_w"], out["torque_b"]
         if self.cfg.sim.randomization.enabled:  # the setter refreshes the derived parameters
             sim.param_scales = out["param_scales"]

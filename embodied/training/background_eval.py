@@ -245,7 +245,7 @@ def child_main(fd: int) -> None:
 
 def serve(conn: Connection, make_env: Callable[[int, int], Any], episodes: int, threads: int, tanh_form: str) -> None:
     """The child's loop: receive ``(policy_bytes, seed)``, send ``("ok", EvalResult, seconds)`` or
-    ``("error", traceback, 0.0)``; ``None`` ends it."""
+    ``("error", traceback, 0.0)``; it ends when the socket closes (the trainer's close, or its exit)."""
     from embodied.policies import cpu_tanh
 
     os.environ[cpu_tanh.ENV_VAR] = tanh_form  # the trainer's measured choice, not a new measurement
@@ -254,8 +254,6 @@ def serve(conn: Connection, make_env: Callable[[int, int], Any], episodes: int, 
         try:
             job = conn.recv()
         except (EOFError, OSError):
-            return
-        if job is None:
             return
         policy_bytes, seed = job
         start = time.perf_counter()

@@ -503,13 +503,16 @@ class Trainer:
             return None
         return evaluator
 
+    def _next_eval_point(self) -> int | None:
+        """The env-step count of the next periodic evaluation after now (None: none scheduled)."""
+        every = self.cfg.trainer.eval_every_env_steps
+        return (self.state.env_steps // every + 1) * every if every > 0 else None
+
     def _periodic_eval_ahead(self) -> bool:
         """Whether an evaluation point falls within what is left of the budget (a run too short
         for one, e.g. a smoke test, starts no child)."""
-        tcfg, every = self.cfg.trainer, self.cfg.trainer.eval_every_env_steps
-        if every <= 0 or tcfg.eval_episodes <= 0:
-            return False
-        return (self.state.env_steps // every + 1) * every <= tcfg.total_env_steps
+        tcfg, next_eval = self.cfg.trainer, self._next_eval_point()
+        return next_eval is not None and tcfg.eval_episodes > 0 and next_eval <= tcfg.total_env_steps
 
     def _periodic_eval(self, progress: TrainProgress) -> bool:
         """An evaluation point: evaluate now, or collect the evaluation in flight and hand the
@@ -670,11 +673,7 @@ class Trainer:
 
     def _train(self) -> None:
         tcfg, st = self.cfg.trainer, self.state
-        next_eval = (
-            (st.env_steps // tcfg.eval_every_env_steps + 1) * tcfg.eval_every_env_steps
-            if tcfg.eval_every_env_steps > 0
-            else None
-        )
+        next_eval = self._next_eval_point()
         progress = TrainProgress(
             tcfg.total_env_steps, enabled=tcfg.progress and distributed.is_main(), start=st.env_steps
         )
