@@ -195,7 +195,7 @@ def test_bench_sim_compares_the_mujoco_task_step_with_its_raw_step() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_ppo_walks_on_mjwarp_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """PPO on 4,096 MuJoCo-Warp worlds (legged_gym's scale): standing still scores ~16.5 per
+    """PPO on 4,096 MuJoCo-Warp worlds (``--preset gpu``, legged_gym's scale): standing still scores ~16.5 per
     1,000-step episode and random actions ~-1.2; 20 needs a gait that tracks the commanded speed.
     Budget (40 M env steps) and threshold are estimates: this test has not yet run on a GPU."""
     pytest.importorskip("mujoco_warp")
@@ -203,9 +203,8 @@ def test_ppo_walks_on_mjwarp_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[
 
     run_dir = tmp_path / "gpu"
     args = [
-        "train", "go1-flat", "--backend", "mjwarp", "--device", "cuda", "--num-envs", "4096",
-        "--run-dir", str(run_dir), "--no-progress", "algo.actor_hidden=[512,256,128]",
-        "algo.critic_hidden=[512,256,128]", "trainer.total_env_steps=40000000",
+        "train", "go1-flat", "--backend", "mjwarp", "--preset", "gpu",
+        "--run-dir", str(run_dir), "--no-progress", "trainer.total_env_steps=40000000",
         "trainer.eval_every_env_steps=0", "trainer.eval_episodes=64",
     ]  # fmt: skip
     assert main(args) == 0
