@@ -477,7 +477,8 @@ def resolve_device(device: str) -> torch.device:
         raise ConfigError(unknown_choice_message("device", device, valid))
     if kind == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
-            f"--device {device}: CUDA is not available on this machine (torch {torch.__version__}, "
-            "built without CUDA or no GPU visible); valid choices here: cpu"
+            f"device {device!r} (from --device or the config's device key, e.g. a --preset gpu): CUDA is "
+            f"not available on this machine (torch {torch.__version__}, built without CUDA or no GPU "
+            "visible); valid choices here: cpu (pass --device cpu)"
         )
     return torch.device(device)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from embodied.algos.ppo import PPOCfg
 from embodied.commands.train import list_presets, preset_file
@@ -39,3 +40,13 @@ def test_quad_hover_gpu_preset_learns_on_the_cpu(tmp_path: Path) -> None:
     state = Trainer(cfg, tmp_path / "run").train()
     best = max(e["eval/success_rate"] for e in state.evals)
     assert best >= 0.8, f"best evaluation success {best:.3f} after {state.env_steps} env steps"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present: the preset would run")
+def test_gpu_preset_without_cuda_says_how_to_run_on_the_cpu(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from embodied.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["train", "quad-hover", "--preset", "gpu", "--run-dir", str(run_dir), "--no-progress"]) == 2
+    assert "CUDA is not available" in caplog.text and "--preset gpu" in caplog.text and "--device cpu" in caplog.text
+    assert not run_dir.exists()  # refused before anything was written

@@ -215,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from embodied import distributed
     from embodied.experiment import check_allow_keys, resolve_experiment
+    from embodied.registry import resolve_device
     from embodied.training.run import CONFIG_FILE, make_run_dir, new_run_dir
 
     overrides = list(args.overrides)
@@ -265,6 +266,7 @@ def _run(args: argparse.Namespace) -> int:
         if distributed.is_main():
             _print_config(cfgs[0])
         return 0
+    resolve_device(cfgs[0].device)  # an unusable device fails before any run directory exists
     run_dirs: list[Path] = []
     for cfg in cfgs:
 
