@@ -56,7 +56,8 @@ class Part:
 
 @dataclass(frozen=True)
 class Training:
-    """One short training run on ``task`` (``train_args``/``quick_args`` are extra CLI words).
+    """One short training run on ``task`` with its ``--preset`` (which sets the env count; under
+    ``--quick`` ``quick_envs`` and the extra CLI words ``quick_args`` replace the sizes).
 
     ``on_bench_backend``: train on the backend the bench picked (MuJoCo-Warp, else MuJoCo); off
     for a task with its own simulator. ``evaluate``: keep the config's evaluations (the run
@@ -65,11 +66,10 @@ class Training:
 
     algo: str
     task: str
-    num_envs: int
     quick_envs: int
     timeout_s: float
-    train_args: tuple[str, ...] = ()
     quick_args: tuple[str, ...] = ()
+    preset: str = "gpu"
     on_bench_backend: bool = True
     evaluate: bool = False
 
@@ -95,11 +95,9 @@ TRAININGS: tuple[Training, ...] = (
     Training(
         "ppo",
         "quad-hover",
-        4096,
         64,
         45.0,
-        train_args=("--preset", "gpu"),
-        quick_args=("--preset", "gpu", "trainer.total_env_steps=1024", "trainer.eval_episodes=4"),
+        quick_args=("trainer.total_env_steps=1024", "trainer.eval_episodes=4"),
         on_bench_backend=False,
         evaluate=True,
     ),
@@ -107,22 +105,16 @@ TRAININGS: tuple[Training, ...] = (
     Training(
         "ppo",
         "go1-flat",
-        4096,
         4,
         80.0,
-        train_args=("--preset", "gpu"),
-        quick_args=("--preset", "gpu", "algo.num_steps_per_env=8", "trainer.total_env_steps=64", *QUICK_EPISODES),
+        quick_args=("algo.num_steps_per_env=8", "trainer.total_env_steps=64", *QUICK_EPISODES),
     ),
     Training(
         "fasttd3",
         "go1-flat",
-        1024,
         4,
         75.0,
-        train_args=("--preset", "gpu"),
         quick_args=(
-            "--preset",
-            "gpu",
             "algo.batch_size=32",
             "algo.learning_starts=8",
             "algo.buffer_size_per_env=64",
@@ -218,14 +210,21 @@ def _last_json(text: str) -> dict[str, Any]:
 
 
 def _success_target(run_dir: Path) -> float | None:
-    """``trainer.success_target`` of the run (its resolved ``config.yaml``), None if unset or unreadable."""
-    import yaml
+    """``trainer.success_target`` of the run (its saved config), None if unset or not written."""
+    from embodied.experiment import load_experiment
+    from embodied.training.run import CONFIG_FILE
 
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        return None
-    target = (yaml.safe_load(path.read_text()) or {}).get("trainer", {}).get("success_target")
-    return None if target is None else float(target)
+    path = run_dir / CONFIG_FILE
+    return load_experiment(path).trainer.success_target if path.is_file() else None
+
+
+def _preset_num_envs(training: Training) -> int:
+    """The env count ``training``'s preset sets (its task's ``configs/<task>/<algo>.<preset>.yaml``)."""
+    from embodied.commands.train import preset_file
+    from embodied.experiment import resolve_experiment
+
+    preset = preset_file(training.task, training.algo, training.preset)
+    return resolve_experiment(training.task, training.algo, preset).num_envs
 
 
 def _training_result(run_dir: Path) -> dict[str, Any]:
@@ -290,18 +289,19 @@ def run_trainings(
     backend = "mjwarp" if "mjwarp" in backends else "mujoco"
     outcomes = []
     for training in TRAININGS:
-        n = training.quick_envs if args.quick else training.num_envs
-        outcome = Outcome(f"{training.algo} {training.task}", backend if training.on_bench_backend else "own", n)
+        n = training.quick_envs if args.quick else _preset_num_envs(training)
+        train_backend = backend if training.on_bench_backend else None
+        outcome = Outcome(f"{training.algo} {training.task}", train_backend or "own", n)
         outcomes.append(outcome)
         timeout_s = _budget_left(deadline, training.timeout_s)
         if timeout_s < 10:
             outcome.error = "time budget spent"
             continue
         run_dir = out / f"train_{training.algo}_{training.task}"
-        words = ["train", training.task, "--algo", training.algo, "--device", device]
-        words += ["--backend", backend] if training.on_bench_backend else []
-        words += ["--num-envs", str(n), "--run-dir", str(run_dir), "--no-progress"]
-        words += list(training.quick_args if args.quick else training.train_args)
+        words = ["train", training.task, "--algo", training.algo, "--preset", training.preset, "--device", device]
+        words += ["--backend", train_backend] if train_backend else []
+        words += ["--run-dir", str(run_dir), "--no-progress"]
+        words += ["--num-envs", str(n), *training.quick_args] if args.quick else []
         words += [] if training.evaluate else ["trainer.eval_every_env_steps=0"]
         words += ["trainer.tensorboard=false"]
         outcome.status, _, outcome.seconds, err = _run(words, timeout_s)
