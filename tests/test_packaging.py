@@ -58,13 +58,14 @@ def test_firmware_sources_are_package_data() -> None:
     assert not missing, f"firmware files no package-data glob ships: {missing}"
 
 
-def _package_dir(name: str, package_dirs: dict[str, str]) -> Path:
-    """The source folder of package ``name`` under ``package-dir`` (its nearest mapped ancestor)."""
+def _package_dir(name: str, package_dirs: dict[str, Path]) -> Path:
+    """The source folder of package ``name``: below its nearest ancestor in ``package_dirs``
+    (``installed_layout.package_dirs``, the ``package-dir`` mapping)."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         mapped = package_dirs.get(".".join(parts[:cut]))
         if mapped is not None:
-            return REPO.joinpath(mapped, *parts[cut:])
+            return mapped.joinpath(*parts[cut:])
     raise AssertionError(f"{name} is under no package-dir entry")
 
 
@@ -72,15 +73,17 @@ def test_every_package_data_folder_is_a_listed_package() -> None:
     """Each folder that holds package data is in ``packages``: setuptools treats such a folder
     as a package and warns that a later version may leave it out of the wheel where it is not
     listed (e.g. a new configs/<task>/ folder)."""
+    layout = _layout_module()
+    package_dirs = layout.package_dirs(REPO / "pyproject.toml")
     setuptools_cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     packages = set(setuptools_cfg["packages"])
     unlisted = set()
     for package, globs in setuptools_cfg["package-data"].items():
-        root = _package_dir(package, setuptools_cfg["package-dir"])
+        root = _package_dir(package, package_dirs)
         for pattern in globs:
             for path in root.glob(pattern):
                 rel = path.parent.relative_to(root)
-                if path.is_file() and rel.parts and "build" not in rel.parts:
+                if path.is_file() and rel.parts and not layout.SKIP_DIRS.intersection(rel.parts):
                     unlisted.add(".".join((package, *rel.parts)))
     assert not unlisted - packages, (
         f"add to [tool.setuptools] packages in pyproject.toml: {sorted(unlisted - packages)}"

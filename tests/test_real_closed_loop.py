@@ -125,7 +125,9 @@ def test_hover_over_dds_matches_in_process_eval(hover_export: Path, tmp_path: Pa
     assert summary["mean_episode_steps"] == pytest.approx(length_ref, rel=0.05), (summary, lengths_ref)
     # The node flew every step at its own rate, no bad data; it answered SIGTERM with the safe command.
     status = node_out.strip().splitlines()[-1]
-    errors = int(re.search(r"\| errors (\d+)(?: \||$)", status).group(1))  # type: ignore[union-attr]
+    errors_field = re.search(r"\| errors (\d+)(?: \||$)", status)
+    assert errors_field is not None, status
+    errors = int(errors_field.group(1))
     # Errors allowed: sim-robot leaving at the end, seen as its publisher going away; and, for each
     # tick whose state did not arrive within the sim-time wait (a stall of the shared CI host over
     # sim_input_wait.WAIT_S, or a best-effort state message lost: both seen in CI, once in ~10
