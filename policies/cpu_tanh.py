@@ -1,16 +1,14 @@
 """Pick this CPU's faster float32 tanh: ``torch.tanh`` or ``2 sigmoid(2x) - 1``.
 
 Hidden-layer tanh is a large share of a small MLP's time on CPU, and which kernel is faster
-depends on the machine: on an AMD EPYC ``torch.tanh`` cost ~190 us per 64k floats against ~30 us
-for ``torch.sigmoid``, while on an Intel Xeon with AVX-512 ``torch.tanh`` of a ``[1024, 128]``
-tensor took 31 us and the sigmoid form 81 us (BENCHMARKS.md, "CPU tanh").
+depends on the machine: on an AMD EPYC the sigmoid form was several times faster, on an Intel
+Xeon with AVX-512 ``torch.tanh`` was (docs/benchmarks/precision.md, "CPU tanh").
 So the choice is measured once per process, at the first tanh of a CPU float32 tensor, and
 logged; ``EMBODIED_CPU_TANH=tanh|sigmoid`` forces it (``auto``, the default, measures).
 
 The two forms agree to ~1e-7 absolute; the sigmoid form is picked only when it is at least
 twice as fast, so a noisy neighbour cannot flip the choice between runs on one machine (the
-margins measured: 2.6-3.4x for ``torch.tanh`` on the Intel Xeon, several times the other way on
-the AMD EPYC).
+measured margins are wider than that on both CPUs).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ is elementwise, so it vectorizes and runs on every core inside the compiled kern
 The 32-bit words are held in int32 (their bits; :func:`as_int32_bits`) and mixed there
 (:func:`mix32`): products wrap modulo 2**32, and each right shift is masked to act as a logical
 one, so the numbers are those of the same mix on unsigned 32-bit words, at half the vector width
-of int64 (16 lanes per AVX-512 register instead of 8; the fused quad-hover step at 4,096 envs on
-2 cores took ~15-25 µs less than with int64 words below 2**32, Intel Xeon, 2026-12-04). Only the
+of int64 (16 lanes per AVX-512 register instead of 8; measured in docs/benchmarks/fused-step.md,
+"Compiled ahead"). Only the
 counter times the golden constant is formed on int64 (below 2**63: no overflow) before it is
 folded to 32 bits. Eager and compiled runs agree (to float rounding of log/cos).
 """

@@ -12,7 +12,7 @@ which are concatenated into the ``[N, ...]`` batch of the VecEnv contract.
   itself (``obs_mode="rgb+state"``, ``sensor_configs`` width = height = ``image_size_px``) and
   group ``"image"`` holds ``[N, H, W, 3]`` uint8 RGB; the state vector is the same as without
   images. Renderer: SAPIEN's ``cpu`` backend with physx CPU (lavapipe, a software Vulkan driver:
-  tens of frames per second, BENCHMARKS.md), ``gpu`` with ``physx_cuda``. Every sensor camera of
+  tens of frames per second, docs/benchmarks/maniskill.md), ``gpu`` with ``physx_cuda``. Every sensor camera of
   the task is rendered (ManiSkill renders them together); only the named one is returned.
 - Actions: ``[N, A]`` in [-1, 1], clipped and mapped onto the controller's bounds (the
   ``pd_*_delta_*`` controllers are already normalized to [-1, 1]).

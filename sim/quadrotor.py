@@ -520,8 +520,8 @@ def _rk4_rows(
     Inductor vectorizes one fused loop over envs far better when every quantity is an ``[N]``
     row than with column picks from the packed ``[N, 17]`` layout, and better still when every
     input and the output are column-major ``[N, K]`` tensors (strides ``(1, N)``), so that each
-    row is contiguous memory and no transpose happens at the kernel boundary: ~3x faster than
-    row-major inputs at 4,096 envs on 2 cores. Eager mode keeps the packed row-major version,
+    row is contiguous memory and no transpose happens at the kernel boundary (faster than
+    row-major inputs: docs/benchmarks/simulators.md). Eager mode keeps the packed row-major version,
     whose few large ops suit launch-bound execution.
     """
     # With column-major inputs (``Quadrotor`` keeps them so under compile) these are views.

@@ -3,7 +3,7 @@
 torch's own caches key a compiled graph on its code object, and an ahead-compiled one carries a
 fresh name each process, so they never hit: without this cache every process would compile the
 fused quad-hover step cold (~25-35 s at 4,096 envs on 2 cores) where a warm cache took ~4 s.
-Loading a saved one took 2.7 s (AMD EPYC, 2 CPUs, 2026-12-04).
+Loading a saved one takes less than a warm compile (docs/benchmarks/fused-step.md).
 
 The key is a SHA-256 of everything that shapes the compiled code: torch and Python versions,
 torch's thread count (baked into the CPU kernels), the host's instruction-set flags (inductor compiles for the CPU it runs on; a cache shared

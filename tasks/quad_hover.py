@@ -94,7 +94,7 @@ full scale (±2000 °/s, ``SENSORS_BMI088_GYRO_FS_CFG`` in crazyflie-firmware's
 Trained policies visit far more than the initial rates: the default hover policy turns to its
 heading at up to ~17 rad/s of yaw rate (p99.9 per step) and recovers from 90° tilts at ~20 rad/s
 roll/pitch (episode maxima), so a bound from the initial rates cut the motors in normal flight
-(BENCHMARKS.md, "Gap hold")."""
+(docs/benchmarks/ros2-dds.md, "Gap hold")."""
 ENVELOPE_LIN_VEL_MARGIN_MPS = 2.0
 """Added to the largest initial speed per axis for ``extra.envelope.lin_vel_m_s``."""
 

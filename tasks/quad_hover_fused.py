@@ -18,9 +18,9 @@ the same graph:
 It is written on ``[N]`` rows (one tensor per component, struct of arrays) where the eager
 step works on ``[N, K]`` tensors: inductor then fuses the step into loops over envs that it
 vectorizes. The same step built from ``step_core`` and ``observation`` on ``[N, K]`` tensors
-inside the graph ran 2.4x slower at 4,096 envs (1.5 M against 3.6 M env-steps/s, 1 thread,
-Intel Xeon, 2026-12-03), and the yaw relabelling and critic inputs alone on ``[N, K]`` tensors
-2.3x. So what does not depend on the layout comes from the functions the eager step calls
+inside the graph ran at less than half the speed, and so did the yaw relabelling and critic
+inputs alone on ``[N, K]`` tensors (docs/benchmarks/fused-step.md). So what does not depend on
+the layout comes from the functions the eager step calls
 (physics inputs, heading, reward terms, episode ends, success, the non-finite guard), and the
 rest has a row form here (:func:`observe_rows`, :func:`static_rows`, :func:`flip_rows`, the
 action relabelling), held to the eager step's results by ``tests/test_quad_hover_fused.py``.
@@ -327,8 +327,8 @@ def fused_step(
 CPU_OPTIONS: dict[str, Any] = {"aggressive_fusion": True, "max_fusion_size": 1024, "cpp_wrapper": True}
 """Inductor options for the CPU step. Fusing aggressively and into larger groups puts the step's
 few hundred row computations into fewer parallel loops (each loop ends at a thread barrier),
-and the C++ wrapper removes the Python call sequence of the generated module (~60 µs per step
-at 4,096 envs on 2 cores); the cold compile stays ~30 s (BENCHMARKS.md, "Simulator throughput")."""
+and the C++ wrapper removes the Python call sequence of the generated module; the cold compile
+stays about half a minute (docs/benchmarks/fused-step.md)."""
 
 
 SOURCE_FOLDERS = (Path(__file__).parent, Path(sim_package.__file__).parent)
@@ -355,9 +355,8 @@ class CompiledFusedStep:
     where that is possible (CPU).
 
     A ``torch.compile``d function evaluates Dynamo's guards on every call (~570 here, most on
-    the constants ``k``) and enters through Dynamo's frame hooks: on this Intel Xeon
-    (2026-12-04) that was ~70 µs of the ~635 µs step at 4,096 envs on 2 cores and ~45 µs of
-    ~186 µs at 256 envs (``embodied bench env quad-hover``). On CPU the step is instead compiled
+    the constants ``k``) and enters through Dynamo's frame hooks, a fixed cost per call
+    (docs/benchmarks/fused-step.md, "Compiled ahead"). On CPU the step is instead compiled
     ahead (``aot_compile`` of the same ``torch.compile``: same graph, same inductor options) once
     per constants object and tensor :data:`Signature`, and a call only looks that pair up (the
     caller passes the same ``k`` object every step; a new object, dtype, shape or stride compiles

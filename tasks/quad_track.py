@@ -86,7 +86,7 @@ class QuadTrackCfg(QuadHoverCfg):
     init_yaw_range_rad: float = math.pi
     """Initial heading within ± this of the setpoint yaw (default: any heading). With the 180° yaw
     symmetry (``yaw_symmetry``, on by default) the policy meets at most ±90° of heading error and
-    learns the full range (97.4 % success, BENCHMARKS.md "quad-track"); without it, training from
+    learns the full range (docs/benchmarks/quad-track.md); without it, training from
     any heading did not learn within 730k env steps, so set ±0.5 rad there."""
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ keeps bit-level parity with torch for that step even when the clip engages.
 On Cortex-M4F (``__ARM_ARCH_7EM__`` with a single-precision FPU) the dense layers run an
 inline-assembly block that computes four output rows at once, eight inputs per pass, from
 ``vldmia`` loads and ``vfma`` accumulations (~1.2 instructions per multiply-accumulate in the
-loop, ~1.8 per MAC for a whole 146-64-64-4 forward pass); elsewhere the same loop runs in
+loop; the whole forward pass: docs/benchmarks/export-firmware.md); elsewhere the same loop runs in
 portable C. Everything the firmware needs to know about the interface (dimensions,
 field offsets, scales, control period) is emitted as ``#define``s read from
 ``policy_io.json``, never typed by hand.
