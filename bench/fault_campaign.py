@@ -18,7 +18,7 @@ the file and what was kept (or exit 0 when the run finished first); the previous
 (its seal verified) and the metrics rows up to it parse; after freeing the space, the resume matches
 the reference as above.
 
-Example (the BENCHMARKS.md figures)::
+Example (the figures in docs/benchmarks/faults.md)::
 
     .venv/bin/python bench/fault_campaign.py signals --trials 50 --seed 0 --out bench_out/signals
     .venv/bin/python bench/fault_campaign.py diskfull --trials 20 --seed 0 --out bench_out/diskfull

@@ -9,7 +9,7 @@ executed three ways on the same episodes:
   plans said for this step; ``algo.policy.temporal_ensemble``);
 - ``stochastic``: a fresh ``N(0, I)`` start per plan (seeded), first action.
 
-Prints one JSON line per evaluation. Example (the BENCHMARKS.md figures)::
+Prints one JSON line per evaluation. Example (the figures in docs/benchmarks/finetuning.md)::
 
     embodied collect scripted:arm-push --episodes 500 --noise 0.3 --record intended --seed 2 --out /tmp/dart500
     python bench/flow_execution.py --dataset /tmp/dart500 --steps 15000 --eval-every 2500

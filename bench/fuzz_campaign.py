@@ -1,6 +1,6 @@
 """Run the command-line fuzzer of ``tests/fuzz_support.py`` for many cases and report the tally.
 
-Example (the BENCHMARKS.md figure)::
+Example (the figure in docs/benchmarks/faults.md)::
 
     .venv/bin/python bench/fuzz_campaign.py --cases 10000 --seed 14 --out bench_out/fuzz
 

@@ -1,7 +1,7 @@
 """Flies an exported arm-push policy through the deploy node (``PolicyNode``, in-process
 transport, hand-driven clock) against the MuJoCo task, beside the same export run directly on
 the task's observation. Used by tests/test_flow_deploy.py and for the deploy figures in
-BENCHMARKS.md.
+docs/benchmarks/finetuning.md.
 
 The messages the node reads (joint states, the fingertip, block and goal positions, the block
 velocity, and the camera picture where the robot config names a camera) are published from the

@@ -119,7 +119,7 @@ def test_ppo_learns_quad_hover_on_cuda(tmp_path: Path) -> None:
 
 def test_gpu_preset_holds_hover_on_cuda(tmp_path: Path) -> None:
     """``--preset gpu`` (4,096 envs) holds 95 % success on two evaluations in a row within its 5M
-    env-step budget, as it did on the CPU (3.15-3.93M, BENCHMARKS.md); ``embodied bench gpu``
+    env-step budget, as it did on the CPU (3.15-3.93M, docs/benchmarks/quad-hover-gpu-preset.md); ``embodied bench gpu``
     reports its training time against the <= 3 s target."""
     from embodied.commands.train import preset_file
 

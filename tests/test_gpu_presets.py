@@ -1,6 +1,6 @@
 """The ``--preset gpu`` configs: they load, target CUDA, split their batches evenly, and the
 quad-hover one learns on the CPU too (its learning does not depend on the device; the GPU's wall
-time is ``embodied bench gpu``'s to measure, BENCHMARKS.md)."""
+time is ``embodied bench gpu``'s to measure, docs/benchmarks/quad-hover-gpu-preset.md)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_gpu_preset_targets_cuda_with_thousands_of_envs(task: str, algo: str) ->
 @pytest.mark.slow  # ~1-1.5 min on 2 cores
 def test_quad_hover_gpu_preset_learns_on_the_cpu(tmp_path: Path) -> None:
     """The preset's 4,096 envs on the CPU: an untrained policy scores 0 % success. Seeds 0-4 held
-    95 % at 3.15-3.93M env steps on an Intel Xeon (BENCHMARKS.md); 80 % by the 5M budget leaves
+    95 % at 3.15-3.93M env steps on an Intel Xeon (docs/benchmarks/quad-hover-gpu-preset.md); 80 % by the 5M budget leaves
     room for another CPU's rounding."""
     cfg = resolve_experiment("quad-hover", "ppo", preset_file("quad-hover", "ppo", "gpu"), device="cpu", seed=0)
     cfg = replace_trainer(cfg, eval_episodes=300, progress=False, tensorboard=False, torch_threads=2)

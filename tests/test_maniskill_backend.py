@@ -223,7 +223,7 @@ def test_ppo_learns_pushcube_past_random(tmp_path: Path, capsys: pytest.CaptureF
     """PPO with the shipped config (16 physx CPU scenes, end-effector control, dense reward) for
     9,600 env steps. A uniform-random policy scores a mean return of 2.5 over 64 episodes (best
     single episode 7.0) and never succeeds; the trained policy's deterministic mean return over 16
-    episodes must beat that best episode (BENCHMARKS.md has the full run)."""
+    episodes must beat that best episode (docs/benchmarks/maniskill.md has the full run)."""
     _build(_cfg()).close()  # a skip with the reason when ManiSkill cannot run here
     assert train_eval_return(tmp_path, capsys) > 7.0
 

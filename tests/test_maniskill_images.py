@@ -126,6 +126,6 @@ def test_ppo_cnn_learns_pushcube_past_random(tmp_path: Path, capsys: pytest.Capt
     """The state test's run (shipped config, 9,600 env steps, seed 0) with the camera on and
     ``algo.encoder=cnn``: the CNN's features join the state vector. A uniform-random policy scores a
     mean return of 2.5 (best single episode 7.0 of 64); the trained policy's deterministic mean
-    return over 16 episodes must beat that best episode (BENCHMARKS.md, "ManiSkill3 camera images")."""
+    return over 16 episodes must beat that best episode (docs/benchmarks/maniskill.md, "ManiSkill3 camera images")."""
     _build(_camera_cfg()).close()  # a skip with the reason when ManiSkill cannot run here
     assert train_eval_return(tmp_path, capsys, f"env.backend.camera={CAMERA}", "algo.encoder=cnn") > 7.0

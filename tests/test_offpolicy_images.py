@@ -304,7 +304,7 @@ def test_sac_with_images_learns_to_reach() -> None:
     """SAC with the CNN encoder (image + proprioception) learns to bring the fingertip to the
     block (arm-push, reach term only, 48 px images, as PPO's image test): the return rises past a
     level that neither the untrained policy (-9.9 with this seed) nor uniformly random actions
-    (-8.9 to -9.3 over 3 seeds) nor the zero action (-8.7) reach; trained, -2.8 (BENCHMARKS.md)."""
+    (-8.9 to -9.3 over 3 seeds) nor the zero action (-8.7) reach; trained, -2.8 (docs/benchmarks/cameras.md)."""
     from test_images import _reach_env, _reach_return
 
     torch.set_num_threads(1)

@@ -7,7 +7,7 @@ limit. Either way only hold and safe commands follow the policy's last one.
 
 Real parts: `embodied sim-robot` in its own process (realtime), the node in this one, Cyclone DDS
 on loopback between them, and a third participant reading the command topic. Order and content
-are asserted, not time (the timing is in BENCHMARKS.md). The fast suite covers the same logic
+are asserted, not time (the timing is in docs/benchmarks/ros2-dds.md). The fast suite covers the same logic
 in-process (test_real_safety.py: the event step, the woken loop).
 """
 
@@ -98,7 +98,7 @@ def test_killing_sim_robot_ends_the_wire_with_hold_then_safe_commands(tmp_path: 
         _out, err = sim.communicate(timeout=30)
         assert sim.returncode == (0 if sig == signal.SIGTERM else -signal.SIGKILL), err
         # Every command now comes from the node's reaction: wait until the stale limit has passed
-        # (generous bounds: a loaded machine; the timing is in BENCHMARKS.md).
+        # (generous bounds: a loaded machine; the timing is in docs/benchmarks/ros2-dds.md).
         assert _wait(lambda: node.transitions["armed->stale"] + node.transitions["hold->stale"] >= 1, 30.0)
         n_at_stale = len(wire)
         assert _wait(lambda: len(wire) >= n_at_stale + 5, 5.0)
