@@ -8,13 +8,12 @@ failure says what to write into the doc.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from test_packaging import _layout_module
 
 from embodied.registry import ALGOS
 
@@ -28,14 +27,6 @@ pytest.importorskip("tomllib", reason="Python >= 3.11 reads pyproject.toml with 
 FOLDER_ROW = re.compile(r"^\| `(embodied[\w.]*)`[^|]*\| (\d+) \|", re.MULTILINE)
 TOTAL_ROW = re.compile(r"^\| total \| (\d+) \|", re.MULTILINE)
 ALGO_LIST = re.compile(r"Algorithms \(`ALGOS` in `embodied/registry\.py`[^)]*\):((?:\s*`[\w-]+`,?)+)\.")
-
-
-def _layout_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("installed_layout", REPO / "scripts" / "installed_layout.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def lines_per_folder() -> Counter[str]:
