@@ -167,7 +167,11 @@ class PolicyNode:
                 f"{robot.path}: command.joints names {len(cmd.joints)} joints but the policy has "
                 f"{self.io_spec.action_dim} actions"
             )
-        self._publish = transport.publisher(cmd.topic, cmd.type, cmd.qos)
+        # Offered DEADLINE: a driver requesting this deadline (or a longer one) is told by its
+        # middleware when commands stop, whatever stopped them (real/ros2/README.md, "Command liveness").
+        self._publish = transport.publisher(
+            cmd.topic, cmd.type, cmd.qos, deadline_s=cmd.watchdog_periods * self.period_s
+        )
         self._publish_stamped = (
             transport.publisher(cmd.stamped_topic, "sensor_msgs/msg/JointState", cmd.qos) if cmd.stamped_topic else None
         )
