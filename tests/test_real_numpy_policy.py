@@ -4,7 +4,6 @@ runtime then needs neither onnxruntime nor onnx, whose wheels would replace a RO
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import subprocess
