@@ -45,8 +45,7 @@ from deploy_under_load import CLI, NOISE_FREE, CommandWatch, _hold_command, _wai
 def _flight(export: Path, domain: int) -> tuple[list[str], subprocess.Popen[str]]:
     common = ["--robot", "crazyflie_sim", "--loopback", "--domain-id", str(domain)]
     sim = subprocess.Popen(
-        [*CLI, "sim-robot", "quad-hover", *common, "--seconds", "3600", "--realtime", "--handover-starts", "--json"]
-        + NOISE_FREE,
+        [*CLI, "sim-robot", "quad-hover", *common, "--seconds", "3600", "--realtime", "--handover-starts", "--json", *NOISE_FREE],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
