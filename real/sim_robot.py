@@ -21,8 +21,8 @@ Modes:
 Command liveness (both modes): once no new command has arrived for the robot config's
 ``command.watchdog_periods`` control periods (a node killed, hung or cut off), the robot applies
 its safe command (``safety.safe_command``; a ``hold`` robot keeps its last position target) until
-commands arrive again. Realtime counts its own wall-clock ticks; lockstep counts steps whose state
-got no answer within the command timeout. ``watchdog_trips`` and ``watchdog_periods`` in the
+commands arrive again. Realtime measures the silence on its wall clock at every tick; lockstep
+counts steps whose state got no answer within the command timeout. ``watchdog_trips`` and ``watchdog_periods`` in the
 summary report each engagement and how many periods passed since the last command when it did.
 
 After arming, every applied command equal to the robot's safe command is counted
@@ -295,9 +295,9 @@ class SimRobot:
         next_tick = time.monotonic()
         command: np.ndarray | None = None
         applied: np.ndarray | None = None
-        silent = 0
-        """Control periods (realtime ticks, lockstep steps) since the last new command."""
-        watchdog_after = math.ceil(self.robot.command.watchdog_periods)
+        silent = 0.0
+        """Control periods since the last new command (realtime: wall clock; lockstep: unanswered steps)."""
+        watchdog_after = self.robot.command.watchdog_periods
         watchdog_engaged = node_lost = False
         trips: list[float] = []
         while (episodes is None or done_episodes < episodes) and (seconds is None or time.monotonic() - t0 < seconds):
@@ -316,8 +316,10 @@ class SimRobot:
                     break
                 with self._cond:
                     command = self._command
-                    silent = silent + 1 if self._command_count == count else 0
-                missed += int(silent > 0)
+                    missed += int(self._command_count == count)
+                    # On the wall clock, not in ticks: a loop catching up after a stall runs ticks
+                    # back to back, and those are not periods without a command.
+                    silent = (time.monotonic() - self._last_command_s) / period
             else:
                 answer, nudges = None, 0
                 give_up = time.monotonic() + command_timeout_s
@@ -342,7 +344,7 @@ class SimRobot:
                 else:
                     missed += 1
                     missed_in_row += 1
-                    if missed_in_row >= watchdog_after + MAX_MISSED_IN_ROW:
+                    if missed_in_row >= math.ceil(watchdog_after) + MAX_MISSED_IN_ROW:
                         log.error(
                             "%d states in a row got no answer on %s within %s s: the node stopped",
                             missed_in_row,
@@ -353,15 +355,14 @@ class SimRobot:
                         break
                     with self._cond:
                         command = self._command if command is None else command
-                silent = missed_in_row
+                silent = float(missed_in_row)
             assert command is not None  # set before wait_until_armed returned
             if silent >= watchdog_after:
                 if not watchdog_engaged:
                     watchdog_engaged = True
-                    since = (time.monotonic() - self._last_command_s) / period if realtime else float(silent)
-                    trips.append(since)
+                    trips.append(silent)
                     log.warning(
-                        "no new command for %d periods (watchdog %g): applying the safe command",
+                        "no new command for %.1f periods (watchdog %g): applying the safe command",
                         silent,
                         self.robot.command.watchdog_periods,
                     )
