@@ -4,6 +4,7 @@ runtime then needs neither onnxruntime nor onnx, whose wheels would replace a RO
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -19,6 +20,7 @@ import torch
 from export_support import write_io
 from real_support import export_policy, quad_spec
 from test_real_runtime_imports import BLOCK_TORCH
+from torch import nn
 
 from embodied.errors import EmbodiedError
 from embodied.export.layers import mlp_arrays, with_io_symmetry
@@ -32,19 +34,17 @@ from embodied.real.runner import PolicyRunner
 PARITY = 1e-6
 
 
-def _export(tmp_path: Path, act: str, clip: float, symmetry: bool) -> tuple[Path, ExportedPolicy]:
+def _export(tmp_path: Path, act: str, clip: float, symmetry: bool) -> tuple[Path, nn.Module]:
     spec = quad_spec(history=2)
     torch.manual_seed(7)
     net = mlp(spec.obs_dim, [32, 32], spec.action_dim, act=act)
     mean = torch.randn(spec.obs_dim) * 0.3
     std = torch.rand(spec.obs_dim) + 0.5
-    module = ExportedPolicy(net, mean, std, clip)
+    module: nn.Module = ExportedPolicy(net, mean, std, clip)
     if symmetry:
         module = with_io_symmetry(module, spec)
     else:
-        spec = spec.__class__(
-            **{**spec.__dict__, "extra": {k: v for k, v in spec.extra.items() if k != "yaw_symmetry"}}
-        )
+        spec = dataclasses.replace(spec, extra={k: v for k, v in spec.extra.items() if k != "yaw_symmetry"})
     export_onnx(module, spec, tmp_path)
     write_io(module, spec, tmp_path)
     return tmp_path, module
