@@ -357,7 +357,8 @@ class SimRobot:
                         command = self._command if command is None else command
                 silent = float(missed_in_row)
             assert command is not None  # set before wait_until_armed returned
-            if silent >= watchdog_after:
+            already_safe = self._safe is not None and bool(np.allclose(command, self._safe))
+            if silent >= watchdog_after and not already_safe:
                 if not watchdog_engaged:
                     watchdog_engaged = True
                     trips.append(silent)
@@ -368,7 +369,7 @@ class SimRobot:
                     )
                 if self._safe is not None:  # a hold robot keeps its last position target (a standstill)
                     command = self._safe
-            else:
+            elif silent < watchdog_after:
                 watchdog_engaged = False
             applied = command
             if self._safe is not None and np.allclose(command, self._safe):
