@@ -48,7 +48,7 @@ class OnnxWireError(EmbodiedError):
     """The bytes are not an ONNX model this reader understands."""
 
 
-class MetadataNotText(OnnxWireError):
+class MetadataNotTextError(OnnxWireError):
     """A metadata entry is not UTF-8 (a damaged file)."""
 
 
@@ -288,7 +288,7 @@ def parse_model(data: bytes) -> OnnxModel:
             try:
                 entry = {n: v.decode("utf-8") for n, _w, v in _fields(value) if isinstance(v, bytes)}
             except UnicodeDecodeError:
-                raise MetadataNotText("its metadata is not UTF-8 text: the file is damaged") from None
+                raise MetadataNotTextError("its metadata is not UTF-8 text: the file is damaged") from None
             model.metadata[entry.get(1, "")] = entry.get(2, "")
     if graph is None:
         raise OnnxWireError("no graph in the model")
@@ -313,7 +313,7 @@ def read_model(path: Path) -> OnnxModel:
     """:func:`parse_model` of a file; raises :class:`EmbodiedError` naming the file."""
     try:
         return parse_model(Path(path).read_bytes())
-    except MetadataNotText as err:
+    except MetadataNotTextError as err:
         raise EmbodiedError(f"{path}: {err}; re-export the run") from None
     except OnnxWireError as err:
         raise EmbodiedError(f"{path}: not a valid ONNX model ({err}); re-export the run") from None

@@ -127,7 +127,9 @@ class NumpySession:
             try:
                 args = [values[name] for name in node.inputs if name]
             except KeyError as err:
-                raise EmbodiedError(f"{self.path}: node {node.op_type} reads {err.args[0]!r} before it is computed")
+                raise EmbodiedError(
+                    f"{self.path}: node {node.op_type} reads {err.args[0]!r} before it is computed"
+                ) from None
             values[node.outputs[0]] = OPS[node.op_type](node, args)
         names = list(output_names) if output_names else [o.name for o in self._model.outputs]
         return [np.asarray(values[name]) for name in names]
