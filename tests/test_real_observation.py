@@ -92,17 +92,23 @@ def test_joint_states_are_reordered_by_name() -> None:
 
 
 @pytest.mark.parametrize(
-    ("message", "match"),
+    ("message", "match", "reason"),
     [
-        (joint_state(ARM_JOINTS[:5], [0.0] * 5, [0.0] * 5), "lacks name"),
-        (joint_state(ARM_JOINTS, [0.0] * 6, [0.0] * 4), "6 names but 4 values"),
-        (joint_state(ARM_JOINTS, [0.0, float("nan"), 0, 0, 0, 0], [0.0] * 6), "joint_pos: non-finite"),
+        (joint_state(ARM_JOINTS[:5], [0.0] * 5, [0.0] * 5), "lacks name", "invalid_observation"),
+        (joint_state(ARM_JOINTS, [0.0] * 6, [0.0] * 4), "6 names but 4 values", "wrong_size"),
+        (
+            joint_state(ARM_JOINTS, [0.0, float("nan"), 0, 0, 0, 0], [0.0] * 6),
+            "joint_pos: non-finite",
+            "invalid_observation",
+        ),
     ],
 )
-def test_bad_joint_states_raise_observation_error(message: object, match: str) -> None:
+def test_bad_joint_states_raise_observation_error(message: object, match: str, reason: str) -> None:
+    """Each kind is counted under its own reason on /diagnostics (``rejected.<reason>``)."""
     builder = ObservationBuilder(load_robot("ros2_control_arm"), arm_io_spec())
-    with pytest.raises(ObservationError, match=match):
+    with pytest.raises(ObservationError, match=match) as info:
         builder.build({"joints": message})
+    assert info.value.reason == reason
 
 
 @pytest.mark.parametrize("quat_xyzw", [(0, 0, 0, 0), (0, 0, 0, 10.0), (0, 0, 0, 0.5), (0, 0, float("nan"), 1.0)])
