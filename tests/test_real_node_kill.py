@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from real_support import export_policy, free_domain_id, quad_robot, write_robot_variant
+from real_support import export_policy, free_domain_id, quad_robot, wait_until, write_robot_variant
 
 from embodied import registry
 from embodied.real import messages
@@ -33,15 +33,6 @@ from embodied.real.sim_robot import SimRobot
 from embodied.real.transports.dds import DdsTransport, idl_struct
 
 WATCHDOG_PERIODS = 5
-
-
-def _wait(predicate: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.mark.slow  # the node in its own process, a realtime flight: 10-30 s on a loaded 2-core machine
@@ -104,14 +95,14 @@ def test_node_killed_mid_flight_leaves_the_robot_safe(tmp_path: Path, sig: signa
             with lock:
                 return sum(not np.allclose(v, safe) for _, v in wire)
 
-        assert _wait(lambda: policy_commands() >= 30, 90.0), node.poll()
+        assert wait_until(lambda: policy_commands() >= 30, 90.0), node.poll()
         assert driver.get_subscription_matched_status().current_count == 1  # the offered deadline is compatible
         steps_at_kill = len(applied)
         t_signal = time.time_ns()
         node.send_signal(sig)
         node.wait(timeout=30)
         # the robot side runs on: past the watchdog (or the final command), then ends the session
-        assert _wait(lambda: len(applied) > steps_at_kill + 4 * WATCHDOG_PERIODS, 30.0)
+        assert wait_until(lambda: len(applied) > steps_at_kill + 4 * WATCHDOG_PERIODS, 30.0)
         time.sleep(0.2)
     finally:
         if node.poll() is None:
