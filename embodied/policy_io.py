@@ -5,8 +5,8 @@ the exported weights (``model_sha256``), format versions and the source run. The
 runtime, the C generator and the firmware build read it through :func:`read_policy_io`, which
 validates it and names the key at fault.
 
-This module imports no torch: the robot-side runtime (``embodied.real``) depends on it and
-must install into a ROS 2 Python with only numpy, onnxruntime and a middleware. The writer and
+This module imports no torch and no onnx: the robot-side runtime (``embodied.real``) depends on
+it and must install into a ROS 2 Python with only numpy and a middleware. The writer and
 the weight hash live in :mod:`embodied.export.policy_io`.
 """
 
@@ -147,19 +147,11 @@ def graph_sha256(graph: Any) -> str:
 
 
 def onnx_file_sha256(path: Path) -> str:
-    """:func:`graph_sha256` of an ONNX file; a file ``onnx`` cannot parse raises naming it."""
-    try:
-        import onnx
-    except ImportError:
-        raise EmbodiedError(
-            f"{path}: checking model_sha256 needs the onnx package (pip install onnx; part of the runtime extra)"
-        ) from None
+    """:func:`graph_sha256` of an ONNX file, computed from the file's bytes without the ``onnx``
+    package (:mod:`embodied.onnx_wire`); a file that is not an ONNX model raises naming it."""
+    from embodied.onnx_wire import graph_sha256_of, read_model
 
-    try:
-        model = onnx.load(str(path))
-    except Exception as err:  # protobuf's DecodeError and onnx's own errors share no base class
-        raise EmbodiedError(f"{path}: not a valid ONNX model ({' '.join(str(err).split())[:160]})") from None
-    return graph_sha256(model.graph)
+    return graph_sha256_of(read_model(path))
 
 
 def check_model_hash(onnx_metadata: Mapping[str, str], policy_io: PolicyIO, onnx_path: Path) -> None:

@@ -167,7 +167,11 @@ class PolicyNode:
                 f"{robot.path}: command.joints names {len(cmd.joints)} joints but the policy has "
                 f"{self.io_spec.action_dim} actions"
             )
-        self._publish = transport.publisher(cmd.topic, cmd.type, cmd.qos)
+        # Offered DEADLINE: a driver requesting this deadline (or a longer one) is told by its
+        # middleware when commands stop, whatever stopped them (real/ros2/README.md, "Command liveness").
+        self._publish = transport.publisher(
+            cmd.topic, cmd.type, cmd.qos, deadline_s=cmd.watchdog_periods * self.period_s
+        )
         self._publish_stamped = (
             transport.publisher(cmd.stamped_topic, "sensor_msgs/msg/JointState", cmd.qos) if cmd.stamped_topic else None
         )
@@ -206,14 +210,24 @@ class PolicyNode:
                 self.received[gate_name] += 1
                 rejected = self.gates[gate_name].offer(message, now, self.stamp_clock)
                 if rejected is not None:
-                    self.rejections[rejected[0]] += 1
-                    self.last_error = rejected[1]
+                    self._count_rejection(*rejected)
                     return
                 self._accepted.notify_all()
                 if gate_name == self._stamped_input or self._stamped_input is None:
                     self._answered_arrival = now
 
         return on_message
+
+    def _count_rejection(self, reason: str, detail: str, log_first: bool = True) -> None:
+        """Count one rejected message or unusable period under ``reason``; the first of each kind
+        is logged with its detail (later ones only counted: a flood must not flood the log).
+        ``log_first=False``: the caller logs it (a state transition names the same reason)."""
+        self.rejections[reason] += 1
+        self.last_error = detail
+        if log_first and self.rejections[reason] == 1:
+            log.warning(
+                "rejected (%s): %s; further ones are counted on /diagnostics as rejected.%s", reason, detail, reason
+            )
 
     def _lost(self, name: str) -> Callable[[], None]:
         def on_lost() -> None:
@@ -323,8 +337,8 @@ class PolicyNode:
         if problem is None:
             problem, action = self._policy(latest)
         if problem is not None and problem[1] not in ("no_data", "inactive"):
-            self.rejections[problem[1]] += 1
-            self.last_error = problem[2]
+            with self._lock:
+                self._count_rejection(problem[1], problem[2], log_first=False)
         self._update_hold(latest)
         with self._lock:
             before = self.safety.state
@@ -345,6 +359,8 @@ class PolicyNode:
             self.runner.reset()
         if after is not before:
             self._transition(before, after, self.reason or "inputs valid")
+        elif problem is not None and self.rejections[problem[1]] == 1:  # a new kind, no transition to name it
+            log.warning("%s (%s): %s", after.value, problem[1], problem[2])
         if command is not None and self._send(command, answered_stamp):
             if answered is not None:
                 self.loop.stats.latency_s.append(self._clock() - answered)
@@ -362,7 +378,7 @@ class PolicyNode:
             violation = self.envelope.violation(self.builder.fields) if self.builder.complete else None
             if violation is not None:
                 return (SafetyState.ENVELOPE, f"envelope_{violation[0]}", violation[1]), None
-            return (SafetyState.FAULT, "invalid_observation", str(err)), None
+            return (SafetyState.FAULT, err.reason, str(err)), None
         except Exception as err:  # a conversion bug must not take the robot down with it
             return (SafetyState.FAULT, "invalid_observation", f"unexpected {type(err).__name__}: {err}"), None
         violation = self.envelope.violation(self.builder.fields)

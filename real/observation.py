@@ -51,7 +51,7 @@ Ops (YAML ``ops: [name, {name: argument}]``):
 A field with ``optional: true`` is skipped when the policy does not take it, so one robot config
 serves policies with and without such a field.
 
-Runtime problems (missing input, wrong sizes, NaN, unknown joint names, zero quaternion) raise
+Runtime problems (missing input, wrong sizes, NaN, unknown joint names, a quaternion off unit norm) raise
 :class:`ObservationError`; the node then commands the safe command and stays up.
 """
 
@@ -78,17 +78,42 @@ SizeFn = Callable[[int | None], int | None]
 
 
 class ObservationError(EmbodiedError):
-    """Incoming data cannot form a valid observation (the node goes to its safe command)."""
+    """Incoming data cannot form a valid observation (the node goes to its safe command).
+
+    ``reason`` is the counter it is published under on ``/diagnostics`` (``rejected.<reason>``)."""
+
+    def __init__(self, message: str, reason: str = "invalid_observation") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+WRONG_SIZE = "wrong_size"
+"""Rejection reason: a message field holds another number of values than the config reads."""
+
+QUAT_NORM_SQ_TOL = 0.01
+"""Largest ``| |q|^2 - 1 |`` accepted from a message quaternion (about 0.5 % on the norm): float32
+round-off and a filter's drift pass; a quaternion of norm 10 or 0.5 is corrupt data, not an
+attitude, and is rejected like NaN instead of being normalized and flown."""
+
+
+def unit_quaternion(q: np.ndarray, what: str = "quaternion") -> np.ndarray:
+    """``q`` [4] divided by its norm; :class:`ObservationError` when it is not finite or its
+    squared norm is further than :data:`QUAT_NORM_SQ_TOL` from 1."""
+    norm_sq = float(np.dot(q, q))
+    if not math.isfinite(norm_sq):
+        raise ObservationError(f"{what} {q.tolist()} is not finite")
+    if not abs(norm_sq - 1.0) <= QUAT_NORM_SQ_TOL:
+        raise ObservationError(
+            f"{what} {q.tolist()} has norm {math.sqrt(norm_sq):.6g}; a unit quaternion is expected "
+            f"(|norm^2 - 1| <= {QUAT_NORM_SQ_TOL})"
+        )
+    return np.asarray(q / math.sqrt(norm_sq), dtype=np.float64)
 
 
 def quat_to_rotmat(q_wxyz: np.ndarray) -> np.ndarray:
-    """Unit quaternion ``(w, x, y, z)`` [4] -> rotation matrix body->world [3, 3]."""
-    norm = float(np.linalg.norm(q_wxyz))
-    if not norm > 1e-6:
-        raise ObservationError(f"quaternion {q_wxyz.tolist()} has (near) zero norm")
-    if not math.isfinite(norm):
-        raise ObservationError(f"quaternion {q_wxyz.tolist()} is not finite")
-    w, x, y, z = q_wxyz / norm
+    """Unit quaternion ``(w, x, y, z)`` [4] -> rotation matrix body->world [3, 3] (a quaternion
+    off unit norm raises, see :func:`unit_quaternion`)."""
+    w, x, y, z = unit_quaternion(q_wxyz)
     return np.array(
         [
             [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
@@ -263,7 +288,7 @@ class _Compiler:
                 if v.size == 9:
                     return (r_hw @ v.reshape(3, 3)).ravel()
                 if v.size != 3:
-                    raise ObservationError(f"{key}: world_to_heading takes 3 or 9 values, got {v.size}")
+                    raise ObservationError(f"{key}: world_to_heading takes 3 or 9 values, got {v.size}", WRONG_SIZE)
                 return r_hw @ v
 
             def heading_size(n: int | None) -> int | None:
@@ -282,7 +307,7 @@ class _Compiler:
             def by_name(v: np.ndarray, latest: Latest) -> np.ndarray:
                 present = [str(n) for n in get_names(latest)]
                 if len(present) != len(v):
-                    raise ObservationError(f"{key}: message has {len(present)} names but {len(v)} values")
+                    raise ObservationError(f"{key}: message has {len(present)} names but {len(v)} values", WRONG_SIZE)
                 index = {n: i for i, n in enumerate(present)}
                 missing = [n for n in names if n not in index]
                 if missing:
@@ -312,7 +337,7 @@ class _Compiler:
 
             def fill_nan(v: np.ndarray, _l: Latest) -> np.ndarray:
                 if per_entry and v.size != fill.size:
-                    raise ObservationError(f"{key}: fill_nan has {fill.size} entries, the signal {v.size}")
+                    raise ObservationError(f"{key}: fill_nan has {fill.size} entries, the signal {v.size}", WRONG_SIZE)
                 return np.where(np.isnan(v), fill if per_entry else fill[0], v)
 
             def fill_size(n: int | None) -> int | None:
@@ -337,7 +362,9 @@ class _Compiler:
         def apply(v: np.ndarray, latest: Latest) -> np.ndarray:
             offset = messages.to_vector(get(latest))
             if offset.size != v.size:
-                raise ObservationError(f"{key}: {other} field has {offset.size} values, the signal {v.size}")
+                raise ObservationError(
+                    f"{key}: {other} field has {offset.size} values, the signal {v.size}", WRONG_SIZE
+                )
             return v + sign * offset
 
         def size(n: int | None) -> int | None:
@@ -362,10 +389,7 @@ class _Compiler:
         get_q, order = self.quat_reader(arg, key, "world_to_heading", str(arg["input"]))
 
         def yaw_of(latest: Latest) -> float:
-            q = _wxyz(messages.to_vector(get_q(latest)), order)
-            if not (np.all(np.isfinite(q)) and float(np.dot(q, q)) > 1e-12):
-                raise ObservationError(f"{key}: heading quaternion {q.tolist()} is zero or not finite")
-            w, x, y, z = q / math.sqrt(float(np.dot(q, q)))
+            w, x, y, z = unit_quaternion(_wxyz(messages.to_vector(get_q(latest)), order), f"{key}: heading quaternion")
             return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
         return yaw_of
@@ -535,7 +559,7 @@ class ObservationBuilder:
         for sig, size, _scale in self.signals:
             v = sig.read(latest, hist)
             if v.shape != (size,):
-                raise ObservationError(f"{sig.key}: got {v.size} values, the policy expects {size}")
+                raise ObservationError(f"{sig.key}: got {v.size} values, the policy expects {size}", WRONG_SIZE)
             if not np.isfinite(v).all():
                 raise ObservationError(f"{sig.key}: non-finite value(s) {v.tolist()}")
             self.fields[sig.key.removeprefix("observation.")] = v

@@ -93,6 +93,13 @@ class CommandCfg:
     and against the controller's ``joints`` parameter when the ROS 2 node can read it."""
     controller: str = ""
     """ros2_control controller node whose ``joints`` parameter must equal :attr:`joints`."""
+    watchdog_periods: float = 20.0
+    """Command liveness: the robot side applies the safe command once no new command arrived
+    for this many control periods (the node dead, hung or cut off). The node offers it as the
+    command writer's DEADLINE QoS (``watchdog_periods * control_period_s``), so a driver can
+    request the same deadline and be told by its middleware; ``sim-robot`` enforces it on its
+    own clock. The default, 20, equals the node's own stale-input limit (``freshness``). See
+    real/ros2/README.md, "Command liveness"."""
 
 
 @dataclass(frozen=True)
@@ -318,6 +325,17 @@ def _gap_hold(r: _Reader, value: Any, inputs: Mapping[str, InputCfg]) -> GapHold
     return GapHoldCfg(after_periods=after, command=command, inputs=tuple(watched))
 
 
+def _watchdog_periods(r: _Reader, value: Any) -> float:
+    periods = r.number(value, "command.watchdog_periods")
+    if not 1.0 <= periods <= 1000.0:
+        raise r.fail(
+            "command.watchdog_periods",
+            f"expected a number of control periods in [1, 1000] (how long the robot waits for a new "
+            f"command before it applies its safe command), got {value!r}",
+        )
+    return periods
+
+
 def _camera(r: _Reader, value: Any, inputs: Mapping[str, InputCfg]) -> CameraCfg:
     item = r.mapping(value, "camera", ("input", "resize"))
     name = r.string(item, "input", "camera.")
@@ -387,7 +405,7 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
     cmd = r.mapping(
         data.get("command"),
         "command",
-        ("topic", "type", "qos", "path", "layout_label", "stamped_topic", "joints", "controller"),
+        ("topic", "type", "qos", "path", "layout_label", "stamped_topic", "joints", "controller", "watchdog_periods"),
     )
     raw_joints = cmd.get("joints", []) or []
     if not (isinstance(raw_joints, list) and all(isinstance(j, str) for j in raw_joints)):
@@ -401,6 +419,7 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         stamped_topic=r.string(cmd, "stamped_topic", "command.", ""),
         joints=tuple(raw_joints),
         controller=r.string(cmd, "controller", "command.", ""),
+        watchdog_periods=_watchdog_periods(r, cmd.get("watchdog_periods", CommandCfg.watchdog_periods)),
     )
     raw_safety = r.mapping(
         data.get("safety", {}) or {},

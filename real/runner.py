@@ -1,4 +1,5 @@
-"""Runs an exported ``policy.onnx`` on onnxruntime, batch 1, float32.
+"""Runs an exported ``policy.onnx``, batch 1, float32: in numpy when the graph is MLP-class
+(:mod:`embodied.real.numpy_policy`, no onnxruntime needed), else on onnxruntime.
 
 The runner trusts nothing it did not check: ``policy_io.json`` is validated by
 :func:`embodied.policy_io.read_policy_io`, the ONNX file must carry the same
@@ -22,6 +23,7 @@ import numpy as np
 from embodied.action_chunks import CHUNK_EXTRA_KEY, ChunkExecutor
 from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
+from embodied.onnx_wire import read_model
 from embodied.policy_io import (
     IMAGE_INPUT_KEY,
     INSTRUCTION_INPUT_KEY,
@@ -30,6 +32,7 @@ from embodied.policy_io import (
     check_session_hash,
     read_policy_io,
 )
+from embodied.real.numpy_policy import NumpySession, unsupported_ops
 from embodied.real.robot_config import IMAGE_TYPES, RobotConfig
 
 log = logging.getLogger(__name__)
@@ -83,29 +86,55 @@ def check_deployable(path: Path, robot: RobotConfig | None = None) -> Path:
     return export_dir
 
 
+ENGINES = ("auto", "numpy", "onnxruntime")
+
+
+def _onnxruntime_session(onnx_path: Path, threads: int, missing: list[str]) -> Any:
+    """An onnxruntime ``InferenceSession`` of ``onnx_path`` (``missing``: the operators numpy
+    lacks, named in the error when onnxruntime is not installed)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise EmbodiedError(
+            f"{onnx_path}: this graph ({', '.join(missing) or 'as requested'}) runs on onnxruntime, which is not "
+            "installed: pip install onnxruntime (MLP policies run in numpy without it)"
+        ) from None
+    options = ort.SessionOptions()
+    # One thread: a batch-1 MLP finishes in microseconds, and thread hand-offs would cost more.
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # Never spin-wait: in a SCHED_FIFO process a spinning worker would starve the machine.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own types for corrupt or foreign files
+        raise EmbodiedError(
+            f"{onnx_path}: onnxruntime cannot load it ({' '.join(str(err).split())[:160]}); re-export"
+        ) from None
+
+
 class PolicyRunner:
     """``runner(obs [obs_dim]) -> action [action_dim]`` (float32, each in [-1, 1])."""
 
-    def __init__(self, export_dir: Path, threads: int = 1) -> None:
-        import onnxruntime as ort
-
+    def __init__(self, export_dir: Path, threads: int = 1, engine: str = "auto") -> None:
+        """``engine``: ``numpy`` (MLP-class graphs), ``onnxruntime``, or ``auto`` (numpy when it
+        runs the graph, else onnxruntime)."""
         self.export_dir = resolve_export_dir(export_dir)
         self.policy_io: PolicyIO = read_policy_io(self.export_dir)
         refuse_unsupported(self.policy_io)
         onnx_path = self.export_dir / ONNX_FILENAME
-        options = ort.SessionOptions()
-        # One thread: a batch-1 MLP finishes in microseconds, and thread hand-offs would cost more.
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Never spin-wait: in a SCHED_FIFO process a spinning worker would starve the machine.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        try:
-            self._session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-        except Exception as err:  # onnxruntime raises its own types for corrupt or foreign files
-            raise EmbodiedError(
-                f"{onnx_path}: onnxruntime cannot load it ({' '.join(str(err).split())[:160]}); re-export"
-            ) from None
+        if engine not in ENGINES:
+            raise EmbodiedError(f"policy engine {engine!r}: expected one of {', '.join(ENGINES)}")
+        model = read_model(onnx_path)
+        missing = unsupported_ops(model)
+        if engine == "numpy" or (engine == "auto" and not missing):
+            self._session: Any = NumpySession(model, onnx_path)  # names the operators it lacks
+            self.engine = "numpy"
+        else:
+            self._session = _onnxruntime_session(onnx_path, threads, missing)
+            self.engine = "onnxruntime"
+        log.info("%s runs on %s", onnx_path, self.engine)
         check_session_hash(self._session, self.policy_io, onnx_path)
         inputs = {i.name: i for i in self._session.get_inputs()}
         self.image_shape: tuple[int, int, int] | None = None

@@ -18,6 +18,13 @@ Modes:
 - realtime: step every control period of wall-clock time and apply whichever command arrived
   last (zero-order hold), as a physical robot would.
 
+Command liveness (both modes): once no new command has arrived for the robot config's
+``command.watchdog_periods`` control periods (a node killed, hung or cut off), the robot applies
+its safe command (``safety.safe_command``; a ``hold`` robot keeps its last position target) until
+commands arrive again. Realtime measures the silence on its wall clock at every tick; lockstep
+counts steps whose state got no answer within the command timeout. ``watchdog_trips`` and ``watchdog_periods`` in the
+summary report each engagement and how many periods passed since the last command when it did.
+
 After arming, every applied command equal to the robot's safe command is counted
 (``safe_commands``: motors-off in flight for a quadrotor). SIGINT/SIGTERM (:meth:`SimRobot.halt`)
 end the session at once: every wait is on an event the handler sets, no further physics step
@@ -31,6 +38,7 @@ at its initial state, like a drone waiting on the ground for its controller.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -59,7 +67,8 @@ CLOCK_NUDGES = 4
 """Lockstep: extra periods of /clock granted to a node that ticked without the newest state
 (its echo answered an older one) before that state counts as unanswered."""
 MAX_MISSED_IN_ROW = 10
-"""Lockstep: this many unanswered states in a row mean the node is gone; stop instead of stalling."""
+"""Lockstep: this many unanswered states in a row after the watchdog engaged mean the node is gone;
+end the session (``node_lost``) instead of stalling."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,15 @@ class SimSummary:
     rtt_ms: tuple[float, float, float]
     """State publish -> command arrival, p50/p90/p99 (lockstep mode)."""
     wall_s: float
+    watchdog_trips: int = 0
+    """Times the command watchdog engaged (no new command for ``command.watchdog_periods``)."""
+    watchdog_periods: tuple[float, ...] = ()
+    """For each trip, control periods from the last command's arrival to the step that applied
+    the safe command (realtime: on the wall clock; lockstep: unanswered steps)."""
+    safe_at_end: bool = False
+    """The last applied command was the robot's safe command."""
+    node_lost: bool = False
+    """Lockstep ended because states went unanswered long past the watchdog (the node is gone)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +140,8 @@ class SimRobot:
         """Lockstep: simulation time (ns), advanced one control period per step; None in realtime."""
         self._period_ns = round(float(env.dt) * 1e9)
         self._safe = None if robot.safety.safe_command is None else np.asarray(robot.safety.safe_command)
+        self._last_command_s = time.monotonic()
+        """Monotonic arrival time of the newest command (the watchdog's reference)."""
 
     def _on_command(self, message: Any) -> None:
         values = messages.to_vector(messages.get_path(message, self.robot.command.path))
@@ -134,6 +154,7 @@ class SimRobot:
         with self._cond:
             self._command = values
             self._command_count += 1
+            self._last_command_s = time.monotonic()
             self._cond.notify_all()
 
     def _on_answer(self, message: Any) -> None:
@@ -273,6 +294,12 @@ class SimRobot:
         period = float(env.dt)
         next_tick = time.monotonic()
         command: np.ndarray | None = None
+        applied: np.ndarray | None = None
+        silent = 0.0
+        """Control periods since the last new command (realtime: wall clock; lockstep: unanswered steps)."""
+        watchdog_after = self.robot.command.watchdog_periods
+        watchdog_engaged = node_lost = False
+        trips: list[float] = []
         while (episodes is None or done_episodes < episodes) and (seconds is None or time.monotonic() - t0 < seconds):
             if self.stop.is_set():
                 break
@@ -287,10 +314,12 @@ class SimRobot:
                 next_tick += period
                 if self.stop.wait(max(0.0, next_tick - time.monotonic())):
                     break
-                if self._command_count == count:
-                    missed += 1
                 with self._cond:
                     command = self._command
+                    missed += int(self._command_count == count)
+                    # On the wall clock, not in ticks: a loop catching up after a stall runs ticks
+                    # back to back, and those are not periods without a command.
+                    silent = (time.monotonic() - self._last_command_s) / period
             else:
                 answer, nudges = None, 0
                 give_up = time.monotonic() + command_timeout_s
@@ -315,14 +344,34 @@ class SimRobot:
                 else:
                     missed += 1
                     missed_in_row += 1
-                    if missed_in_row >= MAX_MISSED_IN_ROW:
-                        raise EmbodiedError(
-                            f"{missed_in_row} states in a row got no answer on {self.robot.command.stamped_topic} "
-                            f"within {command_timeout_s} s: the node stopped"
+                    if missed_in_row >= math.ceil(watchdog_after) + MAX_MISSED_IN_ROW:
+                        log.error(
+                            "%d states in a row got no answer on %s within %s s: the node stopped",
+                            missed_in_row,
+                            self.robot.command.stamped_topic,
+                            command_timeout_s,
                         )
+                        node_lost = True
+                        break
                     with self._cond:
                         command = self._command if command is None else command
+                silent = float(missed_in_row)
             assert command is not None  # set before wait_until_armed returned
+            already_safe = self._safe is not None and bool(np.allclose(command, self._safe))
+            if silent >= watchdog_after and not already_safe:
+                if not watchdog_engaged:
+                    watchdog_engaged = True
+                    trips.append(silent)
+                    log.warning(
+                        "no new command for %.1f periods (watchdog %g): applying the safe command",
+                        silent,
+                        self.robot.command.watchdog_periods,
+                    )
+                if self._safe is not None:  # a hold robot keeps its last position target (a standstill)
+                    command = self._safe
+            elif silent < watchdog_after:
+                watchdog_engaged = False
+            applied = command
             if self._safe is not None and np.allclose(command, self._safe):
                 safe_count += 1
             normalized = self.actions.to_normalized(command)
@@ -353,4 +402,8 @@ class SimRobot:
             safe_commands=safe_count,
             rtt_ms=(p50, p90, p99),
             wall_s=wall,
+            watchdog_trips=len(trips),
+            watchdog_periods=tuple(trips),
+            safe_at_end=applied is not None and self._safe is not None and bool(np.allclose(applied, self._safe)),
+            node_lost=node_lost,
         )

@@ -33,6 +33,7 @@ bash scripts/typecheck.sh
 bash scripts/check_imports.sh
 .venv/bin/python -m pytest -q -m "not slow" "$@"
 bash scripts/wheel_check.sh
+bash scripts/ros_python_check.sh
 # pytest exits 5 when the selection is empty (no test is marked slow): not a failure here.
 .venv/bin/python -m pytest -q -m slow "$@" || [ $? = 5 ]
 # --- robosuite backend in its own environment (mujoco <= 3.9, numpy 1.26; docs/backends.md) ---

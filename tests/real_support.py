@@ -188,6 +188,16 @@ def joint_state(names: Any, position: Any, velocity: Any, stamp_s: float | None 
     )
 
 
+def wait_until(predicate: Any, timeout_s: float) -> bool:
+    """Poll ``predicate()`` every 10 ms until it is true (``True``) or ``timeout_s`` passed (``False``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def free_domain_id() -> int:
     """A DDS domain unlikely to be used by a concurrent test run on this machine."""
     return random.Random().randrange(100, 230)

@@ -152,6 +152,7 @@ def test_launch_passes_params_json_as_a_string(tmp_path: Path, source: Path) -> 
             "params_json": PARAMS_JSON,
             "namespace": "drone1",
             "odom_topic": "mocap/odom",
+            "autostart": "false",
         },
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -163,6 +164,7 @@ def test_launch_passes_params_json_as_a_string(tmp_path: Path, source: Path) -> 
     assert json.loads(merged["params_json"])["setpoint_w"] == [0.5, 0, 1.2]
     assert merged["export_dir"] == "/abs/run/export" and merged["use_sim_time"] is False
     assert merged["status_period_s"] == 5.0  # from config/policy_node.yaml
+    assert merged["autostart"] is False  # the launch argument overrides the YAML's true
 
 
 def test_unwrapped_params_json_fails_in_launch_ros(tmp_path: Path, source: Path) -> None:

@@ -92,23 +92,32 @@ def test_joint_states_are_reordered_by_name() -> None:
 
 
 @pytest.mark.parametrize(
-    ("message", "match"),
+    ("message", "match", "reason"),
     [
-        (joint_state(ARM_JOINTS[:5], [0.0] * 5, [0.0] * 5), "lacks name"),
-        (joint_state(ARM_JOINTS, [0.0] * 6, [0.0] * 4), "6 names but 4 values"),
-        (joint_state(ARM_JOINTS, [0.0, float("nan"), 0, 0, 0, 0], [0.0] * 6), "joint_pos: non-finite"),
+        (joint_state(ARM_JOINTS[:5], [0.0] * 5, [0.0] * 5), "lacks name", "invalid_observation"),
+        (joint_state(ARM_JOINTS, [0.0] * 6, [0.0] * 4), "6 names but 4 values", "wrong_size"),
+        (
+            joint_state(ARM_JOINTS, [0.0, float("nan"), 0, 0, 0, 0], [0.0] * 6),
+            "joint_pos: non-finite",
+            "invalid_observation",
+        ),
     ],
 )
-def test_bad_joint_states_raise_observation_error(message: object, match: str) -> None:
+def test_bad_joint_states_raise_observation_error(message: object, match: str, reason: str) -> None:
+    """Each kind is counted under its own reason on /diagnostics (``rejected.<reason>``)."""
     builder = ObservationBuilder(load_robot("ros2_control_arm"), arm_io_spec())
-    with pytest.raises(ObservationError, match=match):
+    with pytest.raises(ObservationError, match=match) as info:
         builder.build({"joints": message})
+    assert info.value.reason == reason
 
 
-def test_zero_quaternion_is_an_observation_error() -> None:
+@pytest.mark.parametrize("quat_xyzw", [(0, 0, 0, 0), (0, 0, 0, 10.0), (0, 0, 0, 0.5), (0, 0, float("nan"), 1.0)])
+def test_quaternion_off_unit_norm_is_an_observation_error(quat_xyzw: tuple[float, ...]) -> None:
+    """Rejected like NaN, not normalized and flown: a norm of 10 or 0.5 is corrupt data."""
     builder = ObservationBuilder(load_robot(quad_robot()), quad_spec(history=1))
-    with pytest.raises(ObservationError, match="zero norm"):
-        builder.build({"odom": odometry(quat_xyzw=(0, 0, 0, 0))})
+    with pytest.raises(ObservationError, match=r"unit quaternion|not finite"):
+        builder.build({"odom": odometry(quat_xyzw=quat_xyzw)})
+    builder.build({"odom": odometry(quat_xyzw=(0, 0, 0, 1.004))})  # float32 round-off / filter drift passes
     with pytest.raises(ObservationError, match="no message received yet"):
         builder.build({})
 
@@ -150,7 +159,7 @@ def test_config_errors_name_file_key_and_closest_choice(tmp_path: Path, edit: di
 
 def test_quat_to_rotmat_is_a_rotation() -> None:
     q = np.array([0.3, -0.5, 0.2, 0.7])
-    rot = quat_to_rotmat(q)
+    rot = quat_to_rotmat(q / np.linalg.norm(q))
     np.testing.assert_allclose(rot @ rot.T, np.eye(3), atol=1e-12)
     assert np.linalg.det(rot) == pytest.approx(1.0)
 

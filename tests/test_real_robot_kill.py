@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from real_support import export_policy, free_domain_id, quad_robot, write_robot_variant
+from real_support import export_policy, free_domain_id, quad_robot, wait_until, write_robot_variant
 
 from embodied import registry
 from embodied.real import messages
@@ -36,15 +36,6 @@ from embodied.real.safety import ActionMap
 from embodied.real.transports.dds import DdsTransport
 
 CLI = [sys.executable, "-m", "embodied.cli"]
-
-
-def _wait(predicate: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.mark.slow  # two processes importing torch: 15-60 s on a loaded 2-core machine
@@ -93,15 +84,15 @@ def test_killing_sim_robot_ends_the_wire_with_hold_then_safe_commands(tmp_path: 
             with lock:
                 return sum(not (np.allclose(v, safe) or np.allclose(v, hover)) for _, v in wire)
 
-        assert _wait(lambda: policy_commands() >= 30, 60.0), (sim.poll(), node.status())
+        assert wait_until(lambda: policy_commands() >= 30, 60.0), (sim.poll(), node.status())
         sim.send_signal(sig)
         _out, err = sim.communicate(timeout=30)
         assert sim.returncode == (0 if sig == signal.SIGTERM else -signal.SIGKILL), err
         # Every command now comes from the node's reaction: wait until the stale limit has passed
         # (generous bounds: a loaded machine; the timing is in docs/benchmarks/ros2-dds.md).
-        assert _wait(lambda: node.transitions["armed->stale"] + node.transitions["hold->stale"] >= 1, 30.0)
+        assert wait_until(lambda: node.transitions["armed->stale"] + node.transitions["hold->stale"] >= 1, 30.0)
         n_at_stale = len(wire)
-        assert _wait(lambda: len(wire) >= n_at_stale + 5, 5.0)
+        assert wait_until(lambda: len(wire) >= n_at_stale + 5, 5.0)
     finally:
         if sim.poll() is None:
             sim.kill()

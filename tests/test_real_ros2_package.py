@@ -79,8 +79,15 @@ def test_launch_file_declares_arguments_and_node() -> None:
         for c in calls
         if getattr(c.func, "id", "") == "DeclareLaunchArgument" and c.args and isinstance(c.args[0], ast.Constant)
     }
-    assert {"export_dir", "robot_config", "params_json", "params_file"} <= declared
+    assert {"export_dir", "robot_config", "params_json", "params_file", "autostart"} <= declared
     (node,) = [c for c in calls if getattr(c.func, "id", "") == "Node"]
+    # `autostart:=false` must reach the node as a parameter, not be dropped by launch
+    assert any(
+        isinstance(k, ast.Constant) and k.value == "autostart"
+        for d in ast.walk(node)
+        if isinstance(d, ast.Dict)
+        for k in d.keys
+    )
     kw = {k.arg for k in node.keywords}
     assert {"package", "executable", "parameters", "remappings"} <= kw
 

@@ -169,7 +169,8 @@ def test_glitch_during_rearm_restarts_the_count(quad_export: Path) -> None:
     ("bad", "log_match"),
     [
         ({"pos_w": (float("nan"), 0.0, 0.0)}, f"{quad_field('pos_err_h')}: non-finite"),
-        ({"quat_xyzw": (0.0, 0.0, 0.0, 0.0)}, "zero norm"),
+        ({"quat_xyzw": (0.0, 0.0, 0.0, 0.0)}, "a unit quaternion is expected"),
+        ({"quat_xyzw": (0.0, 0.0, 0.0, 10.0)}, "has norm 10"),
         ({"ang_vel_b": (float("inf"), 0.0, 0.0)}, "ang_vel_b: non-finite"),
     ],
 )

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from real_support import export_policy, quad_robot, write_robot_variant
 
@@ -52,8 +53,8 @@ class ClockOvertakesState(MemoryTransport):
         self.every, self.delay_s, self.after = every, delay_s, after
         self.delayed = 0
 
-    def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
-        publish = super().publisher(topic, type_name, qos)
+    def publisher(self, topic: str, type_name: str, qos: str, deadline_s: float | None = None) -> Publish:
+        publish = super().publisher(topic, type_name, qos, deadline_s)
         if type_name != ODOMETRY:
             return publish
         count = itertools.count(1)
@@ -141,3 +142,58 @@ def test_sim_robot_command_holds_the_robot_configs_setpoint() -> None:
         env.close()
     # A task without those fields is left alone.
     assert held_setpoint(robot.params, object()) == {}
+
+
+class CommandsCut(MemoryTransport):
+    """Drops every command (and its stamped echo) once :attr:`cut` is set: the node goes silent
+    as after a SIGKILL, an OOM kill or a pulled cable, while everything else still flows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut = threading.Event()
+
+    def publisher(self, topic: str, type_name: str, qos: str, deadline_s: float | None = None) -> Publish:
+        publish = super().publisher(topic, type_name, qos, deadline_s)
+        if "motor_thrust" not in topic:
+            return publish
+
+        def maybe(message: Any) -> None:
+            if not self.cut.is_set():
+                publish(message)
+
+        return maybe
+
+
+def test_lockstep_applies_the_safe_command_once_commands_stop(hover_env: object, tmp_path: Path) -> None:
+    env = hover_env
+    export = export_policy(tmp_path / "export", env.io_spec(), seed=4)  # type: ignore[attr-defined]
+    wide = {k: 1e9 for k in ("pos_err_m", "tilt_rad", "ang_vel_rad_s", "lin_vel_m_s")}
+    robot = load_robot(
+        write_robot_variant(tmp_path, quad_robot(), {"safety.envelope_limits": wide, "command.watchdog_periods": 3})
+    )
+    transport = CommandsCut()
+    sim_clock = SimClock()
+    transport.subscribe(SimClock.TOPIC, SimClock.TYPE, "sensor", sim_clock.on_clock)
+    node = PolicyNode(transport, robot, PolicyRunner(export), sim_clock=sim_clock)
+    sim = SimRobot(env, robot, transport)
+    applied: list[Any] = []
+
+    def on_step(_obs: Any, action: Any) -> None:
+        applied.append(action.copy())
+        if len(applied) == 20:
+            transport.cut.set()
+
+    stop = threading.Event()
+    worker = threading.Thread(target=node.run, args=(stop,), daemon=True)
+    worker.start()
+    try:
+        summary = sim.run(seconds=60.0, seed=3, command_timeout_s=0.05, on_step=on_step)
+    finally:
+        stop.set()
+        worker.join(timeout=5.0)
+    assert summary.node_lost and summary.watchdog_trips == 1 and summary.watchdog_periods == (3.0,)
+    assert summary.safe_at_end
+    safe = sim.actions.to_normalized(np.asarray(robot.safety.safe_command))
+    # Steps 21, 22 hold the last command (2 periods without one); from the third on: motors off.
+    assert not any(np.allclose(a, safe) for a in applied[:22])
+    assert all(np.allclose(a, safe) for a in applied[22:]) and len(applied) > 23

@@ -33,8 +33,11 @@ the shipped quad-hover config leaves out.)
 By default (lockstep) simulation time advances one control period per step and is published on
 /clock; the simulator waits for the node's answer to each state it published, matched by the
 state's header stamp, so the node must run on /clock (--use-sim-time). --realtime steps on the
-wall clock and holds the last command, as a vehicle would (deploy without --use-sim-time). Ends with a summary: episodes, success rate, steps, missed commands, safe commands
-applied after arming (spurious motors-off), state->command round trip.
+wall clock and holds the last command, as a vehicle would (deploy without --use-sim-time). In both
+modes, no new command for the robot config's command.watchdog_periods periods (the node killed,
+hung or cut off) applies the robot's safe command, as a driver must. Ends with a summary: episodes,
+success rate, steps, missed commands, safe commands applied after arming (spurious motors-off),
+watchdog trips, state->command round trip; exit code 1 when lockstep lost the node.
 """
 
 
@@ -121,6 +124,15 @@ def register(subparsers: Any) -> None:
     )
     add_middleware_arguments(p)
     p.add_argument("--arm-timeout", type=float, default=30.0, metavar="S", help="wait at most S s for the node")
+    p.add_argument(
+        "--command-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="lockstep: wall time to wait for the answer to each state before the step counts as a period "
+        "without a command (default 2.0); the robot config's command.watchdog_periods such periods in a "
+        "row apply the safe command",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)
 
@@ -179,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             realtime=args.realtime,
             arm_timeout_s=args.arm_timeout,
+            **({} if args.command_timeout is None else {"command_timeout_s": args.command_timeout}),
         )
     finally:
         # The node's safe command follows its input publisher leaving: close before anything else.
@@ -192,6 +205,6 @@ def run(args: argparse.Namespace) -> int:
             f"episodes {summary.episodes} | success {summary.success_rate:.1%} ({summary.successes}) | "
             f"mean length {summary.mean_episode_steps:.1f} steps | steps {summary.steps} | "
             f"missed commands {summary.missed_commands} | safe commands {summary.safe_commands} | state->command ms p50 {p50:.3f} p90 {p90:.3f} "
-            f"p99 {p99:.3f} | {summary.wall_s:.1f} s"
+            f"p99 {p99:.3f} | watchdog trips {summary.watchdog_trips} | {summary.wall_s:.1f} s"
         )
-    return 0
+    return 1 if summary.node_lost else 0

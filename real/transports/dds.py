@@ -102,7 +102,7 @@ def to_idl(message: Any, type_name: str) -> Any:
     return messages.convert(message, type_name, lambda name, values: idl_struct(name)(**values))
 
 
-def _qos(name: str) -> Any:
+def _qos(name: str, deadline_s: float | None = None) -> Any:
     from cyclonedds.core import Policy, Qos
     from cyclonedds.util import duration
 
@@ -113,7 +113,15 @@ def _qos(name: str) -> Any:
         else Policy.Reliability.BestEffort
     )
     durability = Policy.Durability.TransientLocal if profile.transient_local else Policy.Durability.Volatile
-    return Qos(reliability, Policy.History.KeepLast(profile.depth), durability)
+    policies = [reliability, Policy.History.KeepLast(profile.depth), durability]
+    if deadline_s is not None:
+        policies.append(Policy.Deadline(round(deadline_s * 1e9)))
+    return Qos(*policies)
+
+
+CLOSE_ACK_TIMEOUT_S = 0.5
+""":meth:`DdsTransport.close` waits at most this long, over all writers together, for matched
+reliable readers to acknowledge what was written last (the final safe command)."""
 
 
 class DdsTransport:
@@ -160,6 +168,24 @@ class DdsTransport:
         self._lock = threading.Lock()
         self.decode_errors = 0
         """Samples dropped because they could not be deserialized (malformed payloads)."""
+        self._decode_logged: set[str] = set()
+
+    def _count_decode_error(self, topic: str, type_name: str, err: Exception) -> None:
+        """Count a sample Cyclone delivered but Python could not decode (e.g. a string that is not
+        UTF-8); the first per topic is logged. CDR that Cyclone's own validation rejects (truncated,
+        lengths past the end) is dropped below this layer and never reaches a reader."""
+        with self._lock:
+            self.decode_errors += 1
+            first = topic not in self._decode_logged
+            self._decode_logged.add(topic)
+        if first:
+            log.error(
+                "dropped an undecodable sample on %s (%s): %s; further ones are counted on /diagnostics "
+                "as decode_errors",
+                topic,
+                type_name,
+                err,
+            )
 
     def resolve(self, topic: str) -> str:
         """The absolute ROS 2 name of ``topic`` in this transport's namespace."""
@@ -188,17 +214,20 @@ class DdsTransport:
         from cyclonedds.sub import DataReader
 
         def on_data_available(reader: Any) -> None:
-            if self._participant is None:  # closing: the reader is being deleted under us
-                return
-            try:
-                samples = reader.take(N=64)
-            except Exception as err:  # a malformed payload must not kill the listener thread
-                self.decode_errors += 1
-                log.error("dropped undecodable sample(s) on %s (%s): %s", topic, type_name, err)
-                return
-            for sample in samples:
-                if getattr(sample.sample_info, "valid_data", True):
-                    callback(sample)
+            # One sample per take: an undecodable one then costs only itself, and each is counted.
+            for _ in range(64):
+                if self._participant is None:  # closing: the reader is being deleted under us
+                    return
+                try:
+                    samples = reader.take(N=1)
+                except Exception as err:  # a malformed payload must not kill the listener thread
+                    self._count_decode_error(topic, type_name, err)
+                    continue
+                if not samples:
+                    return
+                for sample in samples:
+                    if getattr(sample.sample_info, "valid_data", True):
+                        callback(sample)
 
         def on_subscription_matched(_reader: Any, status: Any) -> None:
             if on_publishers_lost is not None and status.current_count == 0 and status.current_count_change < 0:
@@ -214,10 +243,13 @@ class DdsTransport:
         self._reader_guids.append(reader.guid)
         self._announce()
 
-    def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
+    def publisher(self, topic: str, type_name: str, qos: str, deadline_s: float | None = None) -> Publish:
+        """``deadline_s``: the DEADLINE QoS offered (the longest gap between two samples this
+        writer promises); readers requesting a deadline at least this long match, and are told
+        by their middleware when it passes without a sample."""
         from cyclonedds.pub import DataWriter
 
-        writer = DataWriter(self._participant, self._topic(topic, type_name), qos=_qos(qos))
+        writer = DataWriter(self._participant, self._topic(topic, type_name), qos=_qos(qos, deadline_s))
         self._entities.append(writer)
         self._writer_guids.append(writer.guid)
         self._announce()
@@ -265,6 +297,23 @@ class DdsTransport:
             )
         )
 
+    def flush(self, timeout_s: float = CLOSE_ACK_TIMEOUT_S) -> bool:
+        """Block until every matched reliable reader acknowledged every publisher's samples, or
+        ``timeout_s`` passed (shared by all writers); ``True`` when all were acknowledged."""
+        if self._participant is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        acknowledged = True
+        for writer in list(self._writers.values()):
+            remaining_ns = max(0, round((deadline - time.monotonic()) * 1e9))
+            try:
+                acknowledged = bool(writer.wait_for_acks(remaining_ns)) and acknowledged
+            except Exception as err:  # a writer already deleted by a failing peer: nothing to wait for
+                log.debug("wait_for_acks: %s", err)
+        if not acknowledged:
+            log.warning("closing: not every matched reader acknowledged within %.0f ms", timeout_s * 1e3)
+        return acknowledged
+
     def wait_for_subscribers(self, publish: Publish, count: int = 1, timeout_s: float = 5.0) -> bool:
         """Block until the writer behind ``publish`` has matched ``count`` readers (discovery)."""
         writer = self._writers[id(publish)]
@@ -275,9 +324,12 @@ class DdsTransport:
             time.sleep(0.005)
         return False
 
-    def close(self) -> None:
-        """Delete the participant (and its readers and writers) now, so peers see them leave at
-        once; garbage collection alone would wait for every closure holding a writer."""
+    def close(self, ack_timeout_s: float = CLOSE_ACK_TIMEOUT_S) -> None:
+        """Wait (at most ``ack_timeout_s`` in all) until matched reliable readers acknowledged
+        everything written, so the last command is not lost with the participant; then delete the
+        participant (and its readers and writers) now, so peers see them leave at once: garbage
+        collection alone would wait for every closure holding a writer."""
+        self.flush(ack_timeout_s)
         participant, self._participant = self._participant, None
         self._entities.clear()
         self._writers.clear()

@@ -49,7 +49,8 @@ class MemoryTransport:
         self._check(topic, type_name, qos)
         self._subscribers[topic].append(callback)
 
-    def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
+    def publisher(self, topic: str, type_name: str, qos: str, deadline_s: float | None = None) -> Publish:
+        """``deadline_s`` (a DEADLINE QoS) has no meaning in process: accepted and unused."""
         topic = self.resolve(topic)
         self._check(topic, type_name, qos)
 

@@ -10,6 +10,7 @@ sourced ROS 2 Humble/Jazzy install (``source /opt/ros/<distro>/setup.bash``), no
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,9 @@ INSTALL_HINT = (
     "rclpy is not importable: install ROS 2 Humble or Jazzy (https://docs.ros.org/en/jazzy/Installation.html), "
     "then `source /opt/ros/jazzy/setup.bash` in this shell, or use `--transport dds` (Cyclone DDS from PyPI)"
 )
+
+
+log = logging.getLogger(__name__)
 
 
 def rclpy_available() -> bool:
@@ -49,16 +53,20 @@ def to_rclpy(message: Any, type_name: str) -> Any:
     return messages.convert(message, type_name, build)
 
 
-def _qos(name: str) -> Any:
+def _qos(name: str, deadline_s: float | None = None) -> Any:
+    from rclpy.duration import Duration
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
     profile = qos_profile(name)
-    return QoSProfile(
+    qos = QoSProfile(
         history=HistoryPolicy.KEEP_LAST,
         depth=profile.depth,
         reliability=ReliabilityPolicy.RELIABLE if profile.reliable else ReliabilityPolicy.BEST_EFFORT,
         durability=DurabilityPolicy.TRANSIENT_LOCAL if profile.transient_local else DurabilityPolicy.VOLATILE,
     )
+    if deadline_s is not None:
+        qos.deadline = Duration(nanoseconds=round(deadline_s * 1e9))
+    return qos
 
 
 def liveliness_callbacks(on_publishers_lost: Callable[[], None]) -> Any:
@@ -98,6 +106,7 @@ class RclpyTransport:
                 rclpy.init()
             node = rclpy.create_node(node_name)
         self.node = node
+        self._publishers: list[Any] = []
         self._executor: Any = None
         if spin:
             self._executor = SingleThreadedExecutor()
@@ -113,16 +122,30 @@ class RclpyTransport:
             kwargs["event_callbacks"] = liveliness_callbacks(on_publishers_lost)
         self.node.create_subscription(_message_class(type_name), topic, callback, _qos(qos), **kwargs)
 
-    def publisher(self, topic: str, type_name: str, qos: str) -> Publish:
-        pub = self.node.create_publisher(_message_class(type_name), topic, _qos(qos))
+    def publisher(self, topic: str, type_name: str, qos: str, deadline_s: float | None = None) -> Publish:
+        """``deadline_s``: the DEADLINE QoS offered (see :meth:`DdsTransport.publisher`)."""
+        pub = self.node.create_publisher(_message_class(type_name), topic, _qos(qos, deadline_s))
+        self._publishers.append(pub)
 
         def publish(message: Any) -> None:
             pub.publish(to_rclpy(message, type_name))
 
         return publish
 
-    def close(self) -> None:
+    def close(self, ack_timeout_s: float = 0.5) -> None:
+        """Wait (at most ``ack_timeout_s`` in all) for matched reliable subscriptions to
+        acknowledge what was published last (the final safe command), then shut down."""
+        import time
+
         import rclpy
+        from rclpy.duration import Duration
+
+        deadline = time.monotonic() + ack_timeout_s
+        for pub in self._publishers:
+            try:
+                pub.wait_for_all_acked(Duration(nanoseconds=max(0, round((deadline - time.monotonic()) * 1e9))))
+            except Exception as err:  # best effort publishers, a context already shut down
+                log.debug("wait_for_all_acked: %s", err)
 
         if self._executor is not None:
             self._executor.shutdown()

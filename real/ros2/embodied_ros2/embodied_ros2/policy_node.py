@@ -200,6 +200,8 @@ def main(args: Any = None) -> None:
         pass
     finally:
         node._stop_loop("interrupted")
+        if node._transport is not None:  # the final safe command acknowledged (bounded) before the node goes
+            node._transport.close()
         executor.shutdown()
         node.destroy_node()
         if rclpy.ok():

@@ -34,6 +34,11 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("params_file", default_value=default_params, description="node parameter YAML"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the node and its topics"),
         DeclareLaunchArgument("use_sim_time", default_value="false", description="judge stamps against /clock"),
+        DeclareLaunchArgument(
+            "autostart",
+            default_value="true",
+            description="configure and activate at start; false: wait for a lifecycle manager (ros2 lifecycle set)",
+        ),
     ]
     arguments += [
         DeclareLaunchArgument(arg, default_value=topic, description=f"topic used for {topic}")
@@ -54,6 +59,7 @@ def generate_launch_description() -> LaunchDescription:
                 # parameter cannot hold ("Got <class 'dict'>"): keep it a string.
                 "params_json": ParameterValue(LaunchConfiguration("params_json"), value_type=str),
                 "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
+                "autostart": ParameterValue(LaunchConfiguration("autostart"), value_type=bool),
             },
         ],
         remappings=[(topic, LaunchConfiguration(arg)) for topic, arg in REMAPPABLE_TOPICS],
