@@ -414,3 +414,39 @@ def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) 
 def test_build_host_library_names_the_modelled_releases(tmp_path: Path) -> None:
     with pytest.raises(EmbodiedError, match="202512"):
         fb.build_host_library(tmp_path, tmp_path, firmware=202509)
+
+
+@needs_gcc
+@pytest.mark.parametrize("how", ["disarm", "nan_estimate", "stale_setpoint"])
+def test_hand_back_on_odd_and_even_ticks_sends_only_the_pids_command(app_lib: HostPolicyLib, how: str) -> None:
+    # The stand-in PID writes roll/pitch/yaw on even ticks only, like the stock one, and the
+    # harness keeps the stabilizer's control_t across ticks: a hand-back must still put only the
+    # PID's own numbers in the command (not the policy's normalizedForces read as roll/pitch/yaw).
+    # Hand-backs: the operator disarms, the estimate turns NaN, or setpoints stop for 200 ms.
+    lib = app_lib
+    for hand_back_tick in (300, 301, 302, 303):
+        assert lib.cf_init()
+        lib.cf_param_set("enable", 1)
+        est, gyro = _moved(hand_back_tick)
+        gyro_deg_s = gyro * RAD_TO_DEG
+        first = hand_back_tick - 201 if how == "stale_setpoint" else 200
+        stamp = first
+        for tick in range(first, hand_back_tick + 4):
+            est = est.copy()
+            est[2] += 1e-5  # a live estimator
+            if tick == hand_back_tick and how == "disarm":
+                lib.cf_param_set("enable", 0)
+            sent = est.copy()
+            if tick == hand_back_tick and how == "nan_estimate":
+                sent[2] = np.nan
+            if how != "stale_setpoint" and tick < hand_back_tick:
+                stamp = tick  # a fresh setpoint every tick until the hand-back
+            mode, _, thrust_n = lib.cf_tick(tick, sent, gyro_deg_s, SETPOINT, setpoint_timestamp_ms=stamp)
+            where = f"{how}, hand-back on tick {hand_back_tick}, tick {tick}"
+            assert mode == (FORCE if tick < hand_back_tick else LEGACY), where
+            if tick < hand_back_tick:
+                continue
+            _, rpy, thrust, pid_rpy, pid_thrust = lib.cf_control()
+            np.testing.assert_array_equal(rpy, pid_rpy, err_msg=where)
+            assert thrust == pid_thrust > 0, where
+            assert np.all(thrust_n > 0), (where, thrust_n)
