@@ -59,6 +59,7 @@
 #define DEBUG_MODULE "EMBODIED"
 #include "debug.h"
 
+#include "policy_vehicle.h"
 #include "quad_ctrl.h"
 
 #ifndef CONFIG_ENABLE_THRUST_BAT_COMPENSATED
@@ -73,6 +74,21 @@
 #endif
 
 #define QC_DEG_TO_RAD 0.017453292519943295f
+
+/* The firmware build this policy's vehicle variant needs (policy_vehicle.h, from policy_io.json)
+   against this firmware's own Kconfig (autoconf.h): platform and Crazyflie 2.x propeller setup. */
+#ifndef QC_VARIANT_NAME
+#error "policy_vehicle.h names no vehicle variant; stage the app with embodied (firmware build / flash)"
+#endif
+#if defined(QC_VARIANT_PLATFORM_CF2) != defined(CONFIG_PLATFORM_CF2) || \
+    defined(QC_VARIANT_PLATFORM_CF21BL) != defined(CONFIG_PLATFORM_CF21BL) || \
+    defined(QC_VARIANT_CRAZYFLIE_LEGACY_PROPELLERS) != defined(CONFIG_CRAZYFLIE_LEGACY_PROPELLERS) || \
+    defined(QC_VARIANT_CRAZYFLIE_21_PLUS) != defined(CONFIG_CRAZYFLIE_21_PLUS) || \
+    defined(QC_VARIANT_CRAZYFLIE_THRUST_UPGRADE_KIT) != defined(CONFIG_CRAZYFLIE_THRUST_UPGRADE_KIT)
+#define QC_PLATFORM_MATCHES 0
+#else
+#define QC_PLATFORM_MATCHES 1
+#endif
 
 #ifndef QC_SETPOINT_TIMEOUT_MS
 #define QC_SETPOINT_TIMEOUT_MS 200
@@ -119,6 +135,7 @@ enum {
     QC_FAULT_NON_FINITE = 3,   /* NaN/inf in the estimate, gyro or setpoint */
     QC_FAULT_STALE = 4,        /* the estimate stopped changing */
     QC_FAULT_ENVELOPE = 5,     /* left the flight envelope while flying */
+    QC_FAULT_PLATFORM = 6,     /* policy trained for another Crazyflie variant than this build */
 };
 
 /* All state static: the stabilizer task stack is small (~1.8 kB). */
@@ -184,7 +201,10 @@ void controllerOutOfTreeInit(void)
     qc_last_fresh_tick = 0;
     qc_last_change_tick = 0;
     qc_reset(&qc_ctx, QC_INITIAL_ACTION);
-    if (!qc_selftest_ok) {
+    if (!QC_PLATFORM_MATCHES) {
+        qc_fault = QC_FAULT_PLATFORM;
+        DEBUG_PRINT("policy trained for " QC_VARIANT_NAME ", not this firmware platform: the PID controller flies\n");
+    } else if (!qc_selftest_ok) {
         qc_fault = QC_FAULT_SELFTEST;
         DEBUG_PRINT("policy self-test failed: the PID controller flies\n");
     } else if (!qc_motor_chain_fits()) {
