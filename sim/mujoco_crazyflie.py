@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from embodied.config import ConfigError
-from embodied.sim.vehicle_variants import VARIANTS
 from embodied.sim.mujoco_model import load_mjcf
+from embodied.sim.vehicle_variants import VARIANTS
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,9 @@ class CrazyflieParams:
         name = extra.get("vehicle_variant")
         if name is not None:
             if not isinstance(name, str) or name not in VARIANTS:
-                raise ConfigError(f"policy_io.json extra.vehicle_variant: expected one of {', '.join(VARIANTS)}, got {name!r}")
+                raise ConfigError(
+                    f"policy_io.json extra.vehicle_variant: expected one of {', '.join(VARIANTS)}, got {name!r}"
+                )
             values |= {"mass_kg": VARIANTS[name].mass_kg, "inertia_kgm2": VARIANTS[name].inertia_kgm2}
         names = {f.name for f in fields(cls)} - {"mass_kg", "inertia_kgm2"}
         for name in names:

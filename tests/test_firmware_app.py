@@ -32,7 +32,6 @@ from export_support import (
 
 from embodied.crazyflie import firmware_build as fb
 from embodied.crazyflie.firmware_tree import PUBLISHED_PLATFORMS, FirmwareConfig, PlatformConstants
-from embodied.errors import EmbodiedError
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.policy_io import read_policy_io
@@ -448,7 +447,9 @@ def test_app_refuses_a_policy_for_another_variant_at_start_up(
     lib = build_app_lib(tmp_path, module, spec, platform=PUBLISHED_PLATFORMS[build], config=build)
     assert lib.cf_init()  # the system test passes: the PID flies
     assert lib.cf_log("fault") == 6
-    assert lib.console().splitlines() == [f"EMBODIED: policy trained for {variant}, not this firmware platform: the PID controller flies"]
+    assert lib.console().splitlines() == [
+        f"EMBODIED: policy trained for {variant}, not this firmware platform: the PID controller flies"
+    ]
     lib.cf_param_set("enable", 1)
     est, gyro = _moved(12)
     for tick in range(3):

@@ -29,7 +29,6 @@ from embodied.crazyflie.vehicle import (
     vehicle_header,
     vehicle_variant,
 )
-from embodied.policy_io import PolicyIO
 from embodied.errors import EmbodiedError
 from embodied.export.c_build import (
     ARM_CFLAGS,
@@ -42,6 +41,7 @@ from embodied.export.c_build import (
     require_tool,
     run_checked,
 )
+from embodied.policy_io import PolicyIO
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,10 @@ def stage_crazyflie_app(c_dir: Path, dest: Path) -> Path:
     write_vehicle_header(policy_io, dest / "src")
     # The firmware build the policy's variant flies: oot.mk merges app-config into .config.
     variant = vehicle_variant(policy_io)
-    lines = [f"# {variant.title}: the build policy_io.json's vehicle_variant needs", *firmware_config(variant).config_lines()]
+    lines = [
+        f"# {variant.title}: the build policy_io.json's vehicle_variant needs",
+        *firmware_config(variant).config_lines(),
+    ]
     with (dest / "app-config").open("a") as config:
         config.write("\n".join(lines) + "\n")
     return dest

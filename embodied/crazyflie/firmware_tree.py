@@ -177,7 +177,10 @@ def platform_constants(base: Path, config: FirmwareConfig | None = None, cc: str
 
 
 def _published(
-    config: FirmwareConfig, fit: tuple[float, float, float, float], thrust: tuple[float, float], mass_arm: tuple[float, float]
+    config: FirmwareConfig,
+    fit: tuple[float, float, float, float],
+    thrust: tuple[float, float],
+    mass_arm: tuple[float, float],
 ) -> tuple[FirmwareConfig, PlatformConstants]:
     lines = [f"#define {line.removesuffix('=y')} 1" for line in config.config_lines()]
     autoconf = "\n".join([*lines, "#define CONFIG_ENABLE_THRUST_BAT_COMPENSATED 1"]) + "\n"
