@@ -266,7 +266,7 @@ def build_crazyflie_shim(staged_app: Path, out_dir: Path) -> tuple[Path, Footpri
 
 
 ACCEPTED_FIRMWARE = "2025.12 or newer"
-CHECKED_FIRMWARE: tuple[str, ...] = ("2025.12", "2026.04", "2026.08")
+CHECKED_FIRMWARE: tuple[str, ...] = ("2025.12", "2025.12.1", "2026.04", "2026.08")
 """Releases whose motor path (controlModeForce -> battery compensation -> PWM) was built and checked."""
 _MIN_FIRMWARE = (2025, 12)
 _FORCE_MODE_FILE = Path("src/modules/src/power_distribution_quadrotor.c")
