@@ -9,7 +9,7 @@ hold the same parameters as training overrides (``embodied train quad-hover --co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -52,44 +52,35 @@ class VehicleVariant:
         }
 
 
-_CF2_INERTIA = (1.66e-5, 1.66e-5, 2.93e-5)
+_CF21 = VehicleVariant(
+    name="crazyflie-2.1",
+    title="Crazyflie 2.1 (brushed 7x16 mm motors, legacy 45 mm propellers)",
+    mass_kg=0.027,
+    inertia_kgm2=(1.66e-5, 1.66e-5, 2.93e-5),
+    arm_length_m=0.046,
+    thrust_coef_n_per_rpm2=3.16e-10,
+    torque_to_thrust_m=0.005964,
+    max_rpm=21702.0,
+    motor_tau_s=0.05,
+    max_thrust_per_motor_n=0.1125,
+    min_thrust_per_motor_n=0.02,
+    firmware_platform="CF2",
+    firmware_setup="CRAZYFLIE_LEGACY_PROPELLERS",
+    firmware_thrust_max_n=0.1125,
+    firmware_thrust_min_n=0.02,
+)
 
 VARIANTS: dict[str, VehicleVariant] = {
     v.name: v
     for v in (
-        VehicleVariant(
-            name="crazyflie-2.1",
-            title="Crazyflie 2.1 (brushed 7x16 mm motors, legacy 45 mm propellers)",
-            mass_kg=0.027,
-            inertia_kgm2=_CF2_INERTIA,
-            arm_length_m=0.046,
-            thrust_coef_n_per_rpm2=3.16e-10,
-            torque_to_thrust_m=0.005964,
-            max_rpm=21702.0,
-            motor_tau_s=0.05,
-            max_thrust_per_motor_n=0.1125,
-            min_thrust_per_motor_n=0.02,
-            firmware_platform="CF2",
-            firmware_setup="CRAZYFLIE_LEGACY_PROPELLERS",
-            firmware_thrust_max_n=0.1125,
-            firmware_thrust_min_n=0.02,
-        ),
-        VehicleVariant(
+        _CF21,
+        # The 2.1's dynamics (no other published k_f or inertia) at the 2.1+ build's 29 g.
+        replace(
+            _CF21,
             name="crazyflie-2.1-plus",
             title="Crazyflie 2.1+ (brushed motors, 2.1+ propellers; the firmware's default cf2 build)",
             mass_kg=0.029,
-            inertia_kgm2=_CF2_INERTIA,
-            arm_length_m=0.046,
-            thrust_coef_n_per_rpm2=3.16e-10,
-            torque_to_thrust_m=0.005964,
-            max_rpm=21702.0,
-            motor_tau_s=0.05,
-            max_thrust_per_motor_n=0.1125,
-            min_thrust_per_motor_n=0.02,
-            firmware_platform="CF2",
             firmware_setup="CRAZYFLIE_21_PLUS",
-            firmware_thrust_max_n=0.1125,
-            firmware_thrust_min_n=0.02,
         ),
         VehicleVariant(
             name="crazyflie-2.1-brushless",
