@@ -30,6 +30,7 @@ import numpy as np
 
 from embodied.config import ConfigError
 from embodied.sim.mujoco_model import load_mjcf
+from embodied.sim.vehicle_variants import VARIANTS
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,18 @@ class CrazyflieParams:
 
         Read when present: ``thrust_coef_n_per_rpm2``, ``torque_to_thrust_m``, ``motor_tau_s``,
         ``max_rpm``, ``max_thrust_per_motor_n``, ``min_thrust_per_motor_n``, ``rotor_spin``,
-        ``gravity_mps2``. Mass and inertia stay the model file's own (published) values.
+        ``gravity_mps2``. Mass and inertia are the published values of the policy's
+        ``vehicle_variant`` (:mod:`embodied.sim.vehicle_variants`), not the ones it was trained
+        with; without a variant (older exports) the model file's own.
         """
         values: dict[str, Any] = {}
+        name = extra.get("vehicle_variant")
+        if name is not None:
+            if not isinstance(name, str) or name not in VARIANTS:
+                raise ConfigError(
+                    f"policy_io.json extra.vehicle_variant: expected one of {', '.join(VARIANTS)}, got {name!r}"
+                )
+            values |= {"mass_kg": VARIANTS[name].mass_kg, "inertia_kgm2": VARIANTS[name].inertia_kgm2}
         names = {f.name for f in fields(cls)} - {"mass_kg", "inertia_kgm2"}
         for name in names:
             if name not in extra:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import torch
 
 from embodied.config import ConfigError
+from embodied.sim.vehicle_variants import DEFAULT_VARIANT, VARIANTS
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,15 @@ def require_finite(where: str, values: dict[str, Any], *, positive: bool = False
 
 @dataclass(frozen=True)
 class QuadrotorParams:
-    """Nominal physical parameters (Crazyflie 2.x, published system-identification data)."""
+    """Nominal physical parameters (Crazyflie 2.x, published system-identification data).
 
+    The defaults are the Crazyflie 2.1 (``variant``); ``configs/vehicles/<variant>.yaml`` holds
+    every variant's published values (``embodied.sim.vehicle_variants``)."""
+
+    variant: str = DEFAULT_VARIANT
+    """The Crazyflie this trains (crazyflie-2.1, crazyflie-2.1-plus, crazyflie-2.1-brushless):
+    written into policy_io.json, it picks the firmware platform `flash` builds and the vehicle
+    `verify` flies. The values below must fit that variant's firmware thrust limits."""
     mass_kg: float = 0.027
     """Take-off mass including battery."""
     inertia_kgm2: tuple[float, float, float] = (1.66e-5, 1.66e-5, 2.93e-5)
@@ -112,6 +120,20 @@ class QuadrotorParams:
         )
         if len(self.inertia_kgm2) != 3:
             raise ConfigError(f"{where}: inertia_kgm2 needs 3 positive values, got {self.inertia_kgm2}")
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"{where}: variant {self.variant!r} is not one of {', '.join(VARIANTS)}")
+        v = VARIANTS[self.variant]
+        how = f"(train it with --config configs/vehicles/{v.name}.yaml)"
+        if self.max_thrust_per_motor_n > v.firmware_thrust_max_n * (1 + 1e-6):
+            raise ConfigError(
+                f"{where}: max_thrust_per_motor_n = {self.max_thrust_per_motor_n} N is above the {v.name} "
+                f"firmware's THRUST_MAX {v.firmware_thrust_max_n} N, which the motors would never get {how}"
+            )
+        if self.min_thrust_per_motor_n < v.firmware_thrust_min_n * (1 - 1e-6):
+            raise ConfigError(
+                f"{where}: min_thrust_per_motor_n = {self.min_thrust_per_motor_n} N is below the {v.name} "
+                f"firmware's THRUST_MIN {v.firmware_thrust_min_n} N, under which its motors stop {how}"
+            )
         if not self.min_thrust_per_motor_n < self.max_thrust_per_motor_n:
             raise ConfigError(
                 f"{where}: min_thrust_per_motor_n ({self.min_thrust_per_motor_n}) must be below "

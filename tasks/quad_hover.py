@@ -673,6 +673,8 @@ class QuadHover:
         extra: dict[str, Any] = {
             # Selects the Crazyflie tooling (firmware build, software-in-the-loop, flash): embodied.crazyflie.
             "vehicle": "crazyflie",
+            # Which Crazyflie (embodied.sim.vehicle_variants): the firmware platform and the verified vehicle.
+            "vehicle_variant": p.variant,
             "action_history": cfg.action_history,
             "prev_actions_at_reset": p.hover_action,
             "max_rpm": p.max_rpm,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -344,8 +342,6 @@ def test_run_export_and_software_in_the_loop_matches_torch(tiny_run: Path) -> No
 
 @needs_qemu
 def test_firmware_commands_on_a_run(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import argparse
-    import json
 
     from embodied.commands import firmware
     from embodied.crazyflie.vehicle import flies_thrust
@@ -363,80 +359,3 @@ def test_firmware_commands_on_a_run(tiny_run: Path, capsys: pytest.CaptureFixtur
         return
     assert firmware.run_build(build) == 0
     assert "app footprint: flash" in capsys.readouterr().out
-
-
-def _flash_args(run_dir: Path, **kw: object) -> argparse.Namespace:
-    base = dict(
-        run_dir=run_dir, uri="radio://0/80/2M", crazyflie_base=None, python="python3", enable=False, force=False
-    )
-    return argparse.Namespace(**(base | kw))
-
-
-def test_flash_refuses_an_unverified_or_failed_run(tmp_path: Path) -> None:
-    from embodied.commands import flash
-
-    with pytest.raises(EmbodiedError, match=r"verify\.json not found.*embodied verify"):
-        flash.run(_flash_args(tmp_path))
-    (tmp_path / "verify.json").write_text(json.dumps({"gates_passed": False, "success_rate": {"mujoco": 0.4}}))
-    with pytest.raises(EmbodiedError, match=r"gates failed \(success: mujoco 40%\).*--force"):
-        flash.run(_flash_args(tmp_path))
-    (tmp_path / "verify.json").write_text("{not json")
-    with pytest.raises(EmbodiedError, match="not readable JSON"):
-        flash.run(_flash_args(tmp_path))
-    # --force skips the gate: the next thing missing is the firmware tree.
-    with pytest.raises(EmbodiedError, match="no crazyflie-firmware tree"):
-        flash.run(_flash_args(tmp_path, force=True))
-
-
-def test_flash_explains_what_is_missing(tmp_path: Path) -> None:
-    from embodied.commands import flash
-
-    (tmp_path / "verify.json").write_text(json.dumps({"gates_passed": True, "success_rate": {}}))
-    args = _flash_args(tmp_path)
-    with pytest.raises(EmbodiedError, match="no crazyflie-firmware tree"):
-        flash.run(args)
-    args.crazyflie_base = tmp_path
-    args.python = "no-such-python-here"
-    with pytest.raises(EmbodiedError, match="not found on PATH"):
-        flash.run(args)
-    if importlib.util.find_spec("cfloader") is None:
-        args.python = sys.executable
-        with pytest.raises(EmbodiedError, match="cfloader not importable"):
-            flash.run(args)
-
-
-def test_flash_enable_wiring(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``--enable`` flashes, then sets embodied.enable over the radio with cflib.
-
-    Stand-ins, because no Crazyradio or firmware build is reachable here: ``--python`` is a
-    script that records its arguments instead of running cfloader/cflib, and the tree check,
-    export and build return fixed paths. The real path (cfloader flash, then cflib's
-    param.set_value through SyncCrazyflie) is what ``embodied flash`` runs otherwise.
-    """
-    from embodied.commands import firmware, flash
-
-    calls = tmp_path / "calls.txt"
-    fake = tmp_path / "fakepython"
-    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {calls}\nexit 0\n')
-    fake.chmod(0o755)
-    binary = tmp_path / "cf2.bin"
-    monkeypatch.setattr(fb, "check_crazyflie_tree", lambda base: "2026.08")
-    monkeypatch.setattr(firmware, "ensure_c_export", lambda run_dir: tmp_path)
-    monkeypatch.setattr(fb, "stage_crazyflie_app", lambda c_dir, dest: tmp_path)
-    monkeypatch.setattr(fb, "build_crazyflie_real", lambda staged, base: binary)
-    (tmp_path / "verify.json").write_text(json.dumps({"gates_passed": True, "success_rate": {"torch": 1.0}}))
-    args = _flash_args(tmp_path, crazyflie_base=tmp_path, python=str(fake), enable=True, uri="radio://0/60/2M/E7")
-    assert flash.run(args) == 0
-    lines = calls.read_text().splitlines()
-    assert lines[0] == "-c import cfloader, cflib"
-    assert lines[1] == f"-m cfloader flash {binary} stm32-fw -w radio://0/60/2M/E7"
-    assert lines[2] == "-c " and "param.set_value" in calls.read_text()  # the cflib script (multi-line)
-    assert lines[-1].endswith("radio://0/60/2M/E7 embodied.enable")
-    assert "armed" in capsys.readouterr().out
-    # Without --enable nothing is armed, and the output says how to arm.
-    calls.unlink()
-    assert flash.run(_flash_args(tmp_path, crazyflie_base=tmp_path, python=str(fake))) == 0
-    assert len(calls.read_text().splitlines()) == 2
-    assert "cfclient" in capsys.readouterr().out

@@ -8,6 +8,7 @@ tests/test_firmware_real.py checks that model against the real firmware source.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -30,29 +31,42 @@ from export_support import (
 )
 
 from embodied.crazyflie import firmware_build as fb
-from embodied.errors import EmbodiedError
+from embodied.crazyflie.firmware_tree import PUBLISHED_PLATFORMS, FirmwareConfig, PlatformConstants
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.policy_io import read_policy_io
 from embodied.io_spec import IOSpec
 from embodied.policies.mlp import ExportedPolicy
+from embodied.sim.vehicle_variants import VARIANTS
 
 RAD_TO_DEG = np.float32(180.0 / math.pi)
 FORCE, LEGACY = 2, 0  # control modes: the policy flies / the PID flies
-THRUST_MAX_N = {202512: 0.1125, 202604: 0.12, 202608: 0.12}  # each release's platform_defaults_cf2.h
+# The shim's default build for a crazyflie-2.1 policy: crazyflie-firmware 2025.12's cf2 platform
+# with legacy propellers (THRUST_MAX 0.1125 N, THRUST_MIN 0.02 N); 2025.12.1 and newer define
+# THRUST_MAX 0.12 N and THRUST_MIN 0.0128 N (platform_defaults_cf2.h).
+CF2_2025_12 = PUBLISHED_PLATFORMS[FirmwareConfig("CF2", "CRAZYFLIE_LEGACY_PROPELLERS")]
+CF2_2025_12_1 = dataclasses.replace(CF2_2025_12, thrust_max_n=0.12, thrust_min_n=0.012817578393224994)
 SETPOINT = np.array([0.1, -0.2, 1.0], dtype=np.float32)
 LEVEL = np.array([0.1, -0.2, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=np.float32)
 
 
-def build_app_lib(out: Path, module: ExportedPolicy, spec: IOSpec, firmware: int = 202512) -> HostPolicyLib:
+def build_app_lib(
+    out: Path,
+    module: ExportedPolicy,
+    spec: IOSpec,
+    platform: PlatformConstants | None = None,
+    config: FirmwareConfig | None = None,
+) -> HostPolicyLib:
+    """The app on the shim, which models ``config`` (default: the build the policy's variant needs)
+    with ``platform``'s motor constants (default: that build's in crazyflie-firmware 2025.12)."""
     io_path = write_io(module, spec, out)
     generate_c(module, io_path, out / "c")
-    return HostPolicyLib(fb.build_host_library(out / "c", out / f"build{firmware}", firmware=firmware))
+    return HostPolicyLib(fb.build_host_library(out / "c", out / "build", platform=platform, config=config))
 
 
-def thrust_of_forces(forces: np.ndarray, firmware: int = 202512) -> np.ndarray:
+def thrust_of_forces(forces: np.ndarray, platform: PlatformConstants = CF2_2025_12) -> np.ndarray:
     """What normalizedForces ask the firmware for, in N per motor (f * THRUST_MAX)."""
-    return forces.astype(np.float64) * THRUST_MAX_N[firmware]
+    return forces.astype(np.float64) * platform.thrust_max_n
 
 
 def action_of_thrust(thrust_n: np.ndarray) -> np.ndarray:
@@ -67,7 +81,7 @@ def reference_forces(lib: HostPolicyLib, estimate10: np.ndarray, gyro_rad_s: np.
     setpoint_with_yaw = np.append(SETPOINT, 0.0).astype(np.float32)
     action = lib.step(ctx, state13[None], setpoint_with_yaw[None])[0].astype(np.float64)
     thrust = (action + 1.0) / 2.0 * MAX_THRUST_N
-    return np.where(thrust >= MIN_THRUST_N, thrust / THRUST_MAX_N[202512], 0.0)
+    return np.where(thrust >= MIN_THRUST_N, thrust / CF2_2025_12.thrust_max_n, 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -300,11 +314,11 @@ def test_shim_console_aborts_on_a_format_eprintf_hangs_on(app_lib: HostPolicyLib
 
 
 @needs_gcc
-@pytest.mark.parametrize("firmware", [202512, 202604])
-def test_motor_chain_gives_the_commanded_thrust_on_each_release(tmp_path: Path, firmware: int) -> None:
+@pytest.mark.parametrize("platform", [CF2_2025_12, CF2_2025_12_1], ids=["2025.12", "2025.12.1"])
+def test_motor_chain_gives_the_commanded_thrust_on_each_release(tmp_path: Path, platform: PlatformConstants) -> None:
     """Same policy, two releases with different THRUST_MAX / THRUST_MIN: the same thrust comes out."""
     module = near_hover_policy(146, HOVER_ACTION, seed=9)
-    lib = build_app_lib(tmp_path, module, quad_io_spec(history=32), firmware=firmware)
+    lib = build_app_lib(tmp_path, module, quad_io_spec(history=32), platform=platform)
     assert lib.cf_init()
     lib.cf_param_set("enable", 1)
     est, gyro = _moved(9)
@@ -313,8 +327,8 @@ def test_motor_chain_gives_the_commanded_thrust_on_each_release(tmp_path: Path, 
             0, est, gyro * RAD_TO_DEG, SETPOINT, setpoint_timestamp_ms=0, supply_voltage_v=volts
         )
         assert mode == FORCE
-        commanded = (reference_forces(lib, est, gyro) * THRUST_MAX_N[202512]).astype(np.float64)
-        np.testing.assert_allclose(thrust_of_forces(forces, firmware), commanded, rtol=1e-6)
+        commanded = (reference_forces(lib, est, gyro) * CF2_2025_12.thrust_max_n).astype(np.float64)
+        np.testing.assert_allclose(thrust_of_forces(forces, platform), commanded, rtol=1e-6)
         np.testing.assert_allclose(thrust, commanded, rtol=2e-3)  # PWM is 16-bit
         lib.cf_param_set("enable", 0)
         lib.cf_tick(1, est, gyro, SETPOINT, setpoint_timestamp_ms=1)
@@ -324,13 +338,13 @@ def test_motor_chain_gives_the_commanded_thrust_on_each_release(tmp_path: Path, 
 @needs_gcc
 def test_thrust_below_the_cut_is_zero_like_the_simulator(tmp_path: Path) -> None:
     """A policy asking for 0.015 N per motor: the simulator gives 0; so must every release
-    (2026.04 would fly 0.015 N since its THRUST_MIN is 0.0128 N, unless the app cuts it)."""
+    (2025.12.1 and newer would fly 0.015 N since their THRUST_MIN is 0.0128 N, unless the app cuts it)."""
     module = near_hover_policy(146, HOVER_ACTION)
     with torch.no_grad():
         [m for m in module.modules() if isinstance(m, torch.nn.Linear)][-1].weight.zero_()
         [m for m in module.modules() if isinstance(m, torch.nn.Linear)][-1].bias.fill_(2 * 0.015 / MAX_THRUST_N - 1)
-    for firmware in (202512, 202604):
-        lib = build_app_lib(tmp_path / str(firmware), module, quad_io_spec(history=32), firmware=firmware)
+    for name, platform in (("2025.12", CF2_2025_12), ("2025.12.1", CF2_2025_12_1)):
+        lib = build_app_lib(tmp_path / name, module, quad_io_spec(history=32), platform=platform)
         assert lib.cf_init()
         lib.cf_param_set("enable", 1)
         mode, forces, thrust = lib.cf_tick(0, LEVEL, np.zeros(3), SETPOINT, setpoint_timestamp_ms=0)
@@ -411,6 +425,73 @@ def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) 
     assert lib.cf_log("engaged") == engagements and lib.cf_log("fault") == 0
 
 
-def test_build_host_library_names_the_modelled_releases(tmp_path: Path) -> None:
-    with pytest.raises(EmbodiedError, match="202512"):
-        fb.build_host_library(tmp_path, tmp_path, firmware=202509)
+@needs_gcc
+@pytest.mark.parametrize(
+    ("variant", "build"),
+    [
+        ("crazyflie-2.1", FirmwareConfig("CF2", "CRAZYFLIE_21_PLUS")),
+        ("crazyflie-2.1-plus", FirmwareConfig("CF2", "CRAZYFLIE_LEGACY_PROPELLERS")),
+        ("crazyflie-2.1-plus", FirmwareConfig("CF21BL")),
+        ("crazyflie-2.1-brushless", FirmwareConfig("CF2", "CRAZYFLIE_21_PLUS")),
+    ],
+)
+def test_app_refuses_a_policy_for_another_variant_at_start_up(
+    tmp_path: Path, variant: str, build: FirmwareConfig
+) -> None:
+    spec = quad_io_spec(history=32)
+    extra = {**spec.extra, "vehicle_variant": variant}
+    if variant == "crazyflie-2.1-brushless":  # its firmware cuts below 0.0214 N (THRUST_MIN)
+        extra["min_thrust_per_motor_n"] = VARIANTS[variant].min_thrust_per_motor_n
+    spec = dataclasses.replace(spec, extra=extra)
+    module = near_hover_policy(146, HOVER_ACTION, seed=12)
+    lib = build_app_lib(tmp_path, module, spec, platform=PUBLISHED_PLATFORMS[build], config=build)
+    assert lib.cf_init()  # the system test passes: the PID flies
+    assert lib.cf_log("fault") == 6
+    assert lib.console().splitlines() == [
+        f"EMBODIED: policy trained for {variant}, not this firmware platform: the PID controller flies"
+    ]
+    lib.cf_param_set("enable", 1)
+    est, gyro = _moved(12)
+    for tick in range(3):
+        assert lib.cf_tick(tick, est, gyro * RAD_TO_DEG, SETPOINT, setpoint_timestamp_ms=tick)[0] == LEGACY
+    # The build that variant needs (the default host build) lets it fly.
+    lib = build_app_lib(tmp_path / "matching", module, spec)
+    assert lib.cf_init() and lib.cf_log("fault") == 0
+    lib.cf_param_set("enable", 1)
+    assert lib.cf_tick(0, est, gyro * RAD_TO_DEG, SETPOINT, setpoint_timestamp_ms=0)[0] == FORCE
+
+
+@needs_gcc
+@pytest.mark.parametrize("how", ["disarm", "nan_estimate", "stale_setpoint"])
+def test_hand_back_on_odd_and_even_ticks_sends_only_the_pids_command(app_lib: HostPolicyLib, how: str) -> None:
+    # The stand-in PID writes roll/pitch/yaw on even ticks only, like the stock one, and the
+    # harness keeps the stabilizer's control_t across ticks: a hand-back must still put only the
+    # PID's own numbers in the command (not the policy's normalizedForces read as roll/pitch/yaw).
+    # Hand-backs: the operator disarms, the estimate turns NaN, or setpoints stop for 200 ms.
+    lib = app_lib
+    for hand_back_tick in (300, 301, 302, 303):
+        assert lib.cf_init()
+        lib.cf_param_set("enable", 1)
+        est, gyro = _moved(hand_back_tick)
+        gyro_deg_s = gyro * RAD_TO_DEG
+        first = hand_back_tick - 201 if how == "stale_setpoint" else 200
+        stamp = first
+        for tick in range(first, hand_back_tick + 4):
+            est = est.copy()
+            est[2] += 1e-5  # a live estimator
+            if tick == hand_back_tick and how == "disarm":
+                lib.cf_param_set("enable", 0)
+            sent = est.copy()
+            if tick == hand_back_tick and how == "nan_estimate":
+                sent[2] = np.nan
+            if how != "stale_setpoint" and tick < hand_back_tick:
+                stamp = tick  # a fresh setpoint every tick until the hand-back
+            mode, _, thrust_n = lib.cf_tick(tick, sent, gyro_deg_s, SETPOINT, setpoint_timestamp_ms=stamp)
+            where = f"{how}, hand-back on tick {hand_back_tick}, tick {tick}"
+            assert mode == (FORCE if tick < hand_back_tick else LEGACY), where
+            if tick < hand_back_tick:
+                continue
+            _, rpy, thrust, pid_rpy, pid_thrust = lib.cf_control()
+            np.testing.assert_array_equal(rpy, pid_rpy, err_msg=where)
+            assert thrust == pid_thrust > 0, where
+            assert np.all(thrust_n > 0), (where, thrust_n)

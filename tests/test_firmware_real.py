@@ -39,6 +39,8 @@ from export_support import (
 )
 
 from embodied.crazyflie import firmware_build as fb
+from embodied.crazyflie import firmware_tree as ft
+from embodied.crazyflie.vehicle import c_policy_io, firmware_config, vehicle_variant
 from embodied.errors import EmbodiedError
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
@@ -83,6 +85,11 @@ def test_version_check_accepts_new_trees_and_names_why_old_ones_are_refused(tree
     if release is not None and release >= 202512:
         assert fb.check_crazyflie_tree(tree) == fb.firmware_version(tree)
         return
+    if release is None:  # no git version: judged by what the app relies on alone
+        force = fb.c_function_body((tree / fb._FORCE_MODE_FILE).read_text(), "powerDistributionForce") or ""
+        if "normalizedForces" in force:
+            assert fb.check_crazyflie_tree(tree) == "unknown version"
+            return
     with pytest.raises(EmbodiedError) as err:
         fb.check_crazyflie_tree(tree)
     text = str(err.value)
@@ -256,15 +263,15 @@ int main(void) {
 }
 """
 
-AUTOCONF = """/* The firmware's Kconfig defaults for a Crazyflie 2.x. */
-#define CONFIG_PLATFORM_CF2 1
-#define CONFIG_ENABLE_THRUST_BAT_COMPENSATED 1
-#define CONFIG_CRAZYFLIE_21_PLUS 1
-"""
+
+def _policy_build(c_out: Path) -> ft.FirmwareConfig:
+    """The firmware build the test policy's vehicle variant needs (staged into app-config)."""
+    return firmware_config(vehicle_variant(c_policy_io(c_out)))
 
 
-def _real_chain(tree: Path, work: Path) -> Path:
-    """A host executable of the tree's force-mode power distribution and battery compensation."""
+def _real_chain(tree: Path, work: Path, config: ft.FirmwareConfig) -> Path:
+    """A host executable of the tree's force-mode power distribution and battery compensation,
+    with the tree's Kconfig defaults for ``config`` as its ``autoconf.h``."""
     power = (tree / "src" / "modules" / "src" / "power_distribution_quadrotor.c").read_text()
     motors = (tree / "src" / "drivers" / "src" / "motors.c").read_text()
     functions = [
@@ -274,7 +281,7 @@ def _real_chain(tree: Path, work: Path) -> Path:
     assert all(functions), "could not find powerDistributionForce / motorsCompensateBatteryVoltage in the tree"
     inc = work / "inc"
     inc.mkdir()
-    (inc / "autoconf.h").write_text(AUTOCONF)
+    (inc / "autoconf.h").write_text(ft.autoconf_for(tree, config))
     (work / "chain.c").write_text(CHAIN_HARNESS.replace("@FUNCTIONS@", "\n".join(f or "" for f in functions)))
     exe = work / "chain"
     cmd = ["gcc", "-std=gnu11", "-O1", "-w", f"-I{inc}", f"-I{tree / 'src' / 'platform' / 'interface'}"]
@@ -295,14 +302,19 @@ def _run_chain(exe: Path, forces: np.ndarray, volts: np.ndarray) -> tuple[np.nda
 @pytest.mark.parametrize("tree", TREES, ids=_tree_id)
 def test_motor_command_for_known_observations_equals_the_simulators_thrust(tree: Path, tmp_path: Path) -> None:
     _require_accepted_tree(tree)
-    release = _release(tree) or max(fb.SHIM_FIRMWARES)
     c_out = _policy(tmp_path)
+    config = _policy_build(c_out)
     module = near_hover_policy(146, HOVER_ACTION, seed=21)
     # The app compiled against this tree's own platform_defaults.h (its THRUST_MAX/THRUST_MIN).
     lib = HostPolicyLib(
-        fb.build_host_library(c_out, tmp_path / "host", platform_dir=tree / "src" / "platform" / "interface")
+        fb.build_host_library(
+            c_out,
+            tmp_path / "host",
+            platform=ft.platform_constants(tree, config),
+            platform_dir=tree / "src" / "platform" / "interface",
+        )
     )
-    chain = _real_chain(tree, tmp_path)
+    chain = _real_chain(tree, tmp_path, config)
     rng = np.random.default_rng(0)
     setpoint = np.array([0.0, 0.0, 1.0], dtype=np.float32)
     forces_all, volts, expected_thrust = [], [], []
@@ -335,15 +347,116 @@ def test_motor_command_for_known_observations_equals_the_simulators_thrust(tree:
     # Equal to the PWM's 16-bit resolution (one step is ~5e-5 of full voltage).
     np.testing.assert_allclose(thrust_real, expected, rtol=2e-3, atol=1e-5)
     assert np.all(pwm > 0) and np.all(pwm < 65535)
-    # The shim's model of this release gives the real chain's PWM.
-    if release in fb.SHIM_FIRMWARES:
-        shim = HostPolicyLib(fb.build_host_library(c_out, tmp_path / "shim", firmware=release))
-        assert shim.cf_init()
-        shim.cf_param_set("enable", 1)
-        f = np.linspace(0.0, 1.0, 41, dtype=np.float32)
-        sweep = np.stack([f, f[::-1], np.full_like(f, 0.15), np.full_like(f, 0.9)], axis=1)
-        sweep_v = np.linspace(2.5, 4.3, len(f))
-        pwm_real, thrust_sweep = _run_chain(chain, sweep, sweep_v)
-        pwm_shim, thrust_shim = shim.motor_chain(sweep, sweep_v)
-        np.testing.assert_allclose(pwm_shim, pwm_real, atol=1)  # rounding of the last PWM step
-        np.testing.assert_allclose(thrust_shim, thrust_sweep, rtol=1e-3, atol=1e-6)
+    # The shim, given this tree's constants (read from its headers, not from a version table),
+    # gives the real chain's PWM.
+    shim = HostPolicyLib(fb.build_host_library(c_out, tmp_path / "shim", platform=ft.platform_constants(tree, config)))
+    assert shim.cf_init()
+    shim.cf_param_set("enable", 1)
+    f = np.linspace(0.0, 1.0, 41, dtype=np.float32)
+    sweep = np.stack([f, f[::-1], np.full_like(f, 0.15), np.full_like(f, 0.9)], axis=1)
+    sweep_v = np.linspace(2.5, 4.3, len(f))
+    pwm_real, thrust_sweep = _run_chain(chain, sweep, sweep_v)
+    pwm_shim, thrust_shim = shim.motor_chain(sweep, sweep_v)
+    np.testing.assert_allclose(pwm_shim, pwm_real, atol=1)  # rounding of the last PWM step
+    np.testing.assert_allclose(thrust_shim, thrust_sweep, rtol=1e-3, atol=1e-6)
+
+
+# The tree's own sources compiled for the host around the app in the hand-back test; everything
+# they call is in this list or libc/libm (checked on 2025.12 to master).
+PID_SOURCES = (
+    "src/modules/src/controller/controller_pid.c",
+    "src/modules/src/controller/attitude_pid_controller.c",
+    "src/modules/src/controller/position_controller_pid.c",
+    "src/modules/src/power_distribution_quadrotor.c",
+    "src/utils/src/pid.c",
+    "src/utils/src/filter.c",
+    "src/utils/src/num.c",
+    "src/utils/src/eprintf.c",
+)
+TREE_INCLUDES = (
+    "src/modules/interface",
+    "src/modules/interface/controller",
+    "src/utils/interface",
+    "src/utils/interface/lighthouse",
+    "src/platform/interface",
+    "src/config",
+    "src/hal/interface",
+    "src/drivers/interface",
+)
+# Host stand-ins for what only runs on the drone. Limits: no scheduler (vTaskDelay and the tick
+# count do nothing; the app's appMain is never called), and the console goes to stderr.
+HOST_STUBS = {
+    "FreeRTOS.h": "#pragma once\n#include <stdint.h>\ntypedef uint32_t TickType_t;\n#define M2T(X) ((TickType_t)(X))\n",
+    "task.h": '#pragma once\n#include "FreeRTOS.h"\nvoid vTaskDelay(TickType_t t);\nTickType_t xTaskGetTickCount(void);\n',
+}
+# What motors.c around motorsCompensateBatteryVoltage provides (motors.h, cfassert.h).
+COMPENSATE_PRELUDE = """#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "autoconf.h"
+#include "platform_defaults.h"
+#define NBR_OF_MOTORS 4
+#define ASSERT(e) do { if (!(e)) abort(); } while (0)
+"""
+HOST_STUBS_C = """#include <stdio.h>
+#include "FreeRTOS.h"
+int consolePutchar(int ch) { return fputc(ch, stderr); }
+void vTaskDelay(TickType_t t) { (void)t; }
+TickType_t xTaskGetTickCount(void) { return 0; }
+"""
+
+
+def _handback_exe(tree: Path, work: Path, c_out: Path) -> Path:
+    """The app + the tree's PID and power distribution, in the stabilizer-loop model of
+    tests/c/stabilizer_handback.c, built for the host with the tree's default Crazyflie 2.x config."""
+    staged = fb.stage_crazyflie_app(c_out, work / "app")
+    inc = work / "host_inc"
+    inc.mkdir()
+    for name, text in HOST_STUBS.items():
+        (inc / name).write_text(text)
+    (inc / "autoconf.h").write_text(ft.autoconf_for(tree, _policy_build(c_out)))
+    (work / "stubs.c").write_text(HOST_STUBS_C)
+    motors = (tree / "src" / "drivers" / "src" / "motors.c").read_text()
+    compensate = fb.c_function_body(motors, "motorsCompensateBatteryVoltage")
+    assert compensate, f"{tree}: motorsCompensateBatteryVoltage not found in motors.c"
+    (work / "compensate.c").write_text(COMPENSATE_PRELUDE + compensate)
+    exe = work / "stabilizer_handback"
+    cmd = ["gcc", "-std=gnu11", "-O1", "-w", f"-I{inc}", f"-I{staged / 'src'}"]
+    cmd += [f"-I{tree / p}" for p in TREE_INCLUDES]
+    cmd += [
+        str(Path(__file__).parent / "c" / "stabilizer_handback.c"),
+        str(work / "stubs.c"),
+        str(work / "compensate.c"),
+    ]
+    cmd += [str(staged / "src" / n) for n in ("quad_ctrl.c", "policy.c")] + [str(tree / s) for s in PID_SOURCES]
+    proc = subprocess.run([*cmd, "-o", str(exe), "-lm"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, (
+        f"{tree}: the app with the tree's controller_pid.c does not build:\n{proc.stderr[-3000:]}"
+    )
+    return exe
+
+
+def _pwm_rows(exe: Path, who: str, tick: int, how: str) -> dict[int, tuple[int, ...]]:
+    proc = subprocess.run([str(exe), who, str(tick), how], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, f"{who} {tick} {how}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
+    rows = [tuple(int(v) for v in line.split()) for line in proc.stdout.strip().splitlines()]
+    return {row[0]: row[1:] for row in rows}
+
+
+@needs_gcc
+@pytest.mark.parametrize("tree", TREES, ids=_tree_id)
+def test_hand_back_to_the_trees_own_pid_on_odd_and_even_ticks(tree: Path, tmp_path: Path) -> None:
+    _require_accepted_tree(tree)
+    exe = _handback_exe(tree, tmp_path, _policy(tmp_path))
+    for how in ("disarm", "nan", "stale"):
+        for hand_back in (501, 502, 503, 504):
+            app = _pwm_rows(exe, "app", hand_back, how)
+            pid = _pwm_rows(exe, "pid", hand_back, how)
+            assert app[hand_back - 1][0] == 2  # the policy flew up to the hand-back (controlModeForce)
+            for tick in range(hand_back, hand_back + 9):
+                mode, *motors = app[tick]
+                where = f"{tree.name}: {how}, hand-back on tick {hand_back}, tick {tick}: app {motors}, PID alone {list(pid[tick][1:])}"
+                assert mode == 0, where  # the PID's legacy command
+                assert min(motors) > 0, where  # no motor stopped
+                # Exactly what the stock PID flying alone on the same inputs commands.
+                assert tuple(motors) == pid[tick][1:], where

@@ -18,7 +18,17 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from embodied.crazyflie.vehicle import c_policy_io, flies_thrust, is_crazyflie, require_crazyflie, require_thrust
+from embodied.crazyflie.firmware_tree import PUBLISHED_PLATFORMS, FirmwareConfig, PlatformConstants
+from embodied.crazyflie.vehicle import (
+    c_policy_io,
+    firmware_config,
+    flies_thrust,
+    is_crazyflie,
+    require_crazyflie,
+    require_thrust,
+    vehicle_header,
+    vehicle_variant,
+)
 from embodied.errors import EmbodiedError
 from embodied.export.c_build import (
     ARM_CFLAGS,
@@ -31,6 +41,7 @@ from embodied.export.c_build import (
     require_tool,
     run_checked,
 )
+from embodied.policy_io import PolicyIO
 
 log = logging.getLogger(__name__)
 
@@ -44,35 +55,54 @@ __all__ = [
     "run_checked",
 ]
 
-SHIM_FIRMWARES = (202512, 202604, 202608)
-"""crazyflie-firmware releases (YYYYMM) whose motor constants firmware/shim models."""
-SHIM_FIRMWARE_DEFAULT = 202512
 QEMU_ELF = "policy_bench.elf"
 QEMU_MACHINE = "netduinoplus2"
 QEMU_FORWARD_PASSES = 20
+VEHICLE_HEADER = "policy_vehicle.h"
+
+
+def shim_defines(policy_io: PolicyIO, platform: PlatformConstants | None, config: FirmwareConfig | None) -> list[str]:
+    """``-D`` flags that make ``firmware/shim`` model a firmware build: ``config`` (default: the
+    build the policy's variant needs) with ``platform``'s constants (default: what
+    crazyflie-firmware 2025.12 defines for that build, :data:`PUBLISHED_PLATFORMS`)."""
+    config = config or firmware_config(vehicle_variant(policy_io))
+    constants = platform or PUBLISHED_PLATFORMS.get(config)
+    if constants is None:
+        raise EmbodiedError(f"no published motor constants for {config}; pass a firmware tree's (platform_constants)")
+    symbols = [f"-D{line.removesuffix('=y')}=1" for line in config.config_lines()]
+    return [*symbols, *constants.shim_defines()]
+
+
+def write_vehicle_header(policy_io: PolicyIO, folder: Path) -> Path:
+    """``folder/policy_vehicle.h`` (:func:`embodied.crazyflie.vehicle.vehicle_header`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / VEHICLE_HEADER
+    path.write_text(vehicle_header(policy_io))
+    return path
 
 
 def build_host_library(
     c_dir: Path,
     out_dir: Path,
     cc: str = "gcc",
-    firmware: int = SHIM_FIRMWARE_DEFAULT,
+    platform: PlatformConstants | None = None,
     platform_dir: Path | None = None,
+    config: FirmwareConfig | None = None,
 ) -> Path:
     """``out_dir/libembodied_policy.so``: policy + portable controller (+ the Crazyflie app on the shim).
 
     Exposes ``sil_*`` (see ``firmware/host/sil_api.c``) and, for quad policies, ``cfh_*``
-    (``firmware/host/cf_harness.c``). ``firmware`` (YYYYMM) picks the crazyflie-firmware release
-    whose motor constants the shim models (``firmware/shim/platform_defaults.h``);
-    ``platform_dir`` (a firmware tree's ``src/platform/interface``) makes the app use that tree's
-    own ``platform_defaults.h`` instead.
+    (``firmware/host/cf_harness.c``). The shim models the firmware build ``config`` (default:
+    the one the policy's vehicle variant needs) with ``platform``'s motor constants (default: the
+    published ones of that build; pass a tree's, :func:`~embodied.crazyflie.firmware_tree.platform_constants`);
+    ``platform_dir`` (a firmware tree's ``src/platform/interface``) makes the app include that
+    tree's own ``platform_defaults.h`` instead.
     """
-    if firmware not in SHIM_FIRMWARES:
-        raise EmbodiedError(f"firmware={firmware}: the shim models crazyflie-firmware {sorted(SHIM_FIRMWARES)} only")
     require_generated(c_dir)
     fw = firmware_dir()
     sources: list[Path] = []
     includes: list[Path] = []
+    defines: list[str] = []
     policy_io = c_policy_io(c_dir)
     if is_crazyflie(policy_io):
         require_crazyflie(policy_io, "the firmware controller")
@@ -82,8 +112,9 @@ def build_host_library(
             app = fw / "crazyflie_app" / "src" / "controller_policy.c"
             sources += [app, fw / "shim" / "shim.c", fw / "host" / "cf_harness.c"]
             includes += [Path(platform_dir)] if platform_dir is not None else []
-            includes.append(fw / "shim")
-    return build_policy_library(c_dir, out_dir, cc, sources, includes, [f"-DSHIM_CF_FIRMWARE={firmware}"])
+            includes += [write_vehicle_header(policy_io, Path(out_dir) / "vehicle").parent, fw / "shim"]
+            defines += shim_defines(policy_io, platform, config)
+    return build_policy_library(c_dir, out_dir, cc, sources, includes, defines)
 
 
 def build_qemu_elf(c_dir: Path, out_dir: Path, passes: int = QEMU_FORWARD_PASSES) -> Path:
@@ -197,6 +228,16 @@ def stage_crazyflie_app(c_dir: Path, dest: Path) -> Path:
         shutil.copy2(src, dest / "src" / src.name)
     for name in ("policy.c", "policy.h"):
         shutil.copy2(Path(c_dir) / name, dest / "src" / name)
+    shutil.copy2(policy_io.path, dest / policy_io.path.name)
+    write_vehicle_header(policy_io, dest / "src")
+    # The firmware build the policy's variant flies: oot.mk merges app-config into .config.
+    variant = vehicle_variant(policy_io)
+    lines = [
+        f"# {variant.title}: the build policy_io.json's vehicle_variant needs",
+        *firmware_config(variant).config_lines(),
+    ]
+    with (dest / "app-config").open("a") as config:
+        config.write("\n".join(lines) + "\n")
     return dest
 
 
@@ -211,10 +252,11 @@ def build_crazyflie_shim(staged_app: Path, out_dir: Path) -> tuple[Path, Footpri
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     src = Path(staged_app) / "src"
+    defines = shim_defines(c_policy_io(src), None, None)  # the staged policy_io.json sits beside src/
     objects = []
     for name in ("controller_policy.c", "quad_ctrl.c", "policy.c"):
         obj = out_dir / name.replace(".c", ".o")
-        cmd = [gcc, *ARM_CFLAGS, *STRICT_CFLAGS, "-ffunction-sections", "-fdata-sections"]
+        cmd = [gcc, *ARM_CFLAGS, *STRICT_CFLAGS, *defines, "-ffunction-sections", "-fdata-sections"]
         cmd += [f"-I{src}", f"-I{fw / 'shim'}", "-c", str(src / name), "-o", str(obj)]
         run_checked(cmd)
         objects.append(obj)
@@ -224,7 +266,7 @@ def build_crazyflie_shim(staged_app: Path, out_dir: Path) -> tuple[Path, Footpri
 
 
 ACCEPTED_FIRMWARE = "2025.12 or newer"
-CHECKED_FIRMWARE: tuple[str, ...] = ("2025.12", "2026.04", "2026.08")
+CHECKED_FIRMWARE: tuple[str, ...] = ("2025.12", "2025.12.1", "2026.04", "2026.08")
 """Releases whose motor path (controlModeForce -> battery compensation -> PWM) was built and checked."""
 _MIN_FIRMWARE = (2025, 12)
 _FORCE_MODE_FILE = Path("src/modules/src/power_distribution_quadrotor.c")
@@ -326,8 +368,9 @@ def check_crazyflie_tree(base: Path) -> str:
 
 
 def build_crazyflie_real(staged_app: Path, base: Path, jobs: int = 2, keep_going: bool = False) -> Path:
-    """``make`` the staged app against a firmware checkout (its own Kbuild and flags); returns
-    ``build/cf2.bin``. ``keep_going`` (``make -k``) still compiles the app's objects in
+    """``make`` the staged app against a firmware checkout (its own Kbuild and flags) for the
+    platform of the policy's vehicle variant; returns ``build/<platform>.bin`` (``cf2.bin``,
+    ``cf21bl.bin``). ``keep_going`` (``make -k``) still compiles the app's objects in
     ``staged_app/src`` when something else in the tree fails to build."""
     check_crazyflie_tree(base)
     require_tool("arm-none-eabi-gcc")
@@ -337,7 +380,9 @@ def build_crazyflie_real(staged_app: Path, base: Path, jobs: int = 2, keep_going
     env = dict(os.environ, PWD=str(staged))
     cmd = [make, f"CRAZYFLIE_BASE={Path(base).resolve()}", f"-j{jobs}", *(["-k"] if keep_going else [])]
     run_checked(cmd, cwd=staged, timeout_s=3600, env=env)
-    binary = Path(staged_app) / "build" / "cf2.bin"
+    # The firmware's Makefile names the image after the platform (cf2.bin, cf21bl.bin).
+    platform = firmware_config(vehicle_variant(c_policy_io(staged / "src"))).platform.lower()
+    binary = Path(staged_app) / "build" / f"{platform}.bin"
     if not binary.is_file():
         raise EmbodiedError(f"make finished but {binary} is missing")
     return binary

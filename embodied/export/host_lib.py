@@ -73,6 +73,8 @@ class HostPolicyLib:
             lib.shim_eprintf_problem.argtypes = [ctypes.c_char_p]
             lib.shim_eprintf_problem.restype = ctypes.c_char_p
             lib.cfh_motor_chain.argtypes = [ctypes.c_int, _P, _P, _P, _P]
+            lib.cfh_control.argtypes = [_P, _P, _P, _P]
+            lib.cfh_control.restype = ctypes.c_int
 
     # ------------------------------------------------------------------ network only
     def policy_step(self, obs: np.ndarray, action_dim: int) -> np.ndarray:
@@ -143,7 +145,7 @@ class HostPolicyLib:
             raise EmbodiedError(
                 f"{self.path} has no Crazyflie app built in: the policy lacks the motor_thrust action (docs/conventions.md, command chain)"
             )
-        self._lib.controllerOutOfTreeInit()
+        self._lib.cfh_boot()  # the stabilizer's command zeroed, then controllerOutOfTreeInit()
         return bool(self._lib.controllerOutOfTreeTest())
 
     def cf_tick(
@@ -191,6 +193,15 @@ class HostPolicyLib:
             _ptr(thrust_n),
         )
         return int(mode), forces, thrust_n
+
+    def cf_control(self) -> tuple[int, np.ndarray, float, np.ndarray, float]:
+        """The stabilizer's command after the last :meth:`cf_tick` and the stand-in PID's own
+        output: ``(mode, roll/pitch/yaw [3] int16, thrust, PID roll/pitch/yaw [3], PID thrust)``."""
+        rpy = np.zeros(3, dtype=np.int16)
+        pid_rpy = np.zeros(3, dtype=np.int16)
+        thrust = np.zeros(2, dtype=np.float32)  # the command's, the PID's
+        mode = self._lib.cfh_control(_ptr(rpy), _ptr(thrust[0:]), _ptr(pid_rpy), _ptr(thrust[1:]))
+        return int(mode), rpy, float(thrust[0]), pid_rpy, float(thrust[1])
 
     def cf_param_set(self, name: str, value: float) -> None:
         """Write parameter ``embodied.<name>`` as cfclient would."""

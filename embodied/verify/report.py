@@ -69,9 +69,9 @@ def ensure_export(run_dir: Path) -> None:
     otherwise check that the export holds the run's current weights: the artifact's hash is
     computed as its export computes ``model_sha256`` (an image policy's traced graph, any other
     policy's graph built from its arrays)."""
-    from embodied.export.bundle import export_dir, export_model_sha256
+    from embodied.export.bundle import export_dir
     from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io
-    from embodied.training.run_policy import export_run, policy_artifact
+    from embodied.training.run_policy import export_run
 
     out = export_dir(run_dir)
     if not (out / POLICY_IO_FILENAME).exists() and not (out / ONNX_FILENAME).exists():
@@ -79,12 +79,20 @@ def ensure_export(run_dir: Path) -> None:
         export_run(run_dir, "all")
         return
     policy_io = read_policy_io(out)
-    current = export_model_sha256(policy_artifact(run_dir).module())
+    current = checkpoint_model_sha256(run_dir)
     if current != policy_io.model_sha256:
         raise EmbodiedError(
             f"{policy_io.path}: exported from other weights ({policy_io.model_sha256[:12]}) than the run's checkpoint "
             f"({current[:12]}); re-export with `embodied export {run_dir}`"
         )
+
+
+def checkpoint_model_sha256(run_dir: Path) -> str:
+    """The ``model_sha256`` an export of the run's current checkpoint would record."""
+    from embodied.export.bundle import export_model_sha256
+    from embodied.training.run_policy import policy_artifact
+
+    return export_model_sha256(policy_artifact(run_dir).module())
 
 
 def _torch_task_eval(run_dir: Path, kind: str, episodes: int, seed: int) -> dict[str, float]:
@@ -226,27 +234,36 @@ def _json_safe(value: Any) -> Any:
 def check_verified(run_dir: Path) -> dict[str, Any]:
     """The run's ``verify.json`` when it passed every gate for the export now in ``RUN_DIR/export``.
 
-    Raises :class:`EmbodiedError` saying what to do when the report is missing, unreadable,
-    failed, or was made for other weights than the current export (for ``embodied flash``).
+    Raises :class:`EmbodiedError` with one line saying what to do when the report is missing,
+    unreadable, failed, or was made for other weights than the current export (for ``embodied
+    flash``).
     """
     from embodied.export.bundle import export_dir
     from embodied.export.policy_io import read_policy_io
 
     path = Path(run_dir) / VERIFY_JSON
+    again = f"run `embodied verify {run_dir}`"
     if not path.is_file():
-        raise EmbodiedError(f"{path}: not found; run `embodied verify {run_dir}` first (or pass --force)")
+        raise EmbodiedError(f"{path}: not found; {again} first (or pass --force)")
     try:
         report = json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise EmbodiedError(f"{path}: not valid JSON ({err}); run `embodied verify {run_dir}` again") from None
+        raise EmbodiedError(f"{path}: not valid JSON ({err}); {again} again") from None
     if not isinstance(report, dict) or report.get("gates_passed") is not True:
         failed = (
-            [g.get("name") for g in report.get("gate_results", []) if not g.get("passed")]
+            [g.get("name") for g in report.get("gate_results", []) if isinstance(g, dict) and not g.get("passed")]
             if isinstance(report, dict)
             else []
         )
-        raise EmbodiedError(f"{path}: the run failed verification (gates: {', '.join(map(str, failed)) or 'unknown'})")
+        raise EmbodiedError(
+            f"{path}: the run failed verification (gates: {', '.join(map(str, failed)) or 'unknown'}); "
+            "retrain or fix the policy, then verify again (or pass --force)"
+        )
     current = read_policy_io(export_dir(run_dir)).model_sha256
-    if report.get("model_sha256") != current:
-        raise EmbodiedError(f"{path}: verified another export than the one in {export_dir(run_dir)}; run verify again")
+    verified = report.get("model_sha256")
+    if verified != current:
+        raise EmbodiedError(
+            f"{path}: verified another export ({str(verified)[:12]}) than the one in {export_dir(run_dir)} "
+            f"({current[:12]}); {again} on the current export (or pass --force)"
+        )
     return report

@@ -12,6 +12,8 @@
 #include "stabilizer_types.h"
 
 extern uint32_t shim_pid_calls;
+extern int16_t shim_pid_rpy[3];
+extern float shim_pid_thrust;
 extern shim_param_t shim_param_group_embodied[];
 extern const shim_log_t shim_log_group_embodied[];
 int shim_motor_chain(const control_t *control, float supply_voltage_v, uint16_t pwm[4], float thrust_n[4]);
@@ -20,6 +22,8 @@ int cfh_tick(uint32_t tick, const float *estimate10, const float *gyro_deg_s, co
              float setpoint_yaw_deg, uint32_t setpoint_timestamp_ms, int position_mode, float supply_voltage_v,
              float *forces, float *thrust_n);
 int cfh_param_set(const char *name, double value);
+void cfh_boot(void);
+int cfh_control(int16_t *rpy, float *thrust, int16_t *pid_rpy, float *pid_thrust);
 void cfh_set_feedforward(const float *vel_w, const float *acc_w);
 void cfh_motor_chain(int n, const float *forces, const float *supply_voltage_v, uint16_t *pwm, float *thrust_n);
 int cfh_log_get(const char *name, double *value);
@@ -27,6 +31,30 @@ int cfh_log_get(const char *name, double *value);
 /* The setpoint's feed-forward velocity (m/s) and acceleration (m/s^2), world, for the next ticks. */
 static float cfh_ff_vel_w[3];
 static float cfh_ff_acc_w[3];
+
+/* The stabilizer's command, kept across ticks as stabilizer.c keeps its static `control`: a
+   controller that leaves a field unwritten on a tick passes on what the last tick left there. */
+static control_t cfh_stabilizer_control;
+
+/* A fresh boot: the stabilizer's command zeroed (static storage), then the controller's init. */
+void cfh_boot(void)
+{
+    memset(&cfh_stabilizer_control, 0, sizeof(cfh_stabilizer_control));
+    controllerOutOfTreeInit();
+}
+
+/* The legacy fields of the stabilizer's command after the last tick (rpy [3], thrust) and the
+   stand-in PID's own latest output (pid_rpy [3], pid_thrust); returns the command's mode. */
+int cfh_control(int16_t *rpy, float *thrust, int16_t *pid_rpy, float *pid_thrust)
+{
+    rpy[0] = cfh_stabilizer_control.roll;
+    rpy[1] = cfh_stabilizer_control.pitch;
+    rpy[2] = cfh_stabilizer_control.yaw;
+    *thrust = cfh_stabilizer_control.thrust;
+    memcpy(pid_rpy, shim_pid_rpy, 3 * sizeof(int16_t));
+    *pid_thrust = shim_pid_thrust;
+    return (int)cfh_stabilizer_control.controlMode;
+}
 
 /* Set the feed-forward of the following cfh_tick setpoints (a moving setpoint, as the high-level
    commander sends it); NULL leaves that part at zero (a plain position setpoint). */
@@ -51,7 +79,7 @@ static void set_vec(vector_t *v, const float *xyz)
  * them; gyro_deg_s [3] body rates as the IMU reports them; the setpoint's position [3] (m) and
  * yaw (deg) with its commander timestamp (ms); position_mode 1 sets x, y, z and yaw to modeAbs
  * (a position setpoint), 0 to velocity modes. Runs the controller, then the modelled motor chain
- * at supply_voltage_v. Writes normalizedForces [4] (valid in force mode) and the motors' thrust
+ * at supply_voltage_v, on the stabilizer's command kept from the previous tick. Writes normalizedForces [4] (valid in force mode) and the motors' thrust
  * [4] (N); returns the control mode (controlModeForce 2 while the policy flies, controlModeLegacy
  * 0 from the PID).
  */
@@ -59,12 +87,11 @@ int cfh_tick(uint32_t tick, const float *estimate10, const float *gyro_deg_s, co
              float setpoint_yaw_deg, uint32_t setpoint_timestamp_ms, int position_mode, float supply_voltage_v,
              float *forces, float *thrust_n)
 {
-    control_t control;
+    control_t *control = &cfh_stabilizer_control;
     setpoint_t setpoint;
     sensorData_t sensors;
     state_t state;
     uint16_t pwm[4];
-    memset(&control, 0, sizeof(control));
     memset(&setpoint, 0, sizeof(setpoint));
     memset(&sensors, 0, sizeof(sensors));
     memset(&state, 0, sizeof(state));
@@ -84,10 +111,10 @@ int cfh_tick(uint32_t tick, const float *estimate10, const float *gyro_deg_s, co
     setpoint.attitude.yaw = setpoint_yaw_deg;
     setpoint.mode.x = setpoint.mode.y = setpoint.mode.z = position_mode ? modeAbs : modeVelocity;
     setpoint.mode.yaw = position_mode ? modeAbs : modeVelocity;
-    controllerOutOfTree(&control, &setpoint, &sensors, &state, tick);
-    memcpy(forces, control.normalizedForces, 4 * sizeof(float));
-    shim_motor_chain(&control, supply_voltage_v, pwm, thrust_n);
-    return (int)control.controlMode;
+    controllerOutOfTree(control, &setpoint, &sensors, &state, tick);
+    memcpy(forces, control->normalizedForces, 4 * sizeof(float));
+    shim_motor_chain(control, supply_voltage_v, pwm, thrust_n);
+    return (int)control->controlMode;
 }
 
 /* Write parameter embodied.<name> as cfclient would; returns 0, or -1 for an unknown name. */

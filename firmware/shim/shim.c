@@ -3,7 +3,10 @@
  * firmware does with the app's command. They stand in for code that only runs on the drone
  * (PID controller, RTOS, console, power distribution, motor driver) and record what they were
  * asked. Limits, written here so nobody mistakes them for the firmware:
- *   - controllerPid is not the PID: it returns a legacy command with the setpoint's thrust.
+ *   - controllerPid is not the PID: it models the stock PID's tick pattern (legacy mode and
+ *     thrust every tick, roll/pitch/yaw only on attitude-rate ticks, all zero at zero thrust)
+ *     with a toy control law (altitude hold around 38000, a rate damper); the real-firmware
+ *     tier runs the app with the tree's own controller_pid.c.
  *   - shim_debug_print accepts exactly the formats the firmware's eprintf handles (a subset of
  *     printf) and aborts the process on anything else; it does not reproduce eprintf's output
  *     byte for byte (its %f differs).
@@ -44,18 +47,50 @@ bool controllerPidTest(void)
     return true;
 }
 
+/* The stand-in PID's attitude-loop output (roll, pitch, yaw), kept between its attitude ticks. */
+int16_t shim_pid_rpy[3];
+float shim_pid_thrust; /* its thrust of the latest tick */
+
+static int16_t shim_clamp_i16(float v)
+{
+    if (!(v == v)) {
+        return 0; /* a NaN gyro: no correction (keeps the conversion defined) */
+    }
+    return (int16_t)(v > 20000.0f ? 20000.0f : (v < -20000.0f ? -20000.0f : v));
+}
+
+/* The tick pattern of crazyflie-firmware's controllerPid (controller_pid.c), not its control
+   law: legacy mode and thrust on every tick, roll/pitch/yaw only on attitude-rate ticks
+   (RATE_DO_EXECUTE(RATE_500_HZ, tick), every second tick), and everything zero when the thrust
+   is zero. Fields it does not write keep what the caller's control_t held. */
 void controllerPid(control_t *control, const setpoint_t *setpoint, const sensorData_t *sensors,
                    const state_t *state, const stabilizerStep_t stabilizerStep)
 {
-    (void)sensors;
-    (void)state;
-    (void)stabilizerStep;
     ++shim_pid_calls;
     control->controlMode = controlModeLegacy;
-    control->roll = 0;
-    control->pitch = 0;
-    control->yaw = 0;
-    control->thrust = setpoint->thrust;
+    if (RATE_DO_EXECUTE(RATE_500_HZ, stabilizerStep)) {
+        /* A rate damper (gain in PWM per deg/s), enough to give every axis a distinct value. */
+        shim_pid_rpy[0] = shim_clamp_i16(-40.0f * sensors->gyro.x);
+        shim_pid_rpy[1] = shim_clamp_i16(40.0f * sensors->gyro.y);
+        shim_pid_rpy[2] = shim_clamp_i16(-40.0f * sensors->gyro.z);
+        control->roll = shim_pid_rpy[0];
+        control->pitch = shim_pid_rpy[1];
+        control->yaw = shim_pid_rpy[2];
+    }
+    if (setpoint->mode.z == modeDisable) {
+        shim_pid_thrust = setpoint->thrust;
+    } else {
+        /* Altitude hold around a hover command (PWM units, clamped like the PID's thrust base). */
+        const float t = 38000.0f + 20000.0f * (setpoint->position.z - state->position.z);
+        shim_pid_thrust = !(t >= 20000.0f) ? 20000.0f : (t > 60000.0f ? 60000.0f : t); /* NaN -> floor */
+    }
+    control->thrust = shim_pid_thrust;
+    if (control->thrust == 0.0f) {
+        control->roll = 0;
+        control->pitch = 0;
+        control->yaw = 0;
+        shim_pid_rpy[0] = shim_pid_rpy[1] = shim_pid_rpy[2] = 0;
+    }
 }
 
 /*

@@ -8,8 +8,10 @@
  *     QC_SETPOINT_TIMEOUT_MS, the estimate is finite and fresh, and the vehicle is inside the
  *     flight envelope the policy was trained in (policy_io.json extra.envelope, overridable by
  *     parameters);
- *   - otherwise the stock PID controller. The PID runs every tick, also while the policy flies
- *     (into a scratch command), so a handover back to it is immediate and finds its filters warm.
+ *   - otherwise the stock PID controller. The PID runs every tick into a command of its own
+ *     (also while the policy flies), which is copied whole into `control` whenever it flies, so
+ *     a handover back to it is immediate, finds its filters warm, and never mixes its fields
+ *     with the policy's.
  * Engagement runs the policy on that very tick (its history freshly reset, like the start of a
  * simulated episode); afterwards it steps once per POLICY_CONTROL_PERIOD_US, counted from the
  * engagement tick, and the command is held in between. A non-finite or stale estimate, or leaving
@@ -43,6 +45,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "FreeRTOS.h"
 #include "app.h"
@@ -56,6 +59,7 @@
 #define DEBUG_MODULE "EMBODIED"
 #include "debug.h"
 
+#include "policy_vehicle.h"
 #include "quad_ctrl.h"
 
 #ifndef CONFIG_ENABLE_THRUST_BAT_COMPENSATED
@@ -70,6 +74,21 @@
 #endif
 
 #define QC_DEG_TO_RAD 0.017453292519943295f
+
+/* The firmware build this policy's vehicle variant needs (policy_vehicle.h, from policy_io.json)
+   against this firmware's own Kconfig (autoconf.h): platform and Crazyflie 2.x propeller setup. */
+#ifndef QC_VARIANT_NAME
+#error "policy_vehicle.h names no vehicle variant; stage the app with embodied (firmware build / flash)"
+#endif
+#if defined(QC_VARIANT_PLATFORM_CF2) != defined(CONFIG_PLATFORM_CF2) || \
+    defined(QC_VARIANT_PLATFORM_CF21BL) != defined(CONFIG_PLATFORM_CF21BL) || \
+    defined(QC_VARIANT_CRAZYFLIE_LEGACY_PROPELLERS) != defined(CONFIG_CRAZYFLIE_LEGACY_PROPELLERS) || \
+    defined(QC_VARIANT_CRAZYFLIE_21_PLUS) != defined(CONFIG_CRAZYFLIE_21_PLUS) || \
+    defined(QC_VARIANT_CRAZYFLIE_THRUST_UPGRADE_KIT) != defined(CONFIG_CRAZYFLIE_THRUST_UPGRADE_KIT)
+#define QC_PLATFORM_MATCHES 0
+#else
+#define QC_PLATFORM_MATCHES 1
+#endif
 
 #ifndef QC_SETPOINT_TIMEOUT_MS
 #define QC_SETPOINT_TIMEOUT_MS 200
@@ -116,12 +135,13 @@ enum {
     QC_FAULT_NON_FINITE = 3,   /* NaN/inf in the estimate, gyro or setpoint */
     QC_FAULT_STALE = 4,        /* the estimate stopped changing */
     QC_FAULT_ENVELOPE = 5,     /* left the flight envelope while flying */
+    QC_FAULT_PLATFORM = 6,     /* policy trained for another Crazyflie variant than this build */
 };
 
 /* All state static: the stabilizer task stack is small (~1.8 kB). */
 static qc_ctx_t qc_ctx;
 static qc_state_t qc_state;
-static control_t qc_pid_scratch;
+static control_t qc_pid_cmd; /* the PID's own command, every tick (see controllerOutOfTree) */
 static float qc_action[POLICY_ACTION_DIM];
 static float qc_forces[POLICY_ACTION_DIM]; /* log: normalizedForces sent, 0..1 of THRUST_MAX */
 static uint8_t qc_enable;                  /* param: 1 lets the policy fly (default 0) */
@@ -168,6 +188,7 @@ static bool qc_motor_chain_fits(void)
 void controllerOutOfTreeInit(void)
 {
     controllerPidInit();
+    memset(&qc_pid_cmd, 0, sizeof(qc_pid_cmd)); /* as stabilizer.c's static control at boot */
     qc_selftest_ok = (uint8_t)policy_selftest();
     qc_usable = 0;
     qc_enable = 0; /* disarmed at every (re)initialisation, not only at boot */
@@ -180,7 +201,10 @@ void controllerOutOfTreeInit(void)
     qc_last_fresh_tick = 0;
     qc_last_change_tick = 0;
     qc_reset(&qc_ctx, QC_INITIAL_ACTION);
-    if (!qc_selftest_ok) {
+    if (!QC_PLATFORM_MATCHES) {
+        qc_fault = QC_FAULT_PLATFORM;
+        DEBUG_PRINT("policy trained for " QC_VARIANT_NAME ", not this firmware platform: the PID controller flies\n");
+    } else if (!qc_selftest_ok) {
         qc_fault = QC_FAULT_SELFTEST;
         DEBUG_PRINT("policy self-test failed: the PID controller flies\n");
     } else if (!qc_motor_chain_fits()) {
@@ -384,9 +408,14 @@ void controllerOutOfTree(control_t *control, const setpoint_t *setpoint, const s
     qc_setpoint_t sp;
     int i;
     const bool policy_flies = qc_decide(setpoint, sensors, state, stabilizerStep, &sp);
-    /* The PID runs every tick, into a scratch command while the policy flies. */
-    controllerPid(policy_flies ? &qc_pid_scratch : control, setpoint, sensors, state, stabilizerStep);
+    /* The PID runs every tick into its own command, kept across ticks exactly as stabilizer.c
+       keeps `control` for a controller that flies alone. It writes thrust and the legacy mode
+       on every tick but roll/pitch/yaw only on attitude-rate ticks (controller_pid.c), so
+       running it on `control` after a force-mode tick would leave the policy's
+       normalizedForces in roll/pitch/yaw (the same union) on an odd-tick hand-back. */
+    controllerPid(&qc_pid_cmd, setpoint, sensors, state, stabilizerStep);
     if (!policy_flies) {
+        *control = qc_pid_cmd;
         return;
     }
     if (((uint32_t)(stabilizerStep - qc_engage_tick) % QC_DECIMATION) == 0) {
