@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from lerobot_support import IMAGE_PX, write_tiny_vlm
 
 from embodied import registry
 from embodied.cli import main
@@ -52,8 +53,9 @@ def features(image_px: int = SIZE_PX, camera: str = CAMERA) -> tuple[dict[str, A
     return inputs, {ACTION_KEY: PolicyFeature(FeatureType.ACTION, (ACTIONS,))}
 
 
-def make_config(kind: str, image_px: int = SIZE_PX, camera: str = CAMERA) -> Any:
-    """A small config of LeRobot policy ``kind`` for arm-push's features (no pretrained backbone)."""
+def make_config(kind: str, vlm: Path, image_px: int = SIZE_PX, camera: str = CAMERA) -> Any:
+    """A small config of LeRobot policy ``kind`` for arm-push's features (no pretrained backbone;
+    SmolVLA's VLM backbone is the tiny local one at ``vlm``)."""
     inputs, outputs = features(image_px, camera)
     if kind == "act":
         from lerobot.policies.act.configuration_act import ACTConfig
@@ -71,6 +73,14 @@ def make_config(kind: str, image_px: int = SIZE_PX, camera: str = CAMERA) -> Any
             down_dims=(16, 32), pretrained_backbone_weights=None, crop_shape=None, num_inference_steps=3,
             diffusion_step_embed_dim=16, spatial_softmax_num_keypoints=8, device="cpu",
         )  # fmt: skip
+    if kind == "smolvla":
+        from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+
+        return SmolVLAConfig(
+            input_features=inputs, output_features=outputs, vlm_model_name=str(vlm), load_vlm_weights=False,
+            chunk_size=4, n_action_steps=2, resize_imgs_with_padding=(IMAGE_PX, IMAGE_PX), num_steps=2,
+            tokenizer_max_length=16, device="cpu",
+        )  # fmt: skip
     raise ValueError(kind)
 
 
@@ -79,7 +89,8 @@ def save_policy(kind: str, dataset: Path, out: Path, seed: int = 0, **cfg_kwargs
     from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
-    config = make_config(kind, **cfg_kwargs)
+    vlm = write_tiny_vlm(out.parent / "tiny_vlm") if kind == "smolvla" else Path()
+    config = make_config(kind, vlm, **cfg_kwargs)
     torch.manual_seed(seed)
     policy = get_policy_class(config.type)(config)
     stats = LeRobotDatasetMetadata(repo_id="local/demos", root=dataset).stats
@@ -95,7 +106,7 @@ def arm_push_env(num_envs: int = 3) -> Any:
     return registry.make_env("arm-push", cfg, num_envs, "cpu", 0)
 
 
-@pytest.mark.parametrize("kind", ["act", "diffusion"])
+@pytest.mark.parametrize("kind", ["act", "diffusion", "smolvla"])
 def test_loaded_base_acts_as_lerobot_does(kind: str, dataset: Path, tmp_path: Path) -> None:
     """The wrapped policy's actions on 6 steps equal LeRobot's own pipeline (from_pretrained,
     saved processors, select_action) fed the same observations."""
@@ -106,7 +117,7 @@ def test_loaded_base_acts_as_lerobot_does(kind: str, dataset: Path, tmp_path: Pa
     try:
         torch.manual_seed(1)
         ours = load_lerobot_policy(f"lerobot:{path}", "arm-push", env.obs_spec, env.action_dim, "top")
-        assert ours.chunk_spec.exec_steps == {"act": 2, "diffusion": 4}[kind]
+        assert ours.chunk_spec.exec_steps == {"act": 2, "diffusion": 4, "smolvla": 2}[kind]
         theirs = get_policy_class(kind).from_pretrained(path).eval()
         pre, post = make_pre_post_processors(theirs.config, pretrained_path=str(path))
         obs = env.reset(seed=3)
@@ -124,7 +135,7 @@ def test_loaded_base_acts_as_lerobot_does(kind: str, dataset: Path, tmp_path: Pa
         env.close()
 
 
-@pytest.mark.parametrize("kind", ["act", "diffusion"])
+@pytest.mark.parametrize("kind", ["act", "diffusion", "smolvla"])
 def test_eval_runs_a_lerobot_checkpoint(
     kind: str, dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
