@@ -61,7 +61,7 @@ def provided_features(
         raise LeRobotFeatureError(
             f"the task's LeRobot mapping sends group {state_group!r} as {STATE_KEY}, but the env's groups are {sorted(obs_spec)}"
         )
-    out = {STATE_KEY: (int(math.prod(obs_spec[state_group])),)}
+    out: dict[str, tuple[int, ...]] = {STATE_KEY: (int(math.prod(obs_spec[state_group])),)}
     for name, group in cameras.items():
         if group not in obs_spec:
             raise LeRobotFeatureError(
