@@ -48,7 +48,7 @@ IMAGE_INPUT_KEY = "image_input"
 """Top-level ``policy_io.json`` key describing the image input of an image policy (written by
 :mod:`embodied.export.image_onnx`); absent for a policy that reads the observation vector alone."""
 INSTRUCTION_INPUT_KEY = "instruction_input"
-"""Top-level ``policy_io.json`` key of a VLA-shaped policy's instruction embedding input."""
+"""Top-level ``policy_io.json`` key of an image-instruction flow policy's instruction embedding input."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class PolicyIO:
     image_input: dict[str, Any] | None = None
     """``image_input``: what an image policy reads besides ``obs`` (None: the vector alone)."""
     instruction_input: dict[str, Any] | None = None
-    """``instruction_input``: the instruction embedding a VLA-shaped policy reads (None: none)."""
+    """``instruction_input``: the instruction embedding an image-instruction flow policy reads (None: none)."""
 
     @property
     def action_history(self) -> int:

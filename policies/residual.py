@@ -26,8 +26,9 @@ from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.deterministic import policy_obs
+from embodied.policies.image_flow import ImageInstructionFlowPolicy
 from embodied.policies.mlp import mlp
-from embodied.policies.vla_flow import VLAFlowPolicy
+from embodied.policies.vla import LeRobotPolicy
 
 
 def base_chunk_spec(base: Policy) -> ChunkSpec:
@@ -57,10 +58,12 @@ def stateless_base(base: Policy) -> FirstAction:
 
 def fresh_base_action(base: Policy) -> Callable[[ObsDict], torch.Tensor]:
     """``obs dict -> [B, A]``: the base's first action of a fresh plan, for successors its running
-    plan never saw. A VLA-shaped base plans from the whole dict (images, instruction); any other
+    plan never saw. An image-instruction or LeRobot base plans from the whole dict (images, instruction); any other
     base runs its stateless export on the ``policy`` group."""
-    if isinstance(base, VLAFlowPolicy):
+    if isinstance(base, ImageInstructionFlowPolicy):
         return lambda obs: base.plan(obs, deterministic=True)[:, 0]
+    if isinstance(base, LeRobotPolicy):
+        return lambda obs: base.plan(obs)[:, 0]
     first = stateless_base(base)
     return lambda obs: first(obs["policy"])
 
@@ -133,9 +136,9 @@ class ResidualPolicy(nn.Module):
 
         A base that runs action chunks open-loop keeps state between calls that no stateless
         module carries: :class:`ExportUnsupportedError` then names it."""
-        if isinstance(self.base, VLAFlowPolicy):
+        if isinstance(self.base, ImageInstructionFlowPolicy):
             raise ExportUnsupportedError(
-                "the residual policy's base is a VLA-shaped policy (image, instruction embedding and "
+                "the residual policy's base is an image-instruction flow policy (image, instruction embedding and "
                 "proprioception inputs), which a one-vector obs -> action export cannot carry; export the base itself"
             )
         spec = base_chunk_spec(self.base)

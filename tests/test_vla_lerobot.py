@@ -1,6 +1,6 @@
 """The LeRobot adapter (``policies/vla.py``) around a real LeRobot ACT policy.
 
-lerobot pins gymnasium < 1.0, so these tests run in their own environment:
+lerobot pins its own torch, so these tests run in their own environment:
 ``bash scripts/setup_lerobot.sh && .venv-lerobot/bin/python -m pytest tests/test_vla_lerobot.py``
 (``scripts/test.sh`` does both unless ``EMBODIED_LEROBOT=0``). ACT is built from its config with
 random weights (``pretrained_backbone_weights=None``: nothing is downloaded) and small sizes.

@@ -41,7 +41,7 @@ from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg, mlp
-from embodied.policies.vla_flow import make_flow_policy
+from embodied.policies.image_flow import make_flow_policy
 
 RATIO_TOL = 1e-5
 """Largest ``|ratio - 1|`` allowed on the first minibatch of an update (float32 round-off of
@@ -160,7 +160,7 @@ class ReinFlow:
         f = self.policy.flat_dim
         embed = pcfg.time_embed_dim * (2 if pcfg.shortcut else 1)
         # noise net and critic read what the velocity network is conditioned on (``C``): the
-        # normalized policy group, or a VLA policy's image, text and proprioception features
+        # normalized policy group, or an image-instruction policy's image, text and proprioception features
         self.cond_dim = self.policy.cond_dim
         self.noise = NoiseNet(self.cond_dim, embed, f, cfg).to(self.device)
         self.critic = mlp([self.cond_dim, *cfg.critic_hidden, 1], "tanh").to(self.device)

@@ -15,17 +15,21 @@ EXAMPLES = """examples:
   embodied collect scripted:arm-push --episodes 500 --noise 0.3 --record intended --out demos/arm_push_dart
   embodied collect runs/arm_push/20261202-050000_ppo_s0 --episodes 100 --out demos/from_ppo
   embodied collect scripted:arm-push --episodes 50 --images --camera top --out demos/arm_push_images
+  embodied collect scripted:arm-push --episodes 200 --images --camera top --format lerobot --out demos/arm_push_lerobot
 
 The dataset is a Minari directory (data/main_data.hdf5 + data/metadata.json): load it with
-minari.MinariDataset(OUT/data), or train on it with `embodied train TASK --algo bc-flow --dataset OUT`."""
+minari.MinariDataset(OUT/data), or train on it with `embodied train TASK --algo bc-flow --dataset OUT`.
+--format lerobot writes a LeRobotDataset v3 instead, through LeRobot's own API (run it from the
+LeRobot environment, scripts/setup_lerobot.sh): LeRobotDataset(repo_id, root=OUT) loads it, LeRobot's
+trainer trains on it, and every --dataset learner here reads it."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "collect",
-        help="record demonstrations (Minari format) from a run or a scripted expert",
+        help="record demonstrations (Minari or LeRobotDataset format) from a run or a scripted expert",
         description="Roll out a policy and write every finished episode (observations, actions, rewards, "
-        "terminations, truncations) as a Minari dataset. SOURCE is a run directory (its policy acts "
+        "terminations, truncations) as a Minari dataset or a LeRobotDataset (--format). SOURCE is a run directory (its policy acts "
         "deterministically) or scripted:TASK (the task's scripted expert).",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -59,6 +63,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="render this camera of the task's model (sets env.backend.camera; default: the run's or none)",
     )
+    p.add_argument(
+        "--format",
+        choices=("minari", "lerobot"),
+        default="minari",
+        help="dataset format: minari (default; needs h5py) or lerobot (LeRobotDataset v3 written by LeRobot, "
+        "camera images stored as PNG frames; needs the LeRobot environment)",
+    )
+    p.add_argument(
+        "--instruction",
+        default=None,
+        metavar="TEXT",
+        help="with --format lerobot: the language instruction stored as every frame's task (default: the task's "
+        "row in embodied/data/lerobot_format.py, else the task name)",
+    )
     p.add_argument("--num-envs", type=int_in_range(1, 65536), default=32, help="parallel envs (default: 32)")
     p.add_argument("--seed", type=int_in_range(0, 2**31 - 1), default=0, help="env and noise seed (default: 0)")
     p.set_defaults(func=run)
@@ -75,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.noise >= 0.0:
         raise ConfigError(f"--noise must be >= 0, got {args.noise}")
+    if args.format == "lerobot":  # before the rollout: fail fast outside the LeRobot environment
+        from embodied.data.lerobot_writer import require_lerobot
+
+        require_lerobot()
     source: str = args.source
     camera = {} if args.camera is None else {"backend": {"camera": args.camera}}
     if source.startswith(SCRIPTED_PREFIX):
@@ -98,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
         label = loaded.cfg.algo_name
     out = args.out or Path("demos") / f"{task.replace(':', '_')}_{label}"
+    control_period_s = float(env.dt)
     try:
         if args.images and IMAGE_GROUP not in env.obs_spec:
             raise ConfigError(
@@ -110,14 +133,28 @@ def run(args: argparse.Namespace) -> int:
     finally:
         env.close()
     success = sum(bool(ep.terminations.any()) for ep in episodes) / len(episodes)
-    write_dataset(
-        out,
-        episodes,
-        dataset_id=f"embodied/{task.replace(':', '-').lower()}-{label}-v0",
-        algorithm_name=label,
-        description=f"{len(episodes)} episodes of {task} from {source}, action noise std {args.noise}, "
-        f"{args.record} actions recorded",
-    )
+    dataset_id = f"embodied/{task.replace(':', '-').lower()}-{label}-v0"
+    if args.format == "lerobot":
+        from embodied.data.lerobot_format import task_map
+        from embodied.data.lerobot_writer import write_lerobot_dataset
+
+        write_lerobot_dataset(
+            out,
+            episodes,
+            repo_id=dataset_id,
+            fps=max(1, round(1.0 / control_period_s)),
+            instruction=args.instruction or task_map(task).instruction,
+            camera=args.camera or getattr(getattr(env_cfg, "backend", None), "camera", None) or None,
+        )
+    else:
+        write_dataset(
+            out,
+            episodes,
+            dataset_id=dataset_id,
+            algorithm_name=label,
+            description=f"{len(episodes)} episodes of {task} from {source}, action noise std {args.noise}, "
+            f"{args.record} actions recorded",
+        )
     print(f"episodes: {len(episodes)}  steps: {sum(len(e.actions) for e in episodes)}  success: {success:.3f}")
     print(out)
     return 0

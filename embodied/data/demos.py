@@ -190,16 +190,23 @@ class Demonstrations:
 def load_dataset(path: Path, obs_dim: int | None = None, action_dim: int | None = None) -> Demonstrations:
     """Read and validate a dataset directory; ``obs_dim``/``action_dim``: the task's sizes to check.
 
+    A LeRobotDataset folder (it has ``meta/info.json``) is read by
+    :func:`embodied.data.lerobot_format.load_lerobot_dataset` instead.
     Every failure is a :class:`DatasetError` naming the file, the episode and the key.
     """
     path = Path(path)
+    from embodied.data.lerobot_format import is_lerobot_dataset, load_lerobot_dataset  # it imports this module
+
+    if is_lerobot_dataset(path):
+        return load_lerobot_dataset(path, obs_dim, action_dim)
     data_file, meta_file = path / DATA_FILE, path / METADATA_FILE
     if not path.is_dir():
         raise DatasetError(f"dataset {path} does not exist (write one with `embodied collect ... --out {path}`)")
     for needed in (data_file, meta_file):
         if not needed.is_file():
             raise DatasetError(
-                f"dataset {path}: missing {needed} (a Minari dataset has data/main_data.hdf5 and data/metadata.json)"
+                f"dataset {path}: missing {needed} (a Minari dataset has data/main_data.hdf5 and data/metadata.json, "
+                "a LeRobotDataset meta/info.json)"
             )
     try:
         metadata = json.loads(meta_file.read_text())

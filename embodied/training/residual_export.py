@@ -6,7 +6,7 @@ No policy artifact kind describes base and residual together, so the run's check
 ``obs [B, D] -> action [B, A]`` graph, is traced to ``RUN_DIR/export/policy.onnx``
 (:mod:`embodied.export.onnx_traced`), checked against torch with onnxruntime, and described by a
 ``policy_io.json`` as any vector policy is: ``embodied deploy`` runs it like any other export. A
-base the graph cannot carry (a VLA-shaped base, chunks run open-loop or blended) is refused by
+base the graph cannot carry (an image-instruction base, chunks run open-loop or blended) is refused by
 ``export_module`` naming it; only ONNX holds the traced graph (``--format c`` is refused).
 
 Parity probes: the policy observations of a short rollout of the run's own task, plus random
