@@ -200,5 +200,5 @@ class LeRobotPolicy(nn.Module):
     def export_module(self) -> nn.Module:
         raise ExportUnsupportedError(
             "a LeRobot policy is exported with LeRobot's own tools; embodied exports its own policies "
-            "(the VLA-shaped flow policy exports to ONNX: docs/finetuning.md, VLA)"
+            "(the image-instruction flow policy exports to ONNX: docs/finetuning.md, VLA)"
         )

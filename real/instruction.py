@@ -1,4 +1,4 @@
-"""The instruction embedding a VLA-shaped policy reads (``policy_io.json`` ``instruction_input``).
+"""The instruction embedding an image-instruction policy reads (``policy_io.json`` ``instruction_input``).
 
 The export carries the training instruction and its embedding (``instruction``, ``embedding``),
 which :class:`~embodied.real.runner.PolicyRunner` feeds every step by default. A robot config's

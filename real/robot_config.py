@@ -185,7 +185,7 @@ class RobotConfig:
     camera: CameraCfg | None = None
     """The camera an image policy reads (``None``: the robot feeds vector policies only)."""
     instruction: str = ""
-    """The language instruction a VLA-shaped policy is given ("": the one it was trained with)."""
+    """The language instruction an image-instruction policy is given ("": the one it was trained with)."""
 
 
 def builtin_robots() -> list[str]:

@@ -7,7 +7,7 @@ The runner trusts nothing it did not check: ``policy_io.json`` is validated by
 input/output widths must equal the interface's observation and action sizes. An image policy
 (``policy_io.json`` ``image_input``) takes the camera picture as its second input
 (``runner(obs, image)``); the node feeds it from the robot config's ``camera`` input
-(:mod:`embodied.real.camera_image`). A VLA-shaped policy also reads an instruction embedding,
+(:mod:`embodied.real.camera_image`). An image-instruction policy also reads an instruction embedding,
 set once (:meth:`PolicyRunner.set_instruction`, by default the export's training instruction;
 :mod:`embodied.real.instruction`).
 """
@@ -226,7 +226,7 @@ class PolicyRunner:
 
     @property
     def reads_instruction(self) -> bool:
-        """Whether the policy takes an instruction embedding (VLA-shaped)."""
+        """Whether the policy takes an instruction embedding (an image-instruction policy)."""
         return self._instruction_batch is not None
 
     @property
