@@ -45,6 +45,7 @@ from embodied.training.background_eval import (
     BackgroundEvalError,
     BackgroundEvaluator,
     EvalSnapshot,
+    PolicyRecipe,
     background_eval_choice,
 )
 from embodied.training.evaluate import EvalEnvs, EvalResult, evaluate_module
@@ -495,7 +496,9 @@ class Trainer:
             return None
         log.info("evaluations run in a background process beside training (%s)", why)
         tanh_form = "sigmoid" if use_sigmoid_tanh() else "tanh"
-        evaluator = BackgroundEvaluator(self.eval_envs, tcfg.eval_episodes, threads, tanh_form)
+        cfg = self.cfg
+        recipe = PolicyRecipe(cfg.task_name, cfg.env, cfg.algo_name, cfg.algo, tcfg.base_run)
+        evaluator = BackgroundEvaluator(self.eval_envs, recipe, tcfg.eval_episodes, threads, tanh_form)
         try:
             evaluator.start()  # imports torch and the task while training starts
         except Exception as err:  # e.g. no process can be started here
@@ -523,7 +526,7 @@ class Trainer:
             st = self.state
             try:
                 snapshot = EvalSnapshot.take(self._policy_module(), st.env_steps, st.train_time_s, self._eval_seed())
-            except Exception as err:  # a policy that cannot be pickled
+            except Exception as err:  # a policy whose state cannot be copied
                 self._drop_background(err)
             else:
                 if self._submit(snapshot):
@@ -548,7 +551,10 @@ class Trainer:
                 self._drop_background(err)
         if result is None:  # no evaluator (failed, or a resume without one): evaluate it here
             result = evaluate_module(
-                snapshot.load_policy(), self.eval_envs, self.cfg.trainer.eval_episodes, snapshot.seed
+                snapshot.policy_like(self._policy_module()),
+                self.eval_envs,
+                self.cfg.trainer.eval_episodes,
+                snapshot.seed,
             )
             child_s = time.perf_counter() - start
         waited = time.perf_counter() - start
@@ -559,7 +565,7 @@ class Trainer:
         progress.update(self.state.env_steps, {"eval/success_rate": result.success_rate})
         if not self._target_held():
             return False
-        self._policy_module().load_state_dict(snapshot.load_policy().state_dict())
+        self._policy_module().load_state_dict(snapshot.policy_state)
         self._policy_restored = True
         log.info(
             "keeping the policy evaluated at %d env steps (training ran on to %d while it was evaluated)",
