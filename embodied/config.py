@@ -10,6 +10,12 @@ the range :data:`NUMERIC_BOUNDS` gives for the dotted key (a generic bound other
 absurd value fails at once, naming the key and its source, instead of hanging the run,
 overflowing an allocation or diverging every episode. Upper bounds a user could truly want to
 exceed are lifted per key with ``--i-know-what-im-doing KEY``.
+
+Text is bounded before it is parsed (:data:`MAX_CONFIG_BYTES`, :data:`MAX_YAML_DEPTH`,
+:data:`MAX_NUMBER_DIGITS`) and read by :class:`StrictYamlLoader`: YAML's safe loader with
+decimal numbers only (``0x10``, ``0o17``, ``1_000``, ``1:30`` and ``010`` are text, not numbers),
+``true``/``false`` as the only booleans (YAML 1.1's ``yes``/``on``/``y`` are text), no dates, no
+anchors or aliases, and no ``!!python/...`` tags (no object is ever built from a file).
 """
 
 from __future__ import annotations
@@ -37,6 +43,111 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names key, source and expected form."""
+
+
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest config file read (1 MiB; the shipped ones are under 4 kB)."""
+MAX_YAML_DEPTH = 32
+"""Deepest nesting of mappings and lists accepted in YAML text (configs nest 4 levels)."""
+MAX_NUMBER_DIGITS = 64
+"""Most digits in one numeric literal: far more than a float carries (17), far fewer than
+Python's 4,300-digit limit on ``int`` conversion, which would otherwise surface as a traceback."""
+
+DECIMAL_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+"""An integer literal as configs write it: decimal, no leading zeros (YAML 1.1 reads ``010`` as 8)."""
+DECIMAL_FLOAT = re.compile(r"[-+]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+"""A decimal number: ``3``, ``0.5``, ``.5``, ``1e6``, ``1.0e-5``; no hex, octal, ``_`` or ``:``."""
+SPECIAL_FLOAT = re.compile(r"[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+"""YAML's spellings of infinity and NaN (the range check decides where they are accepted)."""
+NAMED_FLOAT = re.compile(r"[-+]?(?:\.?inf(?:inity)?|\.?nan)", re.IGNORECASE)
+"""``inf``/``nan`` as text in a numeric field: read as floats, so the range check names them."""
+
+
+def _too_many_digits(text: str) -> bool:
+    return sum(ch.isdigit() for ch in text) > MAX_NUMBER_DIGITS
+
+
+class StrictYamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without YAML 1.1's surprises, bounded in depth and number size.
+
+    Scalars resolve to ``int`` only when decimal (:data:`DECIMAL_INT`), to ``float`` when
+    decimal (:data:`DECIMAL_FLOAT`) or ``.inf``/``.nan``, to ``bool`` only for ``true``/``false``,
+    to ``None`` for ``null``/``~``/nothing; everything else is a string. Errors are
+    ``yaml.YAMLError`` with the position, as for any malformed YAML."""
+
+    yaml_implicit_resolvers: typing.ClassVar[dict[Any, Any]] = {}
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (&name, *name) are not accepted in configs", mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_decimal_int(self, node: yaml.ScalarNode) -> int:
+        text = self.construct_scalar(node)
+        if _too_many_digits(text):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of {len(text)} characters (at most {MAX_NUMBER_DIGITS} digits)", node.start_mark
+            )
+        return int(text)
+
+    def construct_decimal_float(self, node: yaml.ScalarNode) -> float:
+        text = self.construct_scalar(node)
+        if _too_many_digits(text):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of {len(text)} characters (at most {MAX_NUMBER_DIGITS} digits)", node.start_mark
+            )
+        lowered = text.lower()
+        if lowered.endswith(".inf"):
+            return -math.inf if lowered.startswith("-") else math.inf
+        if lowered.endswith(".nan"):
+            return math.nan
+        return float(text)
+
+
+# PyYAML matches implicit resolvers with re.match: each pattern below ends in \Z.
+for _first, _resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items():
+    # keep null and the rest; replace YAML 1.1's bool, int, float and timestamp forms
+    kept = [
+        (tag, regexp)
+        for tag, regexp in _resolvers
+        if tag.rsplit(":", 1)[-1] not in ("bool", "int", "float", "timestamp", "merge")
+    ]
+    StrictYamlLoader.yaml_implicit_resolvers[_first] = kept
+StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")
+)
+StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(f"(?:{DECIMAL_INT.pattern})\\Z"), list("-+0123456789")
+)
+StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(f"(?:{DECIMAL_FLOAT.pattern}|{SPECIAL_FLOAT.pattern})\\Z"),
+    list("-+0123456789."),
+)
+StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", StrictYamlLoader.construct_decimal_int)
+StrictYamlLoader.add_constructor("tag:yaml.org,2002:float", StrictYamlLoader.construct_decimal_float)
+for _tag in ("timestamp", "binary", "omap", "pairs", "set"):
+    # data types no config field holds: refused like any unknown tag
+    StrictYamlLoader.yaml_constructors.pop(f"tag:yaml.org,2002:{_tag}", None)
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse ``text`` with :class:`StrictYamlLoader`; raises ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=StrictYamlLoader)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,11 +313,11 @@ def _coerce(value: Any, tp: Any, key: str, source: str, allow: Collection[str] =
             return value
         raise fail()
     if tp in (int, float) and isinstance(value, str):
-        # YAML 1.1 reads "1e6" (no dot) as a string; accept numeric strings for numeric fields.
-        try:
-            value = float(value)
-        except ValueError:
-            raise fail() from None
+        # A quoted number ('1e6'): decimal literals only, as in YAML text (no 0x10, 1_000, inf).
+        text = value.strip()
+        if not (DECIMAL_FLOAT.fullmatch(text) or NAMED_FLOAT.fullmatch(text)) or _too_many_digits(text):
+            raise fail()
+        value = float(text.replace(".", "") if NAMED_FLOAT.fullmatch(text) else text)
     if tp is int:
         if isinstance(value, bool):
             raise fail()
@@ -273,7 +384,7 @@ def parse_dotted(pairs: Iterable[str], source: str = "command line") -> dict[str
             raise ConfigError(f"{source}: override {pair!r} must look like key=value (e.g. algo.lr=3e-4)")
         dotted, raw = pair.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = load_yaml_text(raw) if raw.strip() else ""
         except yaml.YAMLError as err:
             raise ConfigError(f"{source}: cannot parse value of {dotted!r}: {' '.join(str(err).split())}") from None
         except RecursionError:
@@ -294,7 +405,10 @@ def load_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {size} bytes, larger than any config (at most {MAX_CONFIG_BYTES} bytes)")
+        data = load_yaml_text(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); save it as UTF-8"
@@ -358,14 +472,14 @@ def describe(cfg: Any, prefix: str = "") -> list[tuple[str, str, str]]:
 
 
 def int_in_range(low: int, high: int) -> Callable[[str], int]:
-    """An argparse ``type=``: an integer in ``[low, high]`` (``1e3`` accepted), else a one-line usage error."""
+    """An argparse ``type=``: a decimal integer in ``[low, high]`` (``1e3`` accepted; ``0x10``,
+    ``1_000`` not), else a one-line usage error."""
 
     def parse(text: str) -> int:
-        try:
+        value = None
+        if DECIMAL_FLOAT.fullmatch(text.strip()) and not _too_many_digits(text):
             number = float(text)
             value = int(number) if math.isfinite(number) and number.is_integer() else None
-        except ValueError:
-            value = None
         if value is None or not low <= value <= high:
             raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}")
         return value
