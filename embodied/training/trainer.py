@@ -48,6 +48,7 @@ from embodied.training.background_eval import (
     PolicyRecipe,
     background_eval_choice,
 )
+from embodied.training.checkpoint_schema import check_restorable
 from embodied.training.evaluate import EvalEnvs, EvalResult, evaluate_module
 from embodied.training.run import (
     CHECKPOINT_FILE,
@@ -395,7 +396,7 @@ class Trainer:
 
         def load() -> dict[str, Any]:
             ckpt = load_checkpoint(self.run_dir, map_location=self.device if self.world is None else "cpu")
-            saved = checkpoint_world_size(ckpt)
+            saved = checkpoint_world_size(ckpt, self.run_dir / CHECKPOINT_FILE)
             if saved != world_size:
                 raise WorldSizeError(
                     f"{self.run_dir / CHECKPOINT_FILE} was written by {saved} training process(es), this run has "
@@ -416,6 +417,14 @@ class Trainer:
 
     def _restore(self) -> None:
         ckpt = self._load_rank_checkpoint()
+        # every entry's form first: nothing is restored from a checkpoint that does not fit
+        check_restorable(
+            ckpt,
+            self.checkpoint_state(),
+            self.run_dir / CHECKPOINT_FILE,
+            grid=self.cfg.num_envs,
+            policy_form=self.algo.policy.state_dict() if isinstance(self.algo.policy, nn.Module) else None,
+        )
         load_algo_state(self.algo, ckpt, self.run_dir)
         self.env.load_state_dict(ckpt["env"])
         self.obs = {k: v.to(self.device) for k, v in ckpt["obs"].items()}
@@ -438,10 +447,15 @@ class Trainer:
         )
         pending = t.get("pending_eval")
         self._pending = None if pending is None else EvalSnapshot.from_checkpoint(pending)
-        torch.set_rng_state(ckpt["rng"]["torch"].cpu())
-        if torch.cuda.is_available() and ckpt["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-        random.setstate(_as_random_state(ckpt["rng"]["python"]))
+        try:
+            torch.set_rng_state(ckpt["rng"]["torch"].cpu())
+            if torch.cuda.is_available() and ckpt["rng"]["cuda"]:
+                torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+            random.setstate(_as_random_state(ckpt["rng"]["python"]))
+        except (RuntimeError, ValueError, TypeError, OverflowError) as err:
+            raise CheckpointError(
+                f"{self.run_dir / CHECKPOINT_FILE}: entry 'rng' is not a random generator state ({err})"
+            ) from None
         log.info("resumed %s at %d env steps (%d updates)", self.run_dir, self.state.env_steps, self.state.updates)
 
     # ----------------------------------------------------------------- evaluation
