@@ -251,6 +251,7 @@ def check_restorable(
             "the file is not a checkpoint of this run"
         )
     check_trainer_entry(ckpt["trainer"], path, grid, policy_form)
-    for key, want in expected.items():
+    # the observations first: their shapes say most plainly which env.* setting differs
+    for key in sorted(expected, key=lambda k: k != "obs"):
         if key != "trainer":
-            check_like(ckpt[key], want, key, path)
+            check_like(ckpt[key], expected[key], key, path)

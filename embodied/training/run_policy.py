@@ -132,6 +132,18 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
     return read_policy_artifact(path)
 
 
+def check_artifact_fits(artifact: PolicyArtifact, env: Any, run_dir: Path) -> None:
+    """Raise naming both files when the env ``config.yaml`` builds does not read and write what
+    the trained policy does (``env.action_history`` edited after training, say)."""
+    io_spec = getattr(env, "io_spec", None)
+    why = artifact.io_spec.mismatch(io_spec()) if callable(io_spec) else None
+    if why is not None:
+        raise EmbodiedError(
+            f"{Path(run_dir) / CONFIG_FILE} does not fit {Path(run_dir) / POLICY_FILE}: {why}; "
+            "was config.yaml (env.*) edited after training?"
+        )
+
+
 def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportReport:
     """Export the run's policy artifact to ``RUN_DIR/export/`` (``fmt``: a format name or ``all``).
 
@@ -162,6 +174,11 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     def make_env(num_envs: int, seed: int) -> Any:
         return registry.make_env(cfg.task_name, cfg.env, num_envs, "cpu", seed)
 
+    env = make_env(1, 0)
+    try:
+        check_artifact_fits(artifact, env, run_dir)
+    finally:
+        env.close()
     source_run = str(run_dir.resolve())
     if IMAGE_GROUP in artifact.obs_groups:
         return export_image_artifact(artifact, export_dir(run_dir), fmt, make_env, record, source_run)
@@ -213,6 +230,7 @@ def ensure_export(run_dir: Path, fmt: str = "all") -> None:
 __all__ = [
     "NoArtifactKindError",
     "PolicyArtifactError",
+    "check_artifact_fits",
     "checkpoint_seal",
     "ensure_export",
     "export_run",

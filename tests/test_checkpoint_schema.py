@@ -1,0 +1,143 @@
+"""Sealed checkpoints of the wrong form are refused, naming the entry, before anything is restored.
+
+Each case edits one entry of a real run's checkpoint and seals it again with the project's own
+seal (so the seal passes), then checks that the commands that read it exit 2 with one error
+line naming the entry; and that an edited ``config.yaml`` is refused naming the field that no
+longer fits the trained policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fuzz_support import make_base_run
+
+from embodied.checkpoint_seal import seal
+from embodied.cli import main
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_base_run(tmp_path_factory.mktemp("schema_base"))
+
+
+def _edit_checkpoint(run: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    path = run / "ckpt" / "latest.pt"
+    state = torch.load(io.BytesIO(path.read_bytes()), weights_only=True)
+    edit(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    path.write_bytes(seal(buffer.getvalue()))
+
+
+def _error(argv: list[str], caplog: pytest.LogCaptureFixture) -> str:
+    caplog.clear()
+    rc = None
+    with contextlib.suppress(SystemExit):
+        rc = main(argv)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert rc == 2 and len(errors) == 1, (argv, rc, errors)
+    return errors[0]
+
+
+def _set(*path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(state: dict[str, Any]) -> None:
+        node = state
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+
+    return edit
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda state: state.pop(key)
+
+
+CASES: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...], str]] = [
+    # (id, edit, commands that read the entry, text the error must hold)
+    ("trainer-a-string", _set("trainer", value="abc"), ("train", "eval", "export"), "'trainer'"),
+    ("env-missing", _drop("env"), ("train",), "'env'"),
+    ("algo-missing", _drop("algo"), ("train", "eval", "export"), "'algo'"),
+    ("rng-3-bytes", _set("rng", "torch", value=torch.zeros(3, dtype=torch.uint8)), ("train",), "'rng.torch'"),
+    ("rng-python-text", _set("rng", "python", value="abc"), ("train",), "'rng.python'"),
+    ("env-steps-negative", _set("trainer", "env_steps", value=-100), ("train", "eval", "export"), "trainer.env_steps"),
+    ("env-steps-off-grid", _set("trainer", "env_steps", value=100), ("train",), "multiple of 8"),
+    ("env-steps-float", _set("trainer", "env_steps", value=128.5), ("train",), "trainer.env_steps"),
+    ("updates-negative", _set("trainer", "updates", value=-1), ("train",), "trainer.updates"),
+    ("time-nan", _set("trainer", "train_time_s", value=float("nan")), ("train",), "trainer.train_time_s"),
+    ("evals-text", _set("trainer", "evals", value=[{"eval/success_rate": "high"}]), ("train",), "trainer.evals[0]"),
+    ("obs-shape", _set("obs", "policy", value=torch.zeros(8, 5)), ("train",), "'obs.policy'"),
+    (
+        "weight-shape",
+        _set("algo", "policy", "log_std", value=torch.zeros(7)),
+        ("train", "eval", "export"),
+        "algo.policy.log_std",
+    ),
+    (
+        "weight-dtype",
+        _set("algo", "policy", "log_std", value=torch.zeros(4, dtype=torch.float64)),
+        ("train",),
+        "algo.policy.log_std",
+    ),
+    ("pending-bad", _set("trainer", "pending_eval", value={"env_steps": 8}), ("train", "eval"), "trainer.pending_eval"),
+    ("world-bad", _set("world", value={"size": "two"}), ("train", "eval"), "'world'"),
+]
+
+ARGV = {
+    "train": ["train", "--resume", "{run}", "--no-progress"],
+    "eval": ["eval", "{run}", "--episodes", "2"],
+    "export": ["export", "{run}", "--format", "onnx", "--no-record"],
+}
+
+
+@pytest.mark.parametrize(("edit", "commands", "text"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_sealed_checkpoint_of_the_wrong_form_is_refused_naming_the_entry(
+    base_run: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    edit: Callable[[dict[str, Any]], None],
+    commands: tuple[str, ...],
+    text: str,
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(base_run, run)
+    before = (run / "metrics.jsonl").read_bytes()
+    _edit_checkpoint(run, edit)
+    for command in commands:
+        message = _error([a.replace("{run}", str(run)) for a in ARGV[command]], caplog)
+        assert text in message and "latest.pt" in message, (command, message)
+    assert (run / "metrics.jsonl").read_bytes() == before  # nothing was resumed or rewritten
+
+
+def test_a_well_formed_checkpoint_still_resumes(base_run: Path, tmp_path: Path) -> None:
+    """The check is no blanket refusal: the untouched checkpoint, resealed, resumes and evaluates."""
+    run = tmp_path / "run"
+    shutil.copytree(base_run, run)
+    _edit_checkpoint(run, lambda state: None)
+    assert main(["train", "--resume", str(run), "--no-progress", "trainer.total_env_steps=192"]) == 0
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+
+
+def test_an_edited_config_names_the_field_that_no_longer_fits(
+    base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(base_run, run)
+    text = (run / "config.yaml").read_text()
+    assert "  action_history: 1\n" in text
+    (run / "config.yaml").write_text(text.replace("  action_history: 1\n", "  action_history: 3\n"))
+    for command in ("eval", "export"):
+        message = _error([a.replace("{run}", str(run)) for a in ARGV[command]], caplog)
+        assert "config.yaml does not fit" in message and "'prev_actions' has 4 values" in message, message
+        assert "with 12" in message, message
+    message = _error([a.replace("{run}", str(run)) for a in ARGV["train"]], caplog)
+    assert "'obs.policy'" in message and "[8, 30]" in message and "[8, 22]" in message, message
