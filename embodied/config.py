@@ -153,12 +153,51 @@ def load_yaml_text(text: str) -> Any:
 @dataclasses.dataclass(frozen=True)
 class Bound:
     """Allowed closed range of a numeric config value; ``overridable``: ``--i-know-what-im-doing``
-    lifts the upper bound (for limits that only guard against hangs and huge allocations)."""
+    lifts the upper bound (for limits that only guard against hangs and huge allocations).
+
+    A ``physical`` bound (declared with the field, :func:`ranged`) is the range in which the
+    quantity is plausible for the robots this toolkit simulates, in ``unit``; both of its ends
+    are lifted by ``--allow-unphysical`` (all keys) or ``--i-know-what-im-doing KEY`` (one key)."""
 
     low: float
     high: float
     overridable: bool = True
     why: str = ""
+    unit: str = ""
+    physical: bool = False
+
+
+RANGE_METADATA = "range"
+"""Dataclass field metadata key of a field's :class:`Bound` (set by :func:`ranged`)."""
+
+UNPHYSICAL = "unphysical"
+"""The entry of an ``allow`` collection (and of a saved config's ``i_know_what_im_doing`` list)
+that ``--allow-unphysical`` adds: every physical range is lifted."""
+
+
+def ranged(default: Any, low: float, high: float, unit: str = "", why: str = "", angle: bool = False) -> Any:
+    """A dataclass field whose plausible values lie in ``[low, high]`` (in ``unit``; every
+    element of a tuple default alike), checked wherever a config is loaded (:func:`check_number`).
+
+    Declared next to the field so the range, its unit and the default are read together; the
+    range must hold the published values of every vehicle the defaults describe (the
+    Crazyflie 2.x) with room for other robots of its kind, and no more: a value outside it is
+    a typo or a unit slip, not an experiment (``--allow-unphysical`` for deliberate ones).
+
+    ``angle``: the value passes through ``cos``/``sin``, so outside ``[low, high]`` it wraps to
+    another angle inside it (a tilt limit of 1000 rad acts as 56 degrees); no flag lifts it."""
+    if not low <= high:
+        raise ValueError(f"ranged: low {low} above high {high}")
+    if angle and not why:
+        why = "an angle through cos/sin: outside this interval it wraps to another angle"
+    bound = Bound(low, high, overridable=not angle, why=why, unit=unit, physical=True)
+    return dataclasses.field(default=default, metadata={RANGE_METADATA: bound})
+
+
+def field_bound(f: dataclasses.Field[Any]) -> Bound | None:
+    """The :class:`Bound` declared with field ``f`` (:func:`ranged`), or None."""
+    bound = f.metadata.get(RANGE_METADATA)
+    return bound if isinstance(bound, Bound) else None
 
 
 GENERIC_FLOAT_BOUND = Bound(-1e9, 1e9, why="no physical or training quantity here is that large")
@@ -198,15 +237,24 @@ def bound_for(key: str, value: int | float) -> Bound:
     return GENERIC_INT_BOUND if isinstance(value, int) else GENERIC_FLOAT_BOUND
 
 
-def check_number(key: str, value: Any, default: Any, source: str, allow: Collection[str] = ()) -> None:
+def check_number(
+    key: str,
+    value: Any,
+    default: Any,
+    source: str,
+    allow: Collection[str] = (),
+    declared: Bound | None = None,
+) -> None:
     """Raise :class:`ConfigError` unless every number in ``value`` (a number or a tuple of them) is
-    finite and inside :func:`bound_for`'s range. Infinity passes only where ``default`` (the same
-    position of the field's current value) is infinite too; ``allow`` holds the dotted keys whose
-    overridable upper bound ``--i-know-what-im-doing`` lifted."""
+    finite and inside its range: the field's ``declared`` :class:`Bound` (:func:`ranged`) and
+    :func:`bound_for`'s. Infinity passes only where ``default`` (the same position of the field's
+    current value) is infinite too; ``allow`` holds the dotted keys whose bounds
+    ``--i-know-what-im-doing`` lifted (an overridable upper bound, a physical range) and
+    :data:`UNPHYSICAL` when ``--allow-unphysical`` lifted every physical range."""
     if isinstance(value, tuple):
         for i, item in enumerate(value):
             item_default = default[i] if isinstance(default, tuple) and i < len(default) else None
-            check_number(f"{key}[{i}]", item, item_default, source, allow)
+            check_number(f"{key}[{i}]", item, item_default, source, allow, declared)
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
         return
@@ -215,20 +263,36 @@ def check_number(key: str, value: Any, default: Any, source: str, allow: Collect
         if math.isnan(value) or not default_inf:
             raise ConfigError(f"{source}: key {key!r} must be a finite number, got {value!r}")
         return
+    base = key.split("[", 1)[0]
+    lifted_range = declared is not None and declared.overridable and (base in allow or UNPHYSICAL in allow)
+    if declared is not None and not lifted_range and not declared.low <= value <= declared.high:
+        unit = f" {declared.unit}" if declared.unit else ""
+        why = f" ({declared.why})" if declared.why else ""
+        hint = (
+            f"; for a deliberate experiment add --allow-unphysical (or --i-know-what-im-doing {base})"
+            if declared.overridable
+            else ""
+        )
+        raise ConfigError(
+            f"{source}: key {key!r} = {value!r}{unit} is outside its plausible range "
+            f"[{_fmt(declared.low)}, {_fmt(declared.high)}]{unit}{why}{hint}"
+        )
     bound = bound_for(key, value)
-    lifted = bound.overridable and key.split("[", 1)[0] in allow
+    lifted = bound.overridable and base in allow
     if value < bound.low or (value > bound.high and not lifted):
         hint = ""
         if value > bound.high:
             hint = f" ({bound.why})" if bound.why else ""
             if bound.overridable:
-                hint += f"; to really use it add --i-know-what-im-doing {key.split('[', 1)[0]}"
+                hint += f"; to really use it add --i-know-what-im-doing {base}"
         low, high = (_fmt(b) for b in (bound.low, bound.high))
         raise ConfigError(f"{source}: key {key!r} must be in [{low}, {high}], got {value!r}{hint}")
 
 
 def _fmt(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() and abs(number) < 1e16 else f"{number:g}"
+    if float(number).is_integer() and abs(number) < 1e16:
+        return str(int(number))
+    return f"{number:.6g}"
 
 
 def check_numbers(cfg: Any, source: str, allow: Collection[str] = (), prefix: str = "") -> None:
@@ -240,7 +304,7 @@ def check_numbers(cfg: Any, source: str, allow: Collection[str] = (), prefix: st
             check_numbers(value, source, allow, prefix=f"{prefix}{f.name}.")
         else:
             default = f.default if f.default is not dataclasses.MISSING else None
-            check_number(prefix + f.name, value, default, source, allow)
+            check_number(prefix + f.name, value, default, source, allow, field_bound(f))
 
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
@@ -349,7 +413,8 @@ def apply_overrides(
     if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         raise TypeError(f"expected a dataclass instance, got {type(cfg).__name__}")
     hints = typing.get_type_hints(type(cfg))
-    names = {f.name for f in dataclasses.fields(cfg) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cfg) if f.init}
+    names = set(fields)
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in names:
@@ -364,7 +429,7 @@ def apply_overrides(
             changes[key] = apply_overrides(current, value, source, prefix=f"{prefix}{key}.", allow=allow)
         else:
             changes[key] = _coerce(value, hints[key], prefix + key, source, allow)
-            check_number(prefix + key, changes[key], current, source, allow)
+            check_number(prefix + key, changes[key], current, source, allow, field_bound(fields[key]))
     try:
         return dataclasses.replace(cfg, **changes)
     except ConfigError as err:
@@ -467,7 +532,12 @@ def describe(cfg: Any, prefix: str = "") -> list[tuple[str, str, str]]:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             rows.extend(describe(value, prefix=f"{prefix}{f.name}."))
         else:
-            rows.append((prefix + f.name, repr(value), docs.get(f.name, "")))
+            doc = docs.get(f.name, "")
+            bound = field_bound(f)
+            if bound is not None:
+                unit = f" {bound.unit}" if bound.unit else ""
+                doc = f"{doc} Plausible range [{_fmt(bound.low)}, {_fmt(bound.high)}]{unit}.".strip()
+            rows.append((prefix + f.name, repr(value), doc))
     return rows
 
 
@@ -481,7 +551,8 @@ def int_in_range(low: int, high: int) -> Callable[[str], int]:
             number = float(text)
             value = int(number) if math.isfinite(number) and number.is_integer() else None
         if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}")
+            shown = text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {shown!r}")
         return value
 
     parse.__name__ = "integer"
