@@ -141,3 +141,22 @@ def test_an_edited_config_names_the_field_that_no_longer_fits(
         assert "with 12" in message, message
     message = _error([a.replace("{run}", str(run)) for a in ARGV["train"]], caplog)
     assert "'obs.policy'" in message and "[8, 30]" in message and "[8, 22]" in message, message
+
+
+def test_run_files_with_huge_numbers_are_refused_naming_the_file(
+    base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON has no digit limit of its own: Python's 4,300-digit one must not surface as a traceback."""
+    run = tmp_path / "run"
+    shutil.copytree(base_run, run)
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"env_steps": ' + "9" * 5000 + "}\n")
+    message = _error(["train", "--resume", str(run), "--no-progress"], caplog)
+    assert "metrics.jsonl" in message and "line" in message, message
+    shutil.rmtree(run)
+    shutil.copytree(base_run, run)
+    policy_io = run / "export" / "policy_io.json"
+    policy_io.write_text(policy_io.read_text().replace('"size": 3', '"size": ' + "1" * 5000, 1))
+    assert "1" * 5000 in policy_io.read_text()
+    message = _error(["eval", str(run), "--episodes", "2", "--policy", "onnx"], caplog)
+    assert "policy_io.json" in message, message

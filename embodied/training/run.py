@@ -323,13 +323,23 @@ def _parse_rows(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
             row = json.loads(line)
         except json.JSONDecodeError as err:
             raise EmbodiedError(f"{path}: line {number} is not a JSON row ({err.msg}); the file is corrupt") from None
+        except (ValueError, RecursionError) as err:  # a number of more digits than Python converts; deep nesting
+            what = " ".join(str(err).split())[:120] or "nested too deeply"
+            raise EmbodiedError(f"{path}: line {number} is not a metrics row ({what}); the file is corrupt") from None
         if not isinstance(row, dict) or not isinstance(row.get("env_steps"), int):
             raise EmbodiedError(f"{path}: line {number} is not a metrics row with an integer 'env_steps'")
         rows.append((offset, row))
     return rows
 
 
+MAX_METRICS_BYTES = 1 << 30
+"""Largest ``metrics.jsonl`` read (1 GiB: about a million rows)."""
+
+
 def _read_text(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_METRICS_BYTES:
+        raise EmbodiedError(f"{path}: {size} bytes, larger than a metrics file is read (at most {MAX_METRICS_BYTES})")
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
