@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from fuzz_support import SCHEMA_EDITS as CASES
 from fuzz_support import make_base_run
 
 from embodied.checkpoint_seal import seal
@@ -47,50 +48,6 @@ def _error(argv: list[str], caplog: pytest.LogCaptureFixture) -> str:
     assert rc == 2 and len(errors) == 1, (argv, rc, errors)
     return errors[0]
 
-
-def _set(*path: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    def edit(state: dict[str, Any]) -> None:
-        node = state
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-
-    return edit
-
-
-def _drop(key: str) -> Callable[[dict[str, Any]], None]:
-    return lambda state: state.pop(key)
-
-
-CASES: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...], str]] = [
-    # (id, edit, commands that read the entry, text the error must hold)
-    ("trainer-a-string", _set("trainer", value="abc"), ("train", "eval", "export"), "'trainer'"),
-    ("env-missing", _drop("env"), ("train",), "'env'"),
-    ("algo-missing", _drop("algo"), ("train", "eval", "export"), "'algo'"),
-    ("rng-3-bytes", _set("rng", "torch", value=torch.zeros(3, dtype=torch.uint8)), ("train",), "'rng.torch'"),
-    ("rng-python-text", _set("rng", "python", value="abc"), ("train",), "'rng.python'"),
-    ("env-steps-negative", _set("trainer", "env_steps", value=-100), ("train", "eval", "export"), "trainer.env_steps"),
-    ("env-steps-off-grid", _set("trainer", "env_steps", value=100), ("train",), "multiple of 8"),
-    ("env-steps-float", _set("trainer", "env_steps", value=128.5), ("train",), "trainer.env_steps"),
-    ("updates-negative", _set("trainer", "updates", value=-1), ("train",), "trainer.updates"),
-    ("time-nan", _set("trainer", "train_time_s", value=float("nan")), ("train",), "trainer.train_time_s"),
-    ("evals-text", _set("trainer", "evals", value=[{"eval/success_rate": "high"}]), ("train",), "trainer.evals[0]"),
-    ("obs-shape", _set("obs", "policy", value=torch.zeros(8, 5)), ("train",), "'obs.policy'"),
-    (
-        "weight-shape",
-        _set("algo", "policy", "log_std", value=torch.zeros(7)),
-        ("train", "eval", "export"),
-        "algo.policy.log_std",
-    ),
-    (
-        "weight-dtype",
-        _set("algo", "policy", "log_std", value=torch.zeros(4, dtype=torch.float64)),
-        ("train",),
-        "algo.policy.log_std",
-    ),
-    ("pending-bad", _set("trainer", "pending_eval", value={"env_steps": 8}), ("train", "eval"), "trainer.pending_eval"),
-    ("world-bad", _set("world", value={"size": "two"}), ("train", "eval"), "'world'"),
-]
 
 ARGV = {
     "train": ["train", "--resume", "{run}", "--no-progress"],

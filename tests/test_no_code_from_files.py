@@ -16,15 +16,13 @@ import contextlib
 import io
 import logging
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from fuzz_support import make_base_run
+from fuzz_support import Payload, entry_paths, load_plain, make_base_run, put, save_sealed
 
-from embodied.checkpoint_seal import seal
 from embodied.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,47 +121,9 @@ def test_the_scan_finds_each_unsafe_form() -> None:
 
 
 # ----------------------------------------------------------------------------- payloads
-class Payload:
-    """Unpickling this creates ``marker`` (``open(marker, "w")``): evidence that code ran."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (open, (str(self.marker), "w"))
-
-
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_base_run(tmp_path_factory.mktemp("payload_base"))
-
-
-def _entry_paths(state: dict[str, Any], depth: int = 2) -> Iterator[tuple[str, ...]]:
-    """Every mapping entry of ``state`` down to ``depth`` levels (the fields a load reads)."""
-    for key, value in state.items():
-        yield (key,)
-        if depth > 1 and isinstance(value, dict):
-            for rest in _entry_paths(value, depth - 1):
-                yield (key, *rest)
-
-
-def _put(state: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    node = state
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-
-
-def _save_sealed(state: dict[str, Any], path: Path) -> None:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    path.write_bytes(seal(buffer.getvalue()))
-
-
-def _load_plain(path: Path) -> dict[str, Any]:
-    data = path.read_bytes()
-    state: dict[str, Any] = torch.load(io.BytesIO(data), weights_only=True)
-    return state
 
 
 COMMANDS = (
@@ -189,8 +149,8 @@ def _refuses(argv: list[str], caplog: pytest.LogCaptureFixture, marker: Path, na
 def _checkpoint_entries(base_run: Path, depth: int) -> list[tuple[str, ...]]:
     """Entries of the base run's checkpoint down to ``depth``, the snapshot in flight (None in
     the base run), the RNG states, and an entry no checkpoint has."""
-    state = _load_plain(base_run / "ckpt" / "latest.pt")
-    paths = list(_entry_paths(state, depth))
+    state = load_plain(base_run / "ckpt" / "latest.pt")
+    paths = list(entry_paths(state, depth))
     extra = [("trainer", "pending_eval"), ("rng", "python"), ("algo", next(iter(state["algo"]))), ("new_entry",)]
     return paths + [e for e in extra if e not in paths]
 
@@ -201,9 +161,9 @@ def _payload_in_each(base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFi
         run = tmp_path / f"run{i}"
         shutil.copytree(base_run, run)
         marker = tmp_path / f"marker{i}"
-        state = _load_plain(run / "ckpt" / "latest.pt")
-        _put(state, entry, Payload(marker))
-        _save_sealed(state, run / "ckpt" / "latest.pt")
+        state = load_plain(run / "ckpt" / "latest.pt")
+        put(state, entry, Payload(marker))
+        save_sealed(state, run / "ckpt" / "latest.pt")
         for command in COMMANDS:
             _refuses([a.replace("{run}", str(run)) for a in command], caplog, marker, "latest.pt")
         shutil.rmtree(run)
@@ -227,7 +187,7 @@ def test_a_payload_in_a_snapshot_in_flight_is_refused_unrun(
     base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The entry the old format unpickled: a snapshot's policy, in every field of it."""
-    state = _load_plain(base_run / "ckpt" / "latest.pt")
+    state = load_plain(base_run / "ckpt" / "latest.pt")
     policy = {k: v.clone() for k, v in state["algo"]["policy"].items()}
     steps = state["trainer"]["env_steps"]
     for field in ("env_steps", "train_time_s", "seed", "policy_state", "policy_state.weight"):
@@ -240,7 +200,7 @@ def test_a_payload_in_a_snapshot_in_flight_is_refused_unrun(
         else:
             snapshot[field] = Payload(marker)
         state["trainer"]["pending_eval"] = snapshot
-        _save_sealed(state, run / "ckpt" / "latest.pt")
+        save_sealed(state, run / "ckpt" / "latest.pt")
         for command in COMMANDS:
             _refuses([a.replace("{run}", str(run)) for a in command], caplog, marker, "latest.pt")
 
@@ -255,7 +215,7 @@ def test_a_pickled_module_of_an_older_version_is_skipped_never_loaded(
     marker = tmp_path / "marker-old"
     inner = io.BytesIO()
     torch.save(Payload(marker), inner)
-    state = _load_plain(run / "ckpt" / "latest.pt")
+    state = load_plain(run / "ckpt" / "latest.pt")
     steps = state["trainer"]["env_steps"]
     state["trainer"]["pending_eval"] = {
         "env_steps": steps,
@@ -263,7 +223,7 @@ def test_a_pickled_module_of_an_older_version_is_skipped_never_loaded(
         "seed": 3,
         "policy_bytes": inner.getvalue(),
     }
-    _save_sealed(state, run / "ckpt" / "latest.pt")
+    save_sealed(state, run / "ckpt" / "latest.pt")
     assert main(["train", "--resume", str(run), "--no-progress"]) == 0
     assert not marker.exists()
 
@@ -271,17 +231,17 @@ def test_a_pickled_module_of_an_older_version_is_skipped_never_loaded(
 def test_a_payload_in_the_policy_artifact_is_refused_unrun(
     base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    original = _load_plain(base_run / "ckpt" / "policy.pt")
-    entries = list(_entry_paths(original, depth=3))
+    original = load_plain(base_run / "ckpt" / "policy.pt")
+    entries = list(entry_paths(original, depth=3))
     for i, entry in enumerate(entries):
         if entry == ("checkpoint_seal",):
             continue  # changing it makes the artifact stale: rebuilt from the checkpoint instead
         run = tmp_path / f"art{i}"
         shutil.copytree(base_run, run)
         marker = tmp_path / f"marker-art{i}"
-        state = _load_plain(run / "ckpt" / "policy.pt")
-        _put(state, entry, Payload(marker))
-        _save_sealed(state, run / "ckpt" / "policy.pt")
+        state = load_plain(run / "ckpt" / "policy.pt")
+        put(state, entry, Payload(marker))
+        save_sealed(state, run / "ckpt" / "policy.pt")
         for command in COMMANDS[1:]:
             _refuses([a.replace("{run}", str(run)) for a in command], caplog, marker, "policy.pt")
         shutil.rmtree(run)
