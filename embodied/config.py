@@ -75,22 +75,20 @@ class StrictYamlLoader(yaml.SafeLoader):
     to ``None`` for ``null``/``~``/nothing; everything else is a string. Errors are
     ``yaml.YAMLError`` with the position, as for any malformed YAML."""
 
-    yaml_implicit_resolvers: typing.ClassVar[dict[Any, Any]] = {}
-
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
             raise yaml.composer.ComposerError(
                 None, None, "anchors and aliases (&name, *name) are not accepted in configs", mark
             )
         self._depth += 1
         try:
             if self._depth > MAX_YAML_DEPTH:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", mark)
             return super().compose_node(parent, index)
         finally:
@@ -118,15 +116,16 @@ class StrictYamlLoader(yaml.SafeLoader):
         return float(text)
 
 
-# PyYAML matches implicit resolvers with re.match: each pattern below ends in \Z.
-for _first, _resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items():
-    # keep null and the rest; replace YAML 1.1's bool, int, float and timestamp forms
-    kept = [
+# PyYAML matches implicit resolvers with re.match: each pattern below ends in \Z. Null and the
+# rest are kept; YAML 1.1's bool, int, float, timestamp and merge forms are replaced or dropped.
+StrictYamlLoader.yaml_implicit_resolvers = {
+    first: [
         (tag, regexp)
-        for tag, regexp in _resolvers
+        for tag, regexp in resolvers
         if tag.rsplit(":", 1)[-1] not in ("bool", "int", "float", "timestamp", "merge")
     ]
-    StrictYamlLoader.yaml_implicit_resolvers[_first] = kept
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 StrictYamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")
 )

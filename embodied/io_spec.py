@@ -73,10 +73,11 @@ class IOSpec:
     def mismatch(self, other: IOSpec) -> str | None:
         """The first observation or action field whose name or size differs from ``other``'s,
         as one clause (``self`` is "trained", ``other`` "built"); None when they fit."""
-        for kind, mine, theirs in (
+        groups: tuple[tuple[str, Sequence[ObsField | ActionField], Sequence[ObsField | ActionField]], ...] = (
             ("observation", self.obs_fields, other.obs_fields),
             ("action", self.action_fields, other.action_fields),
-        ):
+        )
+        for kind, mine, theirs in groups:
             for a, b in zip(mine, theirs, strict=False):
                 if a.name != b.name or a.size != b.size:
                     return (

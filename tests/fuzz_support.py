@@ -543,6 +543,7 @@ def _number_case(rng: np.random.Generator, keys: list[str], values: dict[str, An
     else:
         key, raw = str(rng.choice(numeric)), str(rng.choice(NUMBER_FORMS))
     where = rng.random()
+    setup: Callable[[Path], None] | None
     if where < 0.6:
         argv = ["train", "quad-hover", "--print-config", f"{key}={raw}"]
         setup = None
@@ -553,9 +554,10 @@ def _number_case(rng: np.random.Generator, keys: list[str], values: dict[str, An
             + f"{'  ' * (len(parts) - 1)}{parts[-1]}: {raw}\n"
         )
 
-        def setup(case_dir: Path) -> None:
+        def write(case_dir: Path) -> None:
             (case_dir / "my.yaml").write_text(body)
 
+        setup = write
         argv = ["train", "quad-hover", "--print-config", "--config", "{dir}/my.yaml"]
     if key == "seed" and rng.random() < 0.3:
         argv, setup = ["train", "quad-hover", "--print-config", "--seed", raw], None

@@ -188,6 +188,7 @@ def test_huge_digit_counts_never_reach_int(tmp_path: Path, caplog: pytest.LogCap
         ["train", "quad-hover", "--print-config", "--seed", digits],
     ):
         caplog.clear()
+        rc: int | str | None
         try:
             rc = main(argv)
         except SystemExit as exit_:  # an argparse usage error: one line on stderr

@@ -242,7 +242,9 @@ def _drop_pickled_snapshot(state: dict[str, Any], path: Path) -> None:
     """Skip an evaluation in flight that an older version kept as a pickled module
     (``policy_bytes``): it is never unpickled, and a resume goes on without its result."""
     trainer = state.get("trainer")
-    pending = trainer.get("pending_eval") if isinstance(trainer, dict) else None
+    if not isinstance(trainer, dict):
+        return
+    pending = trainer.get("pending_eval")
     if isinstance(pending, dict) and "policy_bytes" in pending:
         log.warning(
             "%s: the evaluation in flight at %s env steps was saved as a pickled module by an older "
