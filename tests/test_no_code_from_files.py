@@ -155,24 +155,32 @@ def _checkpoint_entries(base_run: Path, depth: int) -> list[tuple[str, ...]]:
     return paths + [e for e in extra if e not in paths]
 
 
-def _payload_in_each(base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, depth: int) -> None:
-    entries = _checkpoint_entries(base_run, depth)
+def _payload_in_each(
+    base_run: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    entries: list[tuple[str, ...]],
+    file: str = "latest.pt",
+    commands: tuple[tuple[str, ...], ...] = COMMANDS,
+) -> None:
+    """For each entry: a fresh copy of the run whose ``ckpt/<file>`` holds a payload there,
+    resealed; every command refuses it naming the file, and the payload never runs."""
     for i, entry in enumerate(entries):
         run = tmp_path / f"run{i}"
         shutil.copytree(base_run, run)
         marker = tmp_path / f"marker{i}"
-        state = load_plain(run / "ckpt" / "latest.pt")
+        state = load_plain(run / "ckpt" / file)
         put(state, entry, Payload(marker))
-        save_sealed(state, run / "ckpt" / "latest.pt")
-        for command in COMMANDS:
-            _refuses([a.replace("{run}", str(run)) for a in command], caplog, marker, "latest.pt")
+        save_sealed(state, run / "ckpt" / file)
+        for command in commands:
+            _refuses([a.replace("{run}", str(run)) for a in command], caplog, marker, file)
         shutil.rmtree(run)
 
 
 def test_a_payload_in_any_top_level_checkpoint_entry_is_refused_unrun(
     base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _payload_in_each(base_run, tmp_path, caplog, depth=1)
+    _payload_in_each(base_run, tmp_path, caplog, _checkpoint_entries(base_run, depth=1))
 
 
 @pytest.mark.slow
@@ -180,7 +188,7 @@ def test_a_payload_in_any_checkpoint_entry_two_levels_down_is_refused_unrun(
     base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert len(_checkpoint_entries(base_run, 2)) > 20  # the walk really reaches the nested entries
-    _payload_in_each(base_run, tmp_path, caplog, depth=2)
+    _payload_in_each(base_run, tmp_path, caplog, _checkpoint_entries(base_run, depth=2))
 
 
 def test_a_payload_in_a_snapshot_in_flight_is_refused_unrun(
@@ -232,19 +240,9 @@ def test_a_payload_in_the_policy_artifact_is_refused_unrun(
     base_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     original = load_plain(base_run / "ckpt" / "policy.pt")
-    entries = list(entry_paths(original, depth=3))
-    for i, entry in enumerate(entries):
-        if entry == ("checkpoint_seal",):
-            continue  # changing it makes the artifact stale: rebuilt from the checkpoint instead
-        run = tmp_path / f"art{i}"
-        shutil.copytree(base_run, run)
-        marker = tmp_path / f"marker-art{i}"
-        state = load_plain(run / "ckpt" / "policy.pt")
-        put(state, entry, Payload(marker))
-        save_sealed(state, run / "ckpt" / "policy.pt")
-        for command in COMMANDS[1:]:
-            _refuses([a.replace("{run}", str(run)) for a in command], caplog, marker, "policy.pt")
-        shutil.rmtree(run)
+    # changing checkpoint_seal makes the artifact stale: it is rebuilt from the checkpoint instead
+    entries = [e for e in entry_paths(original, depth=3) if e != ("checkpoint_seal",)]
+    _payload_in_each(base_run, tmp_path, caplog, entries, "policy.pt", COMMANDS[1:])
 
 
 TAG = "!!python/object/apply:builtins.open ['{marker}', 'w']"

@@ -9,38 +9,19 @@ experiment through (and its run reloads), but never NaN or an angle outside its 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_support import ranged_keys
 
 from embodied import registry
 from embodied.cli import main
-from embodied.config import (
-    MAX_CONFIG_BYTES,
-    UNPHYSICAL,
-    ConfigError,
-    field_bound,
-    load_yaml,
-    parse_dotted,
-)
+from embodied.config import MAX_CONFIG_BYTES, UNPHYSICAL, ConfigError, load_yaml, parse_dotted
 from embodied.experiment import config_key, load_experiment, resolve_experiment
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
-
-def _ranged_fields(cfg: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """``(dotted key, value, Bound)`` of every ranged field of dataclass ``cfg``, recursively."""
-    rows: list[tuple[str, Any, Any]] = []
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            rows += _ranged_fields(value, f"{prefix}{f.name}.")
-        elif field_bound(f) is not None:
-            rows.append((prefix + f.name, value, field_bound(f)))
-    return rows
 
 
 def _inside(value: Any, bound: Any) -> bool:
@@ -56,14 +37,14 @@ def test_every_default_lies_in_its_declared_range() -> None:
                 cfg = resolve_experiment(task, algo)
             except ConfigError:
                 continue  # an algorithm the task has no config for
-            for key, value, bound in _ranged_fields(cfg):
+            for key, value, bound in ranged_keys(cfg):
                 assert _inside(value, bound), f"{task}/{algo}: {key} = {value} outside [{bound.low}, {bound.high}]"
                 checked += 1
     assert checked > 100
 
 
 def test_the_crazyflie_published_values_are_inside_the_quadrotor_ranges() -> None:
-    rows = {key: (value, bound) for key, value, bound in _ranged_fields(resolve_experiment("quad-hover"))}
+    rows = {key: (value, bound) for key, value, bound in ranged_keys(resolve_experiment("quad-hover"))}
     published = {  # Crazyflie 2.x: mass, arm, thrust and drag coefficients, motor speed (REFERENCE.md)
         "env.sim.params.mass_kg": 0.027,
         "env.sim.params.arm_length_m": 0.046,

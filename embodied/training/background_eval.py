@@ -45,7 +45,7 @@ import traceback
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -185,6 +185,16 @@ def background_eval_choice(
     return True, f"{spare + threads} usable cores, {threads} training thread(s)"
 
 
+class ChildSetup(NamedTuple):
+    """What the evaluation child is sent once (picklable; see :class:`BackgroundEvaluator`)."""
+
+    make_env: Callable[[int, int], Any]
+    make_policy: Callable[[], nn.Module]
+    episodes: int
+    threads: int
+    tanh_form: str
+
+
 class BackgroundEvaluator:
     """One child process that evaluates policy snapshots, one at a time.
 
@@ -206,11 +216,8 @@ class BackgroundEvaluator:
         threads: int,
         tanh_form: str,
     ) -> None:
-        self.make_env = make_env
-        self.make_policy = make_policy
-        self.episodes = episodes
-        self.threads = threads
-        self.tanh_form = tanh_form
+        self.setup = ChildSetup(make_env, make_policy, episodes, threads, tanh_form)
+        """What the child is sent once: how to build the envs and the policy module, and how to evaluate."""
         self._conn: Connection | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._end: weakref.finalize[Any, Any] | None = None
@@ -246,7 +253,7 @@ class BackgroundEvaluator:
         self._end = weakref.finalize(self, _end_child, conn, process)
         self._conn, self._process = conn, process
         try:
-            conn.send((self.make_env, self.make_policy, self.episodes, self.threads, self.tanh_form))
+            conn.send(self.setup)
         except OSError as err:
             raise BackgroundEvalError(f"cannot reach the evaluation child: {err}") from None
         log.debug("evaluation child started (pid %s)", process.pid)
@@ -301,31 +308,24 @@ def child_main(fd: int) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s (evaluation child): %(message)s")
     conn = Connection(fd)
     try:
-        make_env, make_policy, episodes, threads, tanh_form = conn.recv()
+        setup: ChildSetup = conn.recv()
     except EOFError:
         return
     except Exception:  # e.g. a task config class the child cannot import
         with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc(), 0.0))
         return
-    serve(conn, make_env, make_policy, episodes, threads, tanh_form)
+    serve(conn, setup)
 
 
-def serve(
-    conn: Connection,
-    make_env: Callable[[int, int], Any],
-    make_policy: Callable[[], nn.Module],
-    episodes: int,
-    threads: int,
-    tanh_form: str,
-) -> None:
+def serve(conn: Connection, setup: ChildSetup) -> None:
     """The child's loop: receive ``(state dict bytes, seed)``, send ``("ok", EvalResult, seconds)``
     or ``("error", traceback, 0.0)``; it ends when the socket closes (the trainer's close, or its
-    exit). The policy module is built on the first job (``make_policy()``) and reused."""
+    exit). The policy module is built on the first job (``setup.make_policy()``) and reused."""
     from embodied.policies import cpu_tanh
 
-    os.environ[cpu_tanh.ENV_VAR] = tanh_form  # the trainer's measured choice, not a new measurement
-    torch.set_num_threads(threads)
+    os.environ[cpu_tanh.ENV_VAR] = setup.tanh_form  # the trainer's measured choice, not a new measurement
+    torch.set_num_threads(setup.threads)
     module: nn.Module | None = None
     while True:
         try:
@@ -336,9 +336,9 @@ def serve(
         start = time.perf_counter()
         try:
             if module is None:
-                module = make_policy()
+                module = setup.make_policy()
             module.load_state_dict(state_from_bytes(state_bytes))
-            result = evaluate_module(module, make_env, episodes, seed)
+            result = evaluate_module(module, setup.make_env, setup.episodes, seed)
             reply: tuple[str, Any, float] = ("ok", result, time.perf_counter() - start)
         except Exception:  # reported to the trainer, which falls back to evaluating itself
             reply = ("error", traceback.format_exc(), 0.0)
