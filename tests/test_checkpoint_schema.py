@@ -92,10 +92,12 @@ def test_an_edited_config_names_the_field_that_no_longer_fits(
     text = (run / "config.yaml").read_text()
     assert "  action_history: 1\n" in text
     (run / "config.yaml").write_text(text.replace("  action_history: 1\n", "  action_history: 3\n"))
-    for command in ("eval", "export"):
+    for command in ("eval", "export", "train"):
         message = _error([a.replace("{run}", str(run)) for a in ARGV[command]], caplog)
         assert "config.yaml does not fit" in message and "'prev_actions' has 4 values" in message, message
-        assert "with 12" in message, message
+        assert "env.action_history is 3 in config.yaml, 1 when it was trained" in message, message
+    # without the policy artifact, the checkpoint check names the observation entry and both shapes
+    (run / "ckpt" / "policy.pt").unlink()
     message = _error([a.replace("{run}", str(run)) for a in ARGV["train"]], caplog)
     assert "'obs.policy'" in message and "[8, 30]" in message and "[8, 22]" in message, message
 

@@ -136,12 +136,28 @@ def check_artifact_fits(artifact: PolicyArtifact, env: Any, run_dir: Path) -> No
     """Raise naming both files when the env ``config.yaml`` builds does not read and write what
     the trained policy does (``env.action_history`` edited after training, say)."""
     io_spec = getattr(env, "io_spec", None)
-    why = artifact.io_spec.mismatch(io_spec()) if callable(io_spec) else None
-    if why is not None:
-        raise EmbodiedError(
-            f"{Path(run_dir) / CONFIG_FILE} does not fit {Path(run_dir) / POLICY_FILE}: {why}; "
-            "was config.yaml (env.*) edited after training?"
-        )
+    built = io_spec() if callable(io_spec) else None
+    why = artifact.io_spec.mismatch(built) if built is not None else None
+    if why is None:
+        return
+    assert built is not None
+    changed = _changed_keys(artifact.io_spec.extra.get("task_cfg"), built.extra.get("task_cfg"), "env.")
+    edited = "; ".join(f"{key} is {now!r} in config.yaml, {then!r} when it was trained" for key, then, now in changed)
+    raise EmbodiedError(
+        f"{Path(run_dir) / CONFIG_FILE} does not fit {Path(run_dir) / POLICY_FILE}: "
+        + (f"{edited} ({why})" if edited else f"{why}; was config.yaml (env.*) edited after training?")
+    )
+
+
+def _changed_keys(trained: Any, now: Any, prefix: str) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, trained value, current value)`` where two task configs (as the policy's
+    ``extra.task_cfg`` records them) differ; at most 5."""
+    if isinstance(trained, dict) and isinstance(now, dict):
+        rows: list[tuple[str, Any, Any]] = []
+        for key in trained.keys() & now.keys():
+            rows += _changed_keys(trained[key], now[key], f"{prefix}{key}.")
+        return sorted(rows)[:5]
+    return [] if trained == now else [(prefix.rstrip("."), trained, now)]
 
 
 def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportReport:

@@ -38,6 +38,7 @@ from embodied.config import ConfigError
 from embodied.env import ObsDict, TrainingCurriculum, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.experiment import ExperimentCfg
+from embodied.export.artifact import POLICY_FILE, PolicyArtifactError, read_policy_artifact
 from embodied.policies.cpu_tanh import use_sigmoid_tanh
 from embodied.progress import TrainProgress
 from embodied.stop import StopRequest, deferred_stop, stop_exception
@@ -67,7 +68,7 @@ from embodied.training.run import (
     write_config,
 )
 from embodied.training.run_lock import RunLock
-from embodied.training.run_policy import write_policy_artifact
+from embodied.training.run_policy import check_artifact_fits, write_policy_artifact
 
 log = logging.getLogger(__name__)
 
@@ -417,6 +418,7 @@ class Trainer:
 
     def _restore(self) -> None:
         ckpt = self._load_rank_checkpoint()
+        self._check_config_fits_policy()
         # every entry's form first: nothing is restored from a checkpoint that does not fit
         check_restorable(
             ckpt,
@@ -457,6 +459,19 @@ class Trainer:
                 f"{self.run_dir / CHECKPOINT_FILE}: entry 'rng' is not a random generator state ({err})"
             ) from None
         log.info("resumed %s at %d env steps (%d updates)", self.run_dir, self.state.env_steps, self.state.updates)
+
+    def _check_config_fits_policy(self) -> None:
+        """Name the ``config.yaml`` keys edited since training (``env.action_history``, say) when the
+        env built from it no longer reads what the saved policy artifact was trained on; the
+        checkpoint check that follows would name only the first tensor that differs."""
+        path = self.run_dir / POLICY_FILE
+        if not path.is_file():
+            return
+        try:
+            artifact = read_policy_artifact(path)
+        except PolicyArtifactError:  # a damaged artifact is written again at the next save
+            return
+        check_artifact_fits(artifact, self.env, self.run_dir)
 
     # ----------------------------------------------------------------- evaluation
     def run_eval(self) -> EvalResult:
