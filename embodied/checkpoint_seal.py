@@ -13,6 +13,7 @@ Layout: ``<zip bytes with comment length = L>`` + ``b"embodied-sha256:" + 64 hex
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 from pathlib import Path
 
@@ -98,3 +99,26 @@ def unseal(data: bytes, name: str) -> bytes:
     if actual != stored:
         raise _mismatch(name, stored, actual)
     return data
+
+
+def pickled_object_refusal(err: BaseException) -> str | None:
+    """Why ``torch.load(weights_only=True)`` refused a file that holds a pickled object other
+    than plain data (tensors, numbers, text, lists, mappings), or None for any other error.
+
+    Torch's own message suggests loading with ``weights_only=False``, which is never done here
+    (it would run the object's code), so only the offending name is kept."""
+    text = str(err)
+    if "Weights only load failed" not in text and "WeightsUnpickler" not in text:
+        return None
+    found = re.search(r"Unsupported (?:global|operand)[^.]*?(?:GLOBAL )?([\w.<>]+)", text)
+    what = f" ({found.group(1)})" if found else ""
+    return (
+        f"it holds a Python object{what} besides tensors, numbers, text, lists and mappings; "
+        "such objects are never unpickled, so the file is refused"
+    )
+
+
+def load_error_detail(err: BaseException) -> str:
+    """The first line of an error message (or the error's type), at most 200 characters."""
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__

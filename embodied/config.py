@@ -10,6 +10,12 @@ the range :data:`NUMERIC_BOUNDS` gives for the dotted key (a generic bound other
 absurd value fails at once, naming the key and its source, instead of hanging the run,
 overflowing an allocation or diverging every episode. Upper bounds a user could truly want to
 exceed are lifted per key with ``--i-know-what-im-doing KEY``.
+
+Text is bounded before it is parsed (:data:`MAX_CONFIG_BYTES`, :data:`MAX_YAML_DEPTH`,
+:data:`MAX_NUMBER_DIGITS`) and read by :class:`StrictYamlLoader`: YAML's safe loader with
+decimal numbers only (``0x10``, ``0o17``, ``1_000``, ``1:30`` and ``010`` are text, not numbers),
+``true``/``false`` as the only booleans (YAML 1.1's ``yes``/``on``/``y`` are text), no dates, no
+anchors or aliases, and no ``!!python/...`` tags (no object is ever built from a file).
 """
 
 from __future__ import annotations
@@ -39,15 +45,158 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names key, source and expected form."""
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest config file read (1 MiB; the shipped ones are under 4 kB)."""
+MAX_YAML_DEPTH = 32
+"""Deepest nesting of mappings and lists accepted in YAML text (configs nest 4 levels)."""
+MAX_NUMBER_DIGITS = 64
+"""Most digits in one numeric literal: far more than a float carries (17), far fewer than
+Python's 4,300-digit limit on ``int`` conversion, which would otherwise surface as a traceback."""
+
+DECIMAL_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+"""An integer literal as configs write it: decimal, no leading zeros (YAML 1.1 reads ``010`` as 8)."""
+DECIMAL_FLOAT = re.compile(r"[-+]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+"""A decimal number: ``3``, ``0.5``, ``.5``, ``1e6``, ``1.0e-5``; no hex, octal, ``_`` or ``:``."""
+SPECIAL_FLOAT = re.compile(r"[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+"""YAML's spellings of infinity and NaN (the range check decides where they are accepted)."""
+NAMED_FLOAT = re.compile(r"[-+]?(?:\.?inf(?:inity)?|\.?nan)", re.IGNORECASE)
+"""``inf``/``nan`` as text in a numeric field: read as floats, so the range check names them."""
+
+
+def _too_many_digits(text: str) -> bool:
+    return sum(ch.isdigit() for ch in text) > MAX_NUMBER_DIGITS
+
+
+class StrictYamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without YAML 1.1's surprises, bounded in depth and number size.
+
+    Scalars resolve to ``int`` only when decimal (:data:`DECIMAL_INT`), to ``float`` when
+    decimal (:data:`DECIMAL_FLOAT`) or ``.inf``/``.nan``, to ``bool`` only for ``true``/``false``,
+    to ``None`` for ``null``/``~``/nothing; everything else is a string. Errors are
+    ``yaml.YAMLError`` with the position, as for any malformed YAML."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (&name, *name) are not accepted in configs", mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_decimal_int(self, node: yaml.ScalarNode) -> int:
+        text = self.construct_scalar(node)
+        if _too_many_digits(text):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of {len(text)} characters (at most {MAX_NUMBER_DIGITS} digits)", node.start_mark
+            )
+        return int(text)
+
+    def construct_decimal_float(self, node: yaml.ScalarNode) -> float:
+        text = self.construct_scalar(node)
+        if _too_many_digits(text):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of {len(text)} characters (at most {MAX_NUMBER_DIGITS} digits)", node.start_mark
+            )
+        lowered = text.lower()
+        if lowered.endswith(".inf"):
+            return -math.inf if lowered.startswith("-") else math.inf
+        if lowered.endswith(".nan"):
+            return math.nan
+        return float(text)
+
+
+# PyYAML matches implicit resolvers with re.match: each pattern below ends in \Z. Null and the
+# rest are kept; YAML 1.1's bool, int, float, timestamp and merge forms are replaced or dropped.
+StrictYamlLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag.rsplit(":", 1)[-1] not in ("bool", "int", "float", "timestamp", "merge")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")
+)
+StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(f"(?:{DECIMAL_INT.pattern})\\Z"), list("-+0123456789")
+)
+StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(f"(?:{DECIMAL_FLOAT.pattern}|{SPECIAL_FLOAT.pattern})\\Z"),
+    list("-+0123456789."),
+)
+StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", StrictYamlLoader.construct_decimal_int)
+StrictYamlLoader.add_constructor("tag:yaml.org,2002:float", StrictYamlLoader.construct_decimal_float)
+for _tag in ("timestamp", "binary", "omap", "pairs", "set"):
+    # data types no config field holds: refused like any unknown tag
+    StrictYamlLoader.yaml_constructors.pop(f"tag:yaml.org,2002:{_tag}", None)
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse ``text`` with :class:`StrictYamlLoader`; raises ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=StrictYamlLoader)
+
+
 @dataclasses.dataclass(frozen=True)
 class Bound:
     """Allowed closed range of a numeric config value; ``overridable``: ``--i-know-what-im-doing``
-    lifts the upper bound (for limits that only guard against hangs and huge allocations)."""
+    lifts the upper bound (for limits that only guard against hangs and huge allocations).
+
+    A ``physical`` bound (declared with the field, :func:`ranged`) is the range in which the
+    quantity is plausible for the robots this toolkit simulates, in ``unit``; both of its ends
+    are lifted by ``--allow-unphysical`` (all keys) or ``--i-know-what-im-doing KEY`` (one key)."""
 
     low: float
     high: float
     overridable: bool = True
     why: str = ""
+    unit: str = ""
+    physical: bool = False
+
+
+RANGE_METADATA = "range"
+"""Dataclass field metadata key of a field's :class:`Bound` (set by :func:`ranged`)."""
+
+UNPHYSICAL = "unphysical"
+"""The entry of an ``allow`` collection (and of a saved config's ``i_know_what_im_doing`` list)
+that ``--allow-unphysical`` adds: every physical range is lifted."""
+
+
+def ranged(default: Any, low: float, high: float, unit: str = "", why: str = "", angle: bool = False) -> Any:
+    """A dataclass field whose plausible values lie in ``[low, high]`` (in ``unit``; every
+    element of a tuple default alike), checked wherever a config is loaded (:func:`check_number`).
+
+    Declared next to the field so the range, its unit and the default are read together; the
+    range must hold the published values of every vehicle the defaults describe (the
+    Crazyflie 2.x) with room for other robots of its kind, and no more: a value outside it is
+    a typo or a unit slip, not an experiment (``--allow-unphysical`` for deliberate ones).
+
+    ``angle``: the value passes through ``cos``/``sin``, so outside ``[low, high]`` it wraps to
+    another angle inside it (a tilt limit of 1000 rad acts as 56 degrees); no flag lifts it."""
+    if not low <= high:
+        raise ValueError(f"ranged: low {low} above high {high}")
+    if angle and not why:
+        why = "an angle through cos/sin: outside this interval it wraps to another angle"
+    bound = Bound(low, high, overridable=not angle, why=why, unit=unit, physical=True)
+    return dataclasses.field(default=default, metadata={RANGE_METADATA: bound})
+
+
+def field_bound(f: dataclasses.Field[Any]) -> Bound | None:
+    """The :class:`Bound` declared with field ``f`` (:func:`ranged`), or None."""
+    bound = f.metadata.get(RANGE_METADATA)
+    return bound if isinstance(bound, Bound) else None
 
 
 GENERIC_FLOAT_BOUND = Bound(-1e9, 1e9, why="no physical or training quantity here is that large")
@@ -87,15 +236,24 @@ def bound_for(key: str, value: int | float) -> Bound:
     return GENERIC_INT_BOUND if isinstance(value, int) else GENERIC_FLOAT_BOUND
 
 
-def check_number(key: str, value: Any, default: Any, source: str, allow: Collection[str] = ()) -> None:
+def check_number(
+    key: str,
+    value: Any,
+    default: Any,
+    source: str,
+    allow: Collection[str] = (),
+    declared: Bound | None = None,
+) -> None:
     """Raise :class:`ConfigError` unless every number in ``value`` (a number or a tuple of them) is
-    finite and inside :func:`bound_for`'s range. Infinity passes only where ``default`` (the same
-    position of the field's current value) is infinite too; ``allow`` holds the dotted keys whose
-    overridable upper bound ``--i-know-what-im-doing`` lifted."""
+    finite and inside its range: the field's ``declared`` :class:`Bound` (:func:`ranged`) and
+    :func:`bound_for`'s. Infinity passes only where ``default`` (the same position of the field's
+    current value) is infinite too; ``allow`` holds the dotted keys whose bounds
+    ``--i-know-what-im-doing`` lifted (an overridable upper bound, a physical range) and
+    :data:`UNPHYSICAL` when ``--allow-unphysical`` lifted every physical range."""
     if isinstance(value, tuple):
         for i, item in enumerate(value):
             item_default = default[i] if isinstance(default, tuple) and i < len(default) else None
-            check_number(f"{key}[{i}]", item, item_default, source, allow)
+            check_number(f"{key}[{i}]", item, item_default, source, allow, declared)
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
         return
@@ -104,20 +262,36 @@ def check_number(key: str, value: Any, default: Any, source: str, allow: Collect
         if math.isnan(value) or not default_inf:
             raise ConfigError(f"{source}: key {key!r} must be a finite number, got {value!r}")
         return
+    base = key.split("[", 1)[0]
+    lifted_range = declared is not None and declared.overridable and (base in allow or UNPHYSICAL in allow)
+    if declared is not None and not lifted_range and not declared.low <= value <= declared.high:
+        unit = f" {declared.unit}" if declared.unit else ""
+        why = f" ({declared.why})" if declared.why else ""
+        hint = (
+            f"; for a deliberate experiment add --allow-unphysical (or --i-know-what-im-doing {base})"
+            if declared.overridable
+            else ""
+        )
+        raise ConfigError(
+            f"{source}: key {key!r} = {value!r}{unit} is outside its plausible range "
+            f"[{_fmt(declared.low)}, {_fmt(declared.high)}]{unit}{why}{hint}"
+        )
     bound = bound_for(key, value)
-    lifted = bound.overridable and key.split("[", 1)[0] in allow
+    lifted = bound.overridable and base in allow
     if value < bound.low or (value > bound.high and not lifted):
         hint = ""
         if value > bound.high:
             hint = f" ({bound.why})" if bound.why else ""
             if bound.overridable:
-                hint += f"; to really use it add --i-know-what-im-doing {key.split('[', 1)[0]}"
+                hint += f"; to really use it add --i-know-what-im-doing {base}"
         low, high = (_fmt(b) for b in (bound.low, bound.high))
         raise ConfigError(f"{source}: key {key!r} must be in [{low}, {high}], got {value!r}{hint}")
 
 
 def _fmt(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() and abs(number) < 1e16 else f"{number:g}"
+    if float(number).is_integer() and abs(number) < 1e16:
+        return str(int(number))
+    return f"{number:.6g}"
 
 
 def check_numbers(cfg: Any, source: str, allow: Collection[str] = (), prefix: str = "") -> None:
@@ -129,7 +303,7 @@ def check_numbers(cfg: Any, source: str, allow: Collection[str] = (), prefix: st
             check_numbers(value, source, allow, prefix=f"{prefix}{f.name}.")
         else:
             default = f.default if f.default is not dataclasses.MISSING else None
-            check_number(prefix + f.name, value, default, source, allow)
+            check_number(prefix + f.name, value, default, source, allow, field_bound(f))
 
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
@@ -202,11 +376,11 @@ def _coerce(value: Any, tp: Any, key: str, source: str, allow: Collection[str] =
             return value
         raise fail()
     if tp in (int, float) and isinstance(value, str):
-        # YAML 1.1 reads "1e6" (no dot) as a string; accept numeric strings for numeric fields.
-        try:
-            value = float(value)
-        except ValueError:
-            raise fail() from None
+        # A quoted number ('1e6'): decimal literals only, as in YAML text (no 0x10, 1_000, inf).
+        text = value.strip()
+        if not (DECIMAL_FLOAT.fullmatch(text) or NAMED_FLOAT.fullmatch(text)) or _too_many_digits(text):
+            raise fail()
+        value = float(text.replace(".", "") if NAMED_FLOAT.fullmatch(text) else text)
     if tp is int:
         if isinstance(value, bool):
             raise fail()
@@ -238,7 +412,8 @@ def apply_overrides(
     if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         raise TypeError(f"expected a dataclass instance, got {type(cfg).__name__}")
     hints = typing.get_type_hints(type(cfg))
-    names = {f.name for f in dataclasses.fields(cfg) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cfg) if f.init}
+    names = set(fields)
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in names:
@@ -253,7 +428,7 @@ def apply_overrides(
             changes[key] = apply_overrides(current, value, source, prefix=f"{prefix}{key}.", allow=allow)
         else:
             changes[key] = _coerce(value, hints[key], prefix + key, source, allow)
-            check_number(prefix + key, changes[key], current, source, allow)
+            check_number(prefix + key, changes[key], current, source, allow, field_bound(fields[key]))
     try:
         return dataclasses.replace(cfg, **changes)
     except ConfigError as err:
@@ -273,7 +448,7 @@ def parse_dotted(pairs: Iterable[str], source: str = "command line") -> dict[str
             raise ConfigError(f"{source}: override {pair!r} must look like key=value (e.g. algo.lr=3e-4)")
         dotted, raw = pair.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = load_yaml_text(raw) if raw.strip() else ""
         except yaml.YAMLError as err:
             raise ConfigError(f"{source}: cannot parse value of {dotted!r}: {' '.join(str(err).split())}") from None
         except RecursionError:
@@ -294,7 +469,10 @@ def load_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {size} bytes, larger than any config (at most {MAX_CONFIG_BYTES} bytes)")
+        data = load_yaml_text(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); save it as UTF-8"
@@ -353,21 +531,27 @@ def describe(cfg: Any, prefix: str = "") -> list[tuple[str, str, str]]:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             rows.extend(describe(value, prefix=f"{prefix}{f.name}."))
         else:
-            rows.append((prefix + f.name, repr(value), docs.get(f.name, "")))
+            doc = docs.get(f.name, "")
+            bound = field_bound(f)
+            if bound is not None:
+                unit = f" {bound.unit}" if bound.unit else ""
+                doc = f"{doc} Plausible range [{_fmt(bound.low)}, {_fmt(bound.high)}]{unit}.".strip()
+            rows.append((prefix + f.name, repr(value), doc))
     return rows
 
 
 def int_in_range(low: int, high: int) -> Callable[[str], int]:
-    """An argparse ``type=``: an integer in ``[low, high]`` (``1e3`` accepted), else a one-line usage error."""
+    """An argparse ``type=``: a decimal integer in ``[low, high]`` (``1e3`` accepted; ``0x10``,
+    ``1_000`` not), else a one-line usage error."""
 
     def parse(text: str) -> int:
-        try:
+        value = None
+        if DECIMAL_FLOAT.fullmatch(text.strip()) and not _too_many_digits(text):
             number = float(text)
             value = int(number) if math.isfinite(number) and number.is_integer() else None
-        except ValueError:
-            value = None
         if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}")
+            shown = text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {shown!r}")
         return value
 
     parse.__name__ = "integer"

@@ -322,11 +322,11 @@ def saved_allow(config_path: Path) -> list[str]:
 
 def check_allow_keys(cfg: ExperimentCfg, keys: Collection[str]) -> None:
     """Raise unless every ``--i-know-what-im-doing KEY`` names a numeric key of ``cfg``."""
-    from embodied.config import closest, describe
+    from embodied.config import UNPHYSICAL, closest, describe
 
     known = [key for key, _, _ in describe(cfg)]
     for key in keys:
-        if key not in known:
+        if key not in known and key != UNPHYSICAL:
             raise ConfigError(
                 f"command line: --i-know-what-im-doing {key}: unknown key; valid keys (closest first): "
                 + ", ".join(closest(key, known)[:5])

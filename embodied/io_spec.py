@@ -70,6 +70,24 @@ class IOSpec:
     def obs_dim(self) -> int:
         return sum(f.size for f in self.obs_fields)
 
+    def mismatch(self, other: IOSpec) -> str | None:
+        """The first observation or action field whose name or size differs from ``other``'s,
+        as one clause (``self`` is "trained", ``other`` "built"); None when they fit."""
+        groups: tuple[tuple[str, Sequence[ObsField | ActionField], Sequence[ObsField | ActionField]], ...] = (
+            ("observation", self.obs_fields, other.obs_fields),
+            ("action", self.action_fields, other.action_fields),
+        )
+        for kind, mine, theirs in groups:
+            for a, b in zip(mine, theirs, strict=False):
+                if a.name != b.name or a.size != b.size:
+                    return (
+                        f"{kind} field {a.name!r} has {a.size} values in the trained policy, "
+                        f"the env built now has {b.name!r} with {b.size}"
+                    )
+            if len(mine) != len(theirs):
+                return f"the trained policy has {len(mine)} {kind} fields, the env built now {len(theirs)}"
+        return None
+
     @property
     def action_dim(self) -> int:
         return sum(f.size for f in self.action_fields)

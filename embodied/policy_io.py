@@ -189,6 +189,10 @@ def check_session_hash(session: Any, policy_io: PolicyIO, onnx_path: Path) -> No
     check_model_hash(metadata, policy_io, onnx_path)
 
 
+MAX_POLICY_IO_BYTES = 1 << 20
+"""Largest ``policy_io.json`` read (1 MiB; exports write a few kB)."""
+
+
 def read_policy_io(path: Path) -> PolicyIO:
     """Read and validate ``policy_io.json`` (a file, or a directory that contains one)."""
     path = Path(path)
@@ -197,11 +201,14 @@ def read_policy_io(path: Path) -> PolicyIO:
     if not path.is_file():
         raise EmbodiedError(f"{path}: not found; run `embodied export RUN_DIR` first")
     try:
+        size = path.stat().st_size
+        if size > MAX_POLICY_IO_BYTES:
+            raise _fail(path, f"{size} bytes, larger than any policy_io.json (at most {MAX_POLICY_IO_BYTES})")
         data = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
         raise _fail(path, f"not UTF-8 text (offset {err.start}); re-export the run") from None
-    except json.JSONDecodeError as err:
-        raise _fail(path, f"not valid JSON ({err})") from None
+    except ValueError as err:  # JSONDecodeError, and an integer of more digits than Python converts
+        raise _fail(path, f"not valid JSON ({' '.join(str(err).split())[:200]})") from None
     except RecursionError:
         raise _fail(path, "not valid JSON (nested too deeply)") from None
     except OSError as err:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.sim.vehicle_variants import DEFAULT_VARIANT, VARIANTS
 
 log = logging.getLogger(__name__)
@@ -69,29 +69,29 @@ class QuadrotorParams:
     """The Crazyflie this trains (crazyflie-2.1, crazyflie-2.1-plus, crazyflie-2.1-brushless):
     written into policy_io.json, it picks the firmware platform `flash` builds and the vehicle
     `verify` flies. The values below must fit that variant's firmware thrust limits."""
-    mass_kg: float = 0.027
+    mass_kg: float = ranged(0.027, 0.005, 50.0, "kg")
     """Take-off mass including battery."""
-    inertia_kgm2: tuple[float, float, float] = (1.66e-5, 1.66e-5, 2.93e-5)
+    inertia_kgm2: tuple[float, float, float] = ranged((1.66e-5, 1.66e-5, 2.93e-5), 1e-7, 10.0, "kg m^2")
     """Principal moments of inertia about body x, y, z."""
-    arm_length_m: float = 0.046
+    arm_length_m: float = ranged(0.046, 0.01, 2.0, "m")
     """Centre of mass to rotor axis; each rotor sits at arm/sqrt(2) along body x and y."""
-    thrust_coef_n_per_rpm2: float = 3.16e-10
+    thrust_coef_n_per_rpm2: float = ranged(3.16e-10, 1e-13, 1e-5, "N/rpm^2")
     """Rotor thrust = coef * rpm^2 (N)."""
-    torque_to_thrust_m: float = 0.005964
+    torque_to_thrust_m: float = ranged(0.005964, 1e-4, 0.1, "m")
     """Rotor drag (yaw) torque = ratio * thrust (N m per N), sign per rotor from ROTOR_SPIN."""
-    max_rpm: float = 21702.0
+    max_rpm: float = ranged(21702.0, 1000.0, 200_000.0, "rpm")
     """Motor speed limit; ``thrust_coef * max_rpm^2`` (0.149 N) must reach ``max_thrust_per_motor_n``."""
-    max_thrust_per_motor_n: float = 0.1125
+    max_thrust_per_motor_n: float = ranged(0.1125, 0.01, 500.0, "N")
     """Thrust command at action +1 (the firmware's THRUST_MAX; the smallest of the accepted
     firmware versions, docs/conventions.md)."""
-    min_thrust_per_motor_n: float = 0.02
+    min_thrust_per_motor_n: float = ranged(0.02, 0.0, 100.0, "N")
     """Thrust commands below this produce no thrust (the firmware's THRUST_MIN cut in its
     battery compensation; the largest of the accepted firmware versions)."""
-    motor_tau_s: float = 0.05
+    motor_tau_s: float = ranged(0.05, 1e-3, 1.0, "s")
     """First-order motor time constant. L2F's code uses 0.15 s, which is deliberately slow;
     the Crazyflie's brushed 7 mm coreless motors with 45 mm propellers spin up in a few tens of
     milliseconds, so 0.05 s sits between the two and domain randomization can widen it."""
-    gravity_mps2: float = 9.81
+    gravity_mps2: float = ranged(9.81, 0.5, 30.0, "m/s^2")
     """Magnitude of gravity, acting along world -z."""
 
     def __post_init__(self) -> None:
@@ -182,13 +182,13 @@ class RandomizationCfg:
     """Per-env multiplicative ranges ``(low, high)`` on the nominal parameters, drawn uniformly
     at every reset of that env. ``(1.0, 1.0)`` disables a parameter (the default: all off)."""
 
-    mass_scale: tuple[float, float] = (1.0, 1.0)
+    mass_scale: tuple[float, float] = ranged((1.0, 1.0), 0.1, 10.0, "x nominal")
     """Scales mass_kg."""
-    inertia_scale: tuple[float, float] = (1.0, 1.0)
+    inertia_scale: tuple[float, float] = ranged((1.0, 1.0), 0.1, 10.0, "x nominal")
     """Scales each principal inertia independently."""
-    thrust_coef_scale: tuple[float, float] = (1.0, 1.0)
+    thrust_coef_scale: tuple[float, float] = ranged((1.0, 1.0), 0.1, 10.0, "x nominal")
     """Scales thrust_coef_n_per_rpm2 (all four rotors alike)."""
-    motor_tau_scale: tuple[float, float] = (1.0, 1.0)
+    motor_tau_scale: tuple[float, float] = ranged((1.0, 1.0), 0.1, 10.0, "x nominal")
     """Scales motor_tau_s."""
 
     def __post_init__(self) -> None:
@@ -217,11 +217,11 @@ class QuadrotorCfg:
     """Nominal physical parameters."""
     randomization: RandomizationCfg = field(default_factory=RandomizationCfg)
     """Per-env domain randomization (off by default)."""
-    dt_s: float = 0.01
+    dt_s: float = ranged(0.01, 1e-4, 0.1, "s")
     """Integration period of one :meth:`Quadrotor.step` (the task's control period)."""
     substeps: int = 1
     """RK4 substeps per step; raise it for very fast motors (dt/substeps must stay < 2 tau)."""
-    ground_z_m: float | None = 0.0
+    ground_z_m: float | None = ranged(0.0, -100.0, 100.0, "m")
     """World height of the ground plane; ``None`` disables it. Touching it is only flagged
     (:meth:`Quadrotor.below_ground`), the task decides what that means."""
     compile: bool = False

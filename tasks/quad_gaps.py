@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.sim.quadrotor import LIN_VEL, POS, RPM, require_finite
 
 
@@ -33,25 +33,25 @@ class QuadGapCfg:
     """Estimator/radio latency in control steps: the policy's state terms are this many steps old."""
     motor_delay_steps: tuple[int, int] = (0, 0)
     """Whole control steps before a motor command reaches the motors (on top of ``motor_tau_s``)."""
-    pos_noise_std_m: float = 0.0
+    pos_noise_std_m: float = ranged(0.0, 0.0, 1.0, "m")
     """Extra white noise σ on the position estimate (per axis, heading frame), m."""
-    pos_bias_std_m: float = 0.0
+    pos_bias_std_m: float = ranged(0.0, 0.0, 1.0, "m")
     """Per-episode constant offset σ of the position estimate (per axis), m."""
-    lin_vel_noise_std_mps: float = 0.0
+    lin_vel_noise_std_mps: float = ranged(0.0, 0.0, 5.0, "m/s")
     """Extra white noise σ on the velocity estimate (per axis), m/s."""
-    gyro_noise_std_rad_s: float = 0.0
+    gyro_noise_std_rad_s: float = ranged(0.0, 0.0, 5.0, "rad/s")
     """Gyro white noise σ per axis, rad/s."""
-    gyro_bias_std_rad_s: float = 0.0
+    gyro_bias_std_rad_s: float = ranged(0.0, 0.0, 1.0, "rad/s")
     """Per-episode constant gyro bias σ per axis, rad/s."""
-    thrust_mismatch: tuple[float, float] = (1.0, 1.0)
+    thrust_mismatch: tuple[float, float] = ranged((1.0, 1.0), 0.1, 10.0, "x nominal")
     """Per-motor thrust scale range (each motor drawn independently)."""
     battery_sag: tuple[float, float] = (0.0, 0.0)
     """Fraction of the motors' maximum thrust lost, linearly, over one full episode."""
     ground_effect: bool = False
     """Rotor thrust scaled by ``1 / (1 - (R / 4 z)²)`` at height ``z`` above the ground."""
-    rotor_radius_m: float = 0.0231
+    rotor_radius_m: float = ranged(0.0231, 0.005, 1.0, "m")
     """Propeller radius R for the ground effect (45 mm propellers)."""
-    body_drag_n_per_mps: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    body_drag_n_per_mps: tuple[float, float, float] = ranged((0.0, 0.0, 0.0), 0.0, 10.0, "N s/m")
     """Linear drag coefficient per body axis: force_b = -coef * lin_vel_b (N per m/s)."""
 
     def __post_init__(self) -> None:

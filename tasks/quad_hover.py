@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from embodied.config import ConfigError, to_plain
+from embodied.config import ConfigError, ranged, to_plain
 from embodied.env import ObsDict, StepResult
 from embodied.io_spec import ActionField, IOSpec
 from embodied.sim.counter_normal import stream_key
@@ -123,32 +123,34 @@ class QuadHoverCfg:
     ground effect, body drag; ``tasks/quad_gaps.py``), all off by default."""
     episode_steps: int = 500
     """Control steps per episode (5 s at the 10 ms control period)."""
-    setpoint_w: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    setpoint_w: tuple[float, float, float] = ranged((0.0, 0.0, 1.0), -1000.0, 1000.0, "m")
     """Target position in world (m); 1 m up keeps the whole termination box above the ground."""
     action_history: int = 1
     """H: number of previous actions in the policy observation (newest first)."""
-    init_level_fraction: float = 0.1
+    init_level_fraction: float = ranged(0.1, 0.0, 1.0)
     """Fraction of episodes that start exactly at the setpoint, level and at rest."""
-    init_pos_range_m: float = 0.2
+    init_pos_range_m: float = ranged(0.2, 0.0, 10.0, "m")
     """Other episodes start uniformly within ± this per axis around the setpoint."""
-    init_max_angle_rad: float = math.pi / 2
+    init_max_angle_rad: float = ranged(math.pi / 2, 0.0, math.pi, "rad", angle=True)
     """Initial attitude: rotation about a uniformly random axis by up to this angle (bounds the tilt)."""
-    init_lin_vel_mps: float = 1.0
+    init_lin_vel_mps: float = ranged(1.0, 0.0, 20.0, "m/s")
     """Initial linear velocity uniform within ± this per world axis."""
-    init_ang_vel_rad_s: float = 1.0
+    init_ang_vel_rad_s: float = ranged(1.0, 0.0, 50.0, "rad/s")
     """Initial angular velocity uniform within ± this per body axis."""
-    setpoint_yaw_rad: float = 0.0
+    setpoint_yaw_rad: float = ranged(0.0, -math.pi, math.pi, "rad", angle=True)
     """Centre of the setpoint yaw distribution (rad, world)."""
-    setpoint_yaw_range_rad: float = math.pi
+    setpoint_yaw_range_rad: float = ranged(math.pi, 0.0, math.pi, "rad", angle=True)
     """Setpoint yaw uniform within ± this around ``setpoint_yaw_rad`` per episode; 0 fixes it."""
-    init_yaw_range_rad: float = math.pi
+    init_yaw_range_rad: float = ranged(math.pi, 0.0, math.pi, "rad", angle=True)
     """Initial yaw relative to the setpoint yaw, uniform within ± this (the whole circle by
     default: a real vehicle may start at any heading relative to its target)."""
-    obs_noise_std: tuple[float, float, float, float] = (0.001, 0.001, 0.002, 0.002)
+    obs_noise_std: tuple[float, float, float, float] = ranged(
+        (0.001, 0.001, 0.002, 0.002), 0.0, 1.0, "m, -, m/s, rad/s"
+    )
     """Gaussian noise σ on the policy's pos_err_h, rot_hb, lin_vel_h, ang_vel_b (L2F values)."""
-    disturbance_force_std_n: float = 0.0132
+    disturbance_force_std_n: float = ranged(0.0132, 0.0, 100.0, "N")
     """Per-episode constant world force on each env, N(0, σ) per axis."""
-    disturbance_torque_std_nm: float = 2.6e-5
+    disturbance_torque_std_nm: float = ranged(2.6e-5, 0.0, 10.0, "N m")
     """Per-episode constant body torque on each env, N(0, σ) per axis."""
     reward_constant: float = 2.0
     """Alive bonus added every step."""
@@ -160,7 +162,7 @@ class QuadHoverCfg:
     """Weight of the precision bonus exp(-||pos_err||^2 / (2 r^2)), r = ``pos_bonus_radius_m``:
     steepest between r and 2r, so it rewards the last centimetres where the squared cost is
     flat. Added to the reward (not scaled by ``reward_scale``); 0 leaves it out."""
-    pos_bonus_radius_m: float = 0.05
+    pos_bonus_radius_m: float = ranged(0.05, 1e-3, 10.0, "m")
     """Width r of the precision bonus (m)."""
     orientation_weight: float = 5.0
     """Weight of the tilt cost q_x^2 + q_y^2 of R_hb ((1 - cos tilt) / 2: 0 level, 1 upside down)."""
@@ -182,22 +184,22 @@ class QuadHoverCfg:
     """Weight of ||action - hover_action||^2."""
     termination_penalty: float = 0.0
     """Subtracted once on the step an episode terminates early."""
-    position_bound_m: float = 0.6
+    position_bound_m: float = ranged(0.6, 0.01, 100.0, "m")
     """Terminate when any axis of the position error exceeds this."""
-    success_radius_m: float = 0.1
+    success_radius_m: float = ranged(0.1, 1e-3, 100.0, "m")
     """Success: distance to the setpoint at the end of a full-length episode below this."""
-    success_max_tilt_rad: float = math.radians(10.0)
+    success_max_tilt_rad: float = ranged(math.radians(10.0), 0.0, math.pi, "rad", angle=True)
     """Success: tilt (angle between body z and world z) at the end below this."""
     pos_err_integral: bool = False
     """Add ``pos_err_int_h`` (leaky, clamped integral of the position error; module docstring)
     to the policy and critic observations, so a policy can cancel the constant disturbance force."""
-    pos_err_integral_limit_ms: float = 0.5
+    pos_err_integral_limit_ms: float = ranged(0.5, 1e-3, 100.0, "m s")
     """Clamp of each integral axis (m*s). With the default 2 s time constant the steady-state
     integral is 2 s * error, so 0.5 m*s saturates only at a 0.25 m persistent error: three times
     the ~0.08 m offset the disturbance leaves (0.16 m*s). It bounds the wind-up of large errors
     (it would reach 1.2 m*s at the 0.6 m box edge), so a transient cannot leave an integral that
     dwarfs the other observation entries or takes many seconds to unwind."""
-    randomization_ramp: float = 0.0
+    randomization_ramp: float = ranged(0.0, 0.0, 1.0, "of training")
     """Curriculum: the fraction of training (of ``trainer.total_env_steps``) over which every
     per-episode draw of the parameter randomization (``sim.randomization``) and of the gap models
     (delays, thrust mismatch, battery sag, position and gyro biases) grows linearly from the
@@ -206,7 +208,7 @@ class QuadHoverCfg:
     ground effect are not scaled. 0 (default): full ranges from the start. Only the training
     env ramps (the trainer reports its progress); envs built for ``eval`` or ``verify`` always
     draw from the full ranges."""
-    pos_err_integral_decay: float = 0.995
+    pos_err_integral_decay: float = ranged(0.995, 0.0, 1.0, "per step")
     """Leak per control step in (0, 1] (1 = pure integrator). 0.995 at 10 ms is a time constant
     dt / (1 - decay) = 2 s: a few seconds, so the integral settles within an episode (5 s) and
     forgets the initial transient."""

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.io_spec import IOSpec
 from embodied.sim.quadrotor import LIN_VEL, require_finite
 from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
@@ -79,11 +79,11 @@ class QuadTrackCfg(QuadHoverCfg):
     """Each episode rotates its path about z by a yaw uniform in ± this (0: as written)."""
     success_rms_m: float = 0.1
     """Success: RMS position error over the whole episode below this (m), without early termination."""
-    init_pos_range_m: float = 0.05
-    init_max_angle_rad: float = 0.2
-    init_lin_vel_mps: float = 0.2
-    init_ang_vel_rad_s: float = 0.5
-    init_yaw_range_rad: float = math.pi
+    init_pos_range_m: float = ranged(0.05, 0.0, 10.0, "m")
+    init_max_angle_rad: float = ranged(0.2, 0.0, math.pi, "rad", angle=True)
+    init_lin_vel_mps: float = ranged(0.2, 0.0, 20.0, "m/s")
+    init_ang_vel_rad_s: float = ranged(0.5, 0.0, 50.0, "rad/s")
+    init_yaw_range_rad: float = ranged(math.pi, 0.0, math.pi, "rad", angle=True)
     """Initial heading within ± this of the setpoint yaw (default: any heading). With the 180° yaw
     symmetry (``yaw_symmetry``, on by default) the policy meets at most ±90° of heading error and
     learns the full range (docs/benchmarks/quad-track.md); without it, training from

@@ -17,6 +17,14 @@ Inputs that stay well-formed (a bit flip that turns ``15.0`` into ``15.1`` in ``
 a digit changed in a metrics row) are edits that no reader can tell from intent; those cases
 may exit 0 and are counted apart as ``accepted_edit``.
 
+Further families: ``physical`` (a value outside a field's plausible range, some of them in a
+real training run: exit 0 is a silent acceptance of physics that must not train), ``number``
+(hex, octal, ``1_000``, ``1:30``, YAML 1.1 booleans, thousands of digits), ``bounds`` (config
+files too large, too deep, with aliases or ``!!python`` tags), and ``checkpoint`` (a sealed
+checkpoint of the wrong form, or with a pickled payload in any entry). A payload creates a
+marker file when unpickled: a marker that appears is the ``code_execution`` failure, whatever
+the exit code.
+
 ``tests/test_fuzz_cli.py`` runs a few hundred cases; ``bench/fuzz_campaign.py`` runs 10,000+.
 """
 
@@ -37,8 +45,10 @@ from types import FrameType
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
 
+from embodied.checkpoint_seal import seal
 from embodied.cli import main
 
 CASE_TIMEOUT_S = 60.0
@@ -73,6 +83,8 @@ class Case:
     needs_run: bool = False
     onnx_oracle: bool = False
     """On exit 0, check that the (changed) policy.onnx computes what the original did."""
+    marker: str | None = None
+    """A file (``{dir}`` placeholder) that a payload creates if it runs: ``code_execution``."""
 
 
 @dataclass
@@ -82,12 +94,14 @@ class Outcome:
     errors: str
     verdict: str
     """``rejected``, ``accepted``, ``accepted_edit``, or a failure: ``traceback``, ``hang``,
-    ``bad_exit``, ``silent_acceptance``, ``multiline_error``, ``unnamed_error``."""
+    ``bad_exit``, ``silent_acceptance``, ``multiline_error``, ``unnamed_error``, ``code_execution``."""
     detail: str = ""
     seconds: float = 0.0
 
 
-FAILURES = ("traceback", "hang", "bad_exit", "silent_acceptance", "multiline_error", "unnamed_error")
+FAILURES = (
+    "traceback", "hang", "bad_exit", "silent_acceptance", "multiline_error", "unnamed_error", "code_execution",
+)  # fmt: skip
 
 
 class _Hang(BaseException):
@@ -281,7 +295,19 @@ def _is_bad_number_for(raw: str, default: Any) -> bool:
     return abs(number) > 1e12
 
 
-def _override_case(rng: np.random.Generator, keys: list[str], values: dict[str, Any]) -> Case:
+def _outside(raw: str, bound: Any) -> bool:
+    """Whether YAML text ``raw`` is a decimal number outside ``bound``'s plausible range."""
+    from embodied.config import DECIMAL_FLOAT
+
+    if bound is None or not DECIMAL_FLOAT.fullmatch(raw.strip()):
+        return False
+    number = float(raw)
+    return math.isfinite(number) and not bound.low <= number <= bound.high
+
+
+def _override_case(
+    rng: np.random.Generator, keys: list[str], values: dict[str, Any], bounds: dict[str, Any] | None = None
+) -> Case:
     key = str(rng.choice(keys))
     default = values[key]
     pick = rng.random()
@@ -303,10 +329,9 @@ def _override_case(rng: np.random.Generator, keys: list[str], values: dict[str, 
     else:
         raw = str(rng.choice(ODD_VALUES))
         if _is_number(default) and not isinstance(default, tuple):
-            try:
-                must = _is_bad_number_for(raw, default)
-            except ValueError:
-                must = False
+            # a number beyond the bounds or the field's plausible range, or not a decimal literal
+            bound = (bounds or {}).get(key)
+            must = _is_bad_number_for(raw, default) or _outside(raw, bound) or raw in ("0x10", "1_000")
     if key in ("task_name", "algo_name"):
         must = raw != str(default)
     first = key.split(".", 1)[0].split("[", 1)[0]
@@ -437,6 +462,277 @@ def _flag_case(rng: np.random.Generator) -> Case:
     )
 
 
+# ----------------------------------------------------------------------------- physical ranges
+def ranged_keys(cfg: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """``(dotted key, default, Bound)`` of every field of ``cfg`` declared with a plausible range."""
+    import dataclasses
+
+    from embodied.config import field_bound
+
+    rows: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            rows += ranged_keys(value, f"{prefix}{f.name}.")
+        elif field_bound(f) is not None:
+            rows.append((prefix + f.name, value, field_bound(f)))
+    return rows
+
+
+ISSUE_PHYSICS = [
+    "env.sim.dt_s=1e-30", "env.sim.params.mass_kg=1e-30", "env.sim.params.arm_length_m=1e-320",
+    "env.sim.params.torque_to_thrust_m=1e-320", "algo.obs_clip=1e-320", "env.success_max_tilt_rad=1000",
+]  # fmt: skip
+"""The values that trained to exit 0 before physical ranges existed."""
+
+TINY_TRAIN = [
+    "train", "quad-hover", "--no-progress", "--run-dir", "{dir}/run-new", "num_envs=8", "algo.num_steps_per_env=8",
+    "trainer.total_env_steps=64", "trainer.eval_episodes=2", "trainer.tensorboard=false",
+]  # fmt: skip
+"""A training run of one PPO update: a value it accepts really trains."""
+
+
+def _implausible(rng: np.random.Generator, default: Any, low: float, high: float) -> float:
+    """A number outside ``[low, high]``: tiny, negative, huge or just past an end."""
+    span = max(high - low, abs(high), 1.0)
+    picks = [high + span * float(rng.uniform(0.01, 10.0)), low - span * float(rng.uniform(0.01, 10.0)), high * 1e6 + 1]
+    if low > 0:
+        picks += [low / 1e6, 1e-30, 1e-320, 5e-324]
+    return float(picks[int(rng.integers(0, len(picks)))])
+
+
+def _physical_case(rng: np.random.Generator, ranged: list[tuple[str, Any, Any]]) -> Case:
+    pick = rng.random()
+    if pick < 0.2:
+        override = str(rng.choice(ISSUE_PHYSICS))
+        key = override.split("=", 1)[0]
+    else:
+        key, default, bound = ranged[int(rng.integers(0, len(ranged)))]
+        value = _implausible(rng, default, bound.low, bound.high)
+        if isinstance(default, tuple):
+            items = [repr(float(v)) for v in default]
+            items[int(rng.integers(0, len(items)))] = repr(value)
+            override = f"{key}=[{', '.join(items)}]"
+        else:
+            override = f"{key}={int(value) if isinstance(default, int) else repr(value)}"
+    trains = rng.random() < 0.25
+    argv = [*TINY_TRAIN, override] if trains else ["train", "quad-hover", "--print-config", override]
+    return Case(
+        family="physical:train" if trains else "physical:print_config",
+        argv=argv,
+        must_reject=True,
+        names=(key,),
+    )
+
+
+# ----------------------------------------------------------------------------- number forms
+NUMBER_FORMS = [
+    "0x10", "0X1F", "0o17", "0b101", "010", "007", "1_000", "1_0.5", "1:30", "190:20:30", "+0x1p3", "1e5_0",
+    "١٢", "9" * 5000, "-" + "9" * 4301, "1" * 70, "0." + "1" * 80, "1e" + "9" * 5000,
+]  # fmt: skip
+"""Numbers that are not decimal literals (or are absurdly long): refused for any numeric key."""
+BOOL_FORMS = ["yes", "no", "on", "off", "y", "n", "Yes", "ON", "1", "0", "2026-12-06"]
+"""YAML 1.1 spellings of booleans (and a date): text, refused for a true/false key."""
+
+
+def _number_case(rng: np.random.Generator, keys: list[str], values: dict[str, Any]) -> Case:
+    numeric = [k for k in keys if _is_number(values[k]) and not isinstance(values[k], tuple)]
+    flags = [k for k in keys if isinstance(values[k], bool)]
+    if rng.random() < 0.25:
+        key, raw = str(rng.choice(flags)), str(rng.choice(BOOL_FORMS))
+    else:
+        key, raw = str(rng.choice(numeric)), str(rng.choice(NUMBER_FORMS))
+    where = rng.random()
+    setup: Callable[[Path], None] | None
+    if where < 0.6:
+        argv = ["train", "quad-hover", "--print-config", f"{key}={raw}"]
+        setup = None
+    else:  # the same text in a --config file
+        parts = key.split(".")
+        body = (
+            "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parts[:-1]))
+            + f"{'  ' * (len(parts) - 1)}{parts[-1]}: {raw}\n"
+        )
+
+        def write(case_dir: Path) -> None:
+            (case_dir / "my.yaml").write_text(body)
+
+        setup = write
+        argv = ["train", "quad-hover", "--print-config", "--config", "{dir}/my.yaml"]
+    if key == "seed" and rng.random() < 0.3:
+        argv, setup = ["train", "quad-hover", "--print-config", "--seed", raw], None
+    return Case(
+        family="number:" + ("bool" if key in flags else "numeric"),
+        argv=argv,
+        must_reject=True,
+        names=(key, "my.yaml", "--seed"),
+        setup=setup,
+    )
+
+
+# ----------------------------------------------------------------------------- input bounds
+PAYLOAD_TAG = "!!python/object/apply:builtins.open ['{marker}', 'w']"
+
+
+def _bounds_case(rng: np.random.Generator) -> Case:
+    kind = str(rng.choice(["digits", "size", "depth", "alias", "tag", "tag_run", "metrics_digits"]))
+    marker = "{dir}/marker"
+    if kind == "tag_run":  # a payload tag in a trained run's config.yaml
+        command = [
+            ["eval", "{run}", "--episodes", "2"],
+            ["train", "--resume", "{run}"],
+            ["play", "{run}", "--video", "{dir}/v.mp4"],
+        ]
+        argv = command[int(rng.integers(0, 3))]
+
+        def setup(case_dir: Path) -> None:
+            path = case_dir / "run" / "config.yaml"
+            tag = PAYLOAD_TAG.format(marker=case_dir / "marker")
+            path.write_text(path.read_text().replace("seed: 0", f"seed: {tag}", 1))
+
+        return Case("bounds:tag_run", argv, True, ("config.yaml",), setup, needs_run=True, marker=marker)
+    if kind == "metrics_digits":
+
+        def setup(case_dir: Path) -> None:
+            path = case_dir / "run" / "metrics.jsonl"
+            path.write_text(path.read_text() + '{"env_steps": ' + "9" * int(rng_digits) + "}\n")
+
+        rng_digits = int(rng.integers(4301, 20_000))
+        return Case("bounds:metrics_digits", ["train", "--resume", "{run}"], True, ("metrics.jsonl",), setup, True)
+    size = int(rng.integers(1, 4))
+    bodies = {
+        "digits": "9" * (100_000 * size),
+        "size": "# padding\n" * (120_000 * size) + "num_envs: 8\n",
+        "depth": "env: " + "[" * (40 * size) + "]" * (40 * size) + "\n",
+        "alias": "a: &x [1, 2]\nb: [*x, *x]\n",
+        "tag": str(
+            rng.choice(
+                [
+                    f"seed: {PAYLOAD_TAG}\n",
+                    f"env: {PAYLOAD_TAG}\n",
+                    f"{PAYLOAD_TAG}\n",
+                    "seed: !!python/name:os.system\n",
+                ]
+            )
+        ),
+    }
+    body = bodies[kind]
+
+    def write(case_dir: Path) -> None:
+        (case_dir / "my.yaml").write_text(body.replace("{marker}", str(case_dir / "marker")))
+
+    return Case(
+        family=f"bounds:{kind}",
+        argv=["train", "quad-hover", "--print-config", "--config", "{dir}/my.yaml"],
+        must_reject=True,
+        names=("my.yaml",),
+        setup=write,
+        marker=marker if kind == "tag" else None,
+    )
+
+
+# ----------------------------------------------------------------------------- checkpoints
+class Payload:
+    """Unpickling this creates ``marker`` (``open(marker, "w")``): evidence that code ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.marker), "w"))
+
+
+def load_plain(path: Path) -> dict[str, Any]:
+    """A sealed ``torch.save`` file's contents (``weights_only``: plain data only)."""
+    state: dict[str, Any] = torch.load(io.BytesIO(path.read_bytes()), weights_only=True)
+    return state
+
+
+def save_sealed(state: dict[str, Any], path: Path) -> None:
+    """Write ``state`` sealed with the project's own (unkeyed) seal, as anyone can."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    path.write_bytes(seal(buffer.getvalue()))
+
+
+def entry_paths(state: dict[str, Any], depth: int = 2) -> list[tuple[str, ...]]:
+    """Every mapping entry of ``state`` down to ``depth`` levels (the fields a load reads)."""
+    paths: list[tuple[str, ...]] = []
+    for key, value in state.items():
+        paths.append((key,))
+        if depth > 1 and isinstance(value, dict):
+            paths += [(key, *rest) for rest in entry_paths(value, depth - 1)]
+    return paths
+
+
+def put(state: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set the entry at ``path`` (keys) of nested mappings ``state``."""
+    node = state
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def _set(*path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda state: put(state, path, value)
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda state: state.pop(key)
+
+
+SCHEMA_EDITS: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...], str]] = [
+    # (id, edit of the base run's checkpoint, commands that read the entry, text the error holds)
+    ("trainer-a-string", _set("trainer", value="abc"), ("train", "eval", "export"), "'trainer'"),
+    ("env-missing", _drop("env"), ("train",), "'env'"),
+    ("algo-missing", _drop("algo"), ("train", "eval", "export"), "'algo'"),
+    ("rng-3-bytes", _set("rng", "torch", value=torch.zeros(3, dtype=torch.uint8)), ("train",), "'rng.torch'"),
+    ("rng-python-text", _set("rng", "python", value="abc"), ("train",), "'rng.python'"),
+    ("env-steps-negative", _set("trainer", "env_steps", value=-100), ("train", "eval", "export"), "trainer.env_steps"),
+    ("env-steps-off-grid", _set("trainer", "env_steps", value=100), ("train",), "multiple of 8"),
+    ("env-steps-float", _set("trainer", "env_steps", value=128.5), ("train",), "trainer.env_steps"),
+    ("updates-negative", _set("trainer", "updates", value=-1), ("train",), "trainer.updates"),
+    ("time-nan", _set("trainer", "train_time_s", value=float("nan")), ("train",), "trainer.train_time_s"),
+    ("evals-text", _set("trainer", "evals", value=[{"eval/success_rate": "high"}]), ("train",), "trainer.evals[0]"),
+    ("obs-shape", _set("obs", "policy", value=torch.zeros(8, 5)), ("train",), "'obs.policy'"),
+    ("weight-shape", _set("algo", "policy", "log_std", value=torch.zeros(7)), ("train", "eval", "export"), "algo.policy.log_std"),
+    ("weight-dtype", _set("algo", "policy", "log_std", value=torch.zeros(4, dtype=torch.float64)), ("train",), "algo.policy.log_std"),
+    ("pending-bad", _set("trainer", "pending_eval", value={"env_steps": 8}), ("train", "eval"), "trainer.pending_eval"),
+    ("world-bad", _set("world", value={"size": "two"}), ("train", "eval"), "'world'"),
+]  # fmt: skip
+"""Sealed checkpoints of the wrong form (``tests/test_checkpoint_schema.py`` runs each)."""
+
+CHECKPOINT_COMMANDS = {
+    "train": ["train", "--resume", "{run}"],
+    "eval": ["eval", "{run}", "--episodes", "2"],
+    "export": ["export", "{run}", "--format", "onnx", "--no-record"],
+}
+
+
+def _checkpoint_case(rng: np.random.Generator, entries: list[tuple[str, ...]]) -> Case:
+    if rng.random() < 0.4:
+        name, edit, commands, _ = SCHEMA_EDITS[int(rng.integers(0, len(SCHEMA_EDITS)))]
+        command = CHECKPOINT_COMMANDS[str(rng.choice(commands))]
+
+        def setup(case_dir: Path) -> None:
+            path = case_dir / "run" / "ckpt" / "latest.pt"
+            state = load_plain(path)
+            edit(state)
+            save_sealed(state, path)
+
+        return Case(f"checkpoint:schema:{name}", command, True, ("latest.pt",), setup, needs_run=True)
+    entry = entries[int(rng.integers(0, len(entries)))]
+    command = CHECKPOINT_COMMANDS[str(rng.choice(list(CHECKPOINT_COMMANDS)))]
+
+    def inject(case_dir: Path) -> None:
+        path = case_dir / "run" / "ckpt" / "latest.pt"
+        state = load_plain(path)
+        put(state, entry, Payload(case_dir / "marker"))
+        save_sealed(state, path)
+
+    return Case("checkpoint:payload", command, True, ("latest.pt",), inject, needs_run=True, marker="{dir}/marker")
+
+
 # ----------------------------------------------------------------------------- running
 @dataclass
 class Fuzzer:
@@ -451,17 +747,28 @@ class Fuzzer:
         from embodied.experiment import resolve_experiment
 
         self.rng = np.random.default_rng(self.seed)
-        self.keys, self.values = _numeric_keys(resolve_experiment("quad-hover"))
+        cfg = resolve_experiment("quad-hover")
+        self.keys, self.values = _numeric_keys(cfg)
+        self.ranged = ranged_keys(cfg)
         self.base_files = {name: (self.base_run / rel).read_bytes() for name, rel in RUN_FILES.items()}
+        state = load_plain(self.base_run / RUN_FILES["latest.pt"])
+        extra = [("trainer", "pending_eval"), ("rng", "python"), ("new_entry",)]
+        self.entries = entry_paths(state) + [e for e in extra if e not in entry_paths(state)]
 
     def make_case(self) -> Case:
         pick = self.rng.random()
+        if pick < 0.25:
+            return _override_case(self.rng, self.keys, self.values, {k: b for k, _, b in self.ranged})
         if pick < 0.35:
-            return _override_case(self.rng, self.keys, self.values)
-        if pick < 0.5:
-            return _config_case(self.rng)
+            return _physical_case(self.rng, self.ranged)
+        if pick < 0.42:
+            return _number_case(self.rng, self.keys, self.values)
+        if pick < 0.52:
+            return _config_case(self.rng) if self.rng.random() < 0.6 else _bounds_case(self.rng)
         if pick < 0.62:
             return _flag_case(self.rng)
+        if pick < 0.72:
+            return _checkpoint_case(self.rng, self.entries)
         return _file_case(self.rng, self.base_files)
 
     def run(self, num_cases: int, progress: Callable[[int, Outcome], None] | None = None) -> Counter[str]:
@@ -519,6 +826,8 @@ class Fuzzer:
         if rc in (130, 143):  # no case sends a signal: this Ctrl-C/SIGTERM was meant for the fuzzer
             raise KeyboardInterrupt
         errors = "\n".join(records.lines + [line for line in stderr.getvalue().splitlines() if line.strip()])
+        if case.marker is not None and Path(case.marker.replace("{dir}", str(case_dir))).exists():
+            return Outcome(case, rc, errors, "code_execution", f"a payload ran: {case.family} {argv}", seconds)
         if isinstance(escaped, _Hang):
             return Outcome(case, None, errors, "hang", f"over {CASE_TIMEOUT_S:g} s: {argv}", seconds)
         if escaped is not None:
@@ -527,6 +836,8 @@ class Fuzzer:
         return Outcome(case, rc, errors, *self._judge(case, rc, errors, argv, case_dir), seconds=seconds)
 
     def _judge(self, case: Case, rc: int | None, errors: str, argv: list[str], case_dir: Path) -> tuple[str, str]:
+        if case.marker is not None and Path(case.marker.replace("{dir}", str(case_dir))).exists():
+            return "code_execution", f"a payload ran (exit {rc}): {case.family} {argv}"
         if rc not in (0, 2):
             return "bad_exit", f"exit {rc}: {argv} | {errors[:300]}"
         if rc == 2:

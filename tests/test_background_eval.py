@@ -73,13 +73,17 @@ def _policy(run_dir: Path) -> dict[str, torch.Tensor]:
     return policy
 
 
-def test_background_evaluations_match_evaluating_in_the_training_process(tmp_path: Path) -> None:
+def test_background_evaluations_match_evaluating_in_the_training_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     here = Trainer(_cfg(False, 4), tmp_path / "here")
     assert here._background is None
     here.train()
     background = Trainer(_cfg(True, 4), tmp_path / "background")
     assert background._background is not None
     background.train()
+    # the child rebuilt the policy from the run's config and flew every snapshot itself
+    assert "background evaluation failed" not in caplog.text
     rows = _evals(tmp_path / "here")
     assert [r["eval/env_steps"] for r in rows] == [UPDATE * i for i in range(1, 5)]
     assert _evals(tmp_path / "background") == rows
@@ -136,6 +140,11 @@ def test_an_evaluation_in_flight_at_a_stop_is_kept_and_redone_on_resume(tmp_path
         trainer.train()
     pending = load_checkpoint(tmp_path / "split")["trainer"]["pending_eval"]
     assert pending is not None and pending["env_steps"] == 2 * UPDATE
+    # the snapshot is a state dict of the policy's form (tensors), never a pickled module
+    policy = load_checkpoint(tmp_path / "split")["algo"]["policy"]
+    assert set(pending) == {"env_steps", "train_time_s", "seed", "policy_state"}
+    assert pending["policy_state"].keys() == policy.keys()
+    assert all(isinstance(v, torch.Tensor) for v in pending["policy_state"].values())
     Trainer(_cfg(True, 5), tmp_path / "split", resume=True).train()
     assert _evals(tmp_path / "split") == _evals(tmp_path / "straight")
 

@@ -11,7 +11,7 @@ import pytest
 from embodied import distributed
 from embodied.config import ConfigError
 from embodied.training.launch import torchrun_command, without_nproc
-from embodied.training.run import WORLD_KEY, checkpoint_world_size
+from embodied.training.run import WORLD_KEY, CheckpointError, checkpoint_world_size
 
 
 def test_the_launcher_runs_the_same_command_line_without_nproc_in_every_process() -> None:
@@ -31,7 +31,9 @@ def test_one_process_joins_no_world_and_keeps_its_seed_and_envs(monkeypatch: pyt
     assert distributed.rank_seed(7) == 7
     assert distributed.split_evenly(129, "num_envs") == 129
     assert distributed.from_main(lambda: 5) == 5
-    assert checkpoint_world_size({}) == 1 and checkpoint_world_size({WORLD_KEY: {"size": 3, "ranks": []}}) == 3
+    assert checkpoint_world_size({}) == 1 and checkpoint_world_size({WORLD_KEY: {"size": 3, "ranks": [{}, {}]}}) == 3
+    with pytest.raises(CheckpointError, match="'world'"):  # a world entry without the other ranks' states
+        checkpoint_world_size({WORLD_KEY: {"size": 3, "ranks": []}})
 
 
 def test_envs_that_do_not_split_evenly_name_the_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,8 @@ def _run(base_run: Path, work: Path, seed: int, cases: int) -> dict:
 def test_fuzz_a_few_hundred_cases(base_run: Path, tmp_path: Path) -> None:
     report = _run(base_run, tmp_path, seed=2026, cases=200)
     # The mix really reaches every family and really rejects (not an always-exit-0 runner).
-    assert set(report["families"]) == {"override", "config", "flag", "file"}, report
+    families = {"override", "config", "flag", "file", "physical", "number", "bounds", "checkpoint"}
+    assert set(report["families"]) == families, report
     assert report["verdicts"].get("rejected", 0) > 100, report
 
 

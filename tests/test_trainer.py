@@ -186,11 +186,15 @@ def test_a_signal_during_a_checkpoint_write_is_honoured_after_it(tmp_path: Path)
 
 
 def test_a_run_whose_episodes_all_end_at_step_one_stops(tmp_path: Path) -> None:
+    from embodied.config import UNPHYSICAL
     from embodied.experiment import resolve_experiment
     from embodied.training.trainer import DegenerateRunError
 
     cfg = resolve_experiment(
-        "quad-hover", overrides=["algo.num_steps_per_env=8", "env.disturbance_force_std_n=1e6"], num_envs=8
+        "quad-hover",
+        overrides=["algo.num_steps_per_env=8", "env.disturbance_force_std_n=1e6"],
+        num_envs=8,
+        allow=[UNPHYSICAL],  # a force no vehicle meets, on purpose: the run must stop by itself
     )
     cfg = replace_trainer(cfg, total_env_steps=10 * 64, eval_episodes=0, progress=False, tensorboard=False)
     with pytest.raises(DegenerateRunError, match="ended at its first step"):

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from embodied.algo import PreloadSource, Transition
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.data.demos import load_dataset
 from embodied.env import IMAGE_GROUP, ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
@@ -37,11 +37,11 @@ class BCFlowCfg:
     """Dataset samples per gradient step."""
     grad_steps_per_update: int = 10
     """Gradient steps per trainer update (one update per env step)."""
-    learning_rate: float = 1e-3
+    learning_rate: float = ranged(1e-3, 1e-9, 1.0)
     """Adam learning rate."""
-    weight_decay: float = 1e-6
+    weight_decay: float = ranged(1e-6, 0.0, 10.0)
     """AdamW weight decay."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = ranged(1.0, 0.0, 1e6)
     """Global gradient-norm clip (<= 0 disables)."""
     ema_decay: float = 0.995
     """Per-gradient-step decay of the weight average that acts, is evaluated and exported (0: no

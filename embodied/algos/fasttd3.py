@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from embodied.algos.offpolicy import OffPolicyBase, OffPolicyCfg, TrainBatch
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.env import ObsDict, VecEnv
 from embodied.policies.deterministic import DeterministicActor
 from embodied.policies.image_actor import ImageActor
@@ -36,11 +36,11 @@ class FastTD3Cfg(OffPolicyCfg):
     batch_size: int = 32_768
     updates_per_step: int = 2
     learning_starts: int = 10_000
-    tau: float = 0.1
+    tau: float = ranged(0.1, 1e-6, 1.0)
     actor_hidden: tuple[int, ...] = (512, 256, 128)
     critic_hidden: tuple[int, ...] = (1024, 512, 256)
     num_atoms: int = 101
-    weight_decay: float = 0.1
+    weight_decay: float = ranged(0.1, 0.0, 10.0)
     std_min: float = 0.001
     """Smallest per-env exploration noise std (actions are in [-1, 1])."""
     std_max: float = 0.4

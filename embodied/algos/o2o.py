@@ -39,7 +39,7 @@ import torch
 from embodied.algo import PreloadSource
 from embodied.algos.offpolicy import TrainBatch
 from embodied.algos.sac import SAC, SACCfg
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.data.demos import load_dataset
 from embodied.data.offline import OfflineTransitions, symmetric_sample
 from embodied.data.replay import ReplayBatch
@@ -57,7 +57,7 @@ class O2OCfg(SACCfg):
     num_critics: int = 10
     critic_layer_norm: bool = True
     actor_q: Literal["min", "mean"] = "mean"
-    actor_lr: float = 1e-4
+    actor_lr: float = ranged(1e-4, 1e-9, 1.0)
     learning_starts: int = 0
     init_alpha: float = 0.1
     backup_entropy: bool = False

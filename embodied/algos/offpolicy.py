@@ -29,7 +29,7 @@ from embodied import distributed
 from embodied.algo import Transition
 from embodied.algos.common import check_image_encoder, image_input_shape, resolve_init_action_mean
 from embodied.algos.offpolicy_images import ImageFeatures
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.data.replay import ReplayBatch, ReplayBuffer
 from embodied.env import IMAGE_GROUP, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError
@@ -50,7 +50,7 @@ ActorHead = TypeVar("ActorHead", SquashedGaussianActor, DeterministicActor)
 class OffPolicyCfg:
     """Replay, schedule and speed options common to the off-policy algorithms."""
 
-    gamma: float = 0.99
+    gamma: float = ranged(0.99, 0.0, 1.0)
     """Discount factor per env step."""
     n_step: int = 1
     """Rewards summed before bootstrapping (cut at episode ends)."""
@@ -66,7 +66,7 @@ class OffPolicyCfg:
     """Transitions (summed over envs) collected before the first gradient step."""
     random_steps: int = 0
     """Transitions (summed over envs) with uniformly random actions at the start."""
-    tau: float = 0.005
+    tau: float = ranged(0.005, 1e-6, 1.0)
     """Polyak factor of the target critics (1 = copy every update)."""
     actor_hidden: tuple[int, ...] = (256, 256)
     """Hidden layer widths of the actor."""
@@ -84,17 +84,17 @@ class OffPolicyCfg:
     """Lowest return on the C51 support."""
     v_max: float = 10.0
     """Highest return on the C51 support."""
-    actor_lr: float = 3e-4
+    actor_lr: float = ranged(3e-4, 1e-9, 1.0)
     """Actor learning rate."""
-    critic_lr: float = 3e-4
+    critic_lr: float = ranged(3e-4, 1e-9, 1.0)
     """Critic learning rate."""
-    weight_decay: float = 0.0
+    weight_decay: float = ranged(0.0, 0.0, 10.0)
     """AdamW weight decay of actor and critics."""
-    max_grad_norm: float = 0.0
+    max_grad_norm: float = ranged(0.0, 0.0, 1e6)
     """Clip gradient norms to this value (0: no clipping)."""
     normalize_obs: bool = True
     """Running mean/std normalization of observations (folded into the exported policy)."""
-    obs_clip: float = 10.0
+    obs_clip: float = ranged(10.0, 0.1, 1e6, "standard deviations")
     """Clip normalized observations to ±this."""
     init_action_mean: tuple[float, ...] | str | None = None
     """Initial (pre-noise) action of the actor: ``action_dim`` values, or the name of a key of

@@ -25,7 +25,7 @@ import torch
 from embodied import distributed
 from embodied.algo import Transition
 from embodied.algos.common import check_image_encoder, image_input_shape, resolve_init_action_mean
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.data.gae import compute_gae
 from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
@@ -46,32 +46,32 @@ class PPOCfg:
     """Passes over the rollout per update."""
     num_minibatches: int = 4
     """Minibatches per epoch (samples are reshuffled every epoch)."""
-    gamma: float = 0.99
+    gamma: float = ranged(0.99, 0.0, 1.0)
     """Discount factor."""
-    lam: float = 0.95
+    lam: float = ranged(0.95, 0.0, 1.0)
     """GAE lambda."""
-    clip_ratio: float = 0.2
+    clip_ratio: float = ranged(0.2, 1e-3, 1.0)
     """Surrogate clip range for the probability ratio (also the value-loss clip range)."""
     clip_value_loss: bool = True
     """Clip value predictions to ``old ± clip_ratio`` and take the larger loss (RSL-RL)."""
     reward_scale: float = 1.0
     """Multiplies env rewards before they are stored: keeps returns (and so the value loss and its
     share of the clipped gradient norm) near unit scale when rewards are large per step."""
-    value_coef: float = 1.0
+    value_coef: float = ranged(1.0, 0.0, 100.0)
     """Weight of the value loss."""
-    entropy_coef: float = 0.01
+    entropy_coef: float = ranged(0.01, 0.0, 10.0)
     """Weight of the entropy bonus."""
-    learning_rate: float = 1e-3
+    learning_rate: float = ranged(1e-3, 1e-9, 1.0)
     """Initial Adam learning rate (shared by actor and critic)."""
     schedule: Literal["adaptive", "fixed"] = "adaptive"
     """``adaptive``: scale the learning rate by ``kl_lr_factor`` per minibatch to track ``desired_kl``."""
-    desired_kl: float = 0.01
+    desired_kl: float = ranged(0.01, 1e-6, 10.0)
     """KL target: above 2x the rate shrinks, below 1/2 it grows."""
-    kl_lr_factor: float = 1.5
+    kl_lr_factor: float = ranged(1.5, 1.0, 100.0)
     """Multiplicative step of the adaptive learning rate."""
-    lr_min: float = 1e-5
+    lr_min: float = ranged(1e-5, 1e-9, 1.0)
     """Lower bound of the adaptive learning rate."""
-    lr_max: float = 1e-2
+    lr_max: float = ranged(1e-2, 1e-9, 1.0)
     """Upper bound of the adaptive learning rate."""
     lr_cooldown: float = 0.0
     """Final fraction of training (in [0, 1)) over which the learning rate's upper bound falls
@@ -79,7 +79,7 @@ class PPOCfg:
     alone keeps taking steps of ``desired_kl`` to the last update, so the final policy is one
     sample of a still-moving one; a cooldown lets it settle. The fraction is of the current
     ``trainer.total_env_steps``: ``--resume`` with a larger budget moves the cooldown to the new end."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = ranged(1.0, 0.0, 1e6)
     """Global gradient-norm clip (<= 0 disables)."""
     normalize_advantage: bool = True
     """Normalize advantages to zero mean, unit std over the whole rollout."""
@@ -89,7 +89,7 @@ class PPOCfg:
     """Hidden widths of the critic."""
     activation: Literal["tanh", "elu", "relu"] = "tanh"
     """Hidden activation of both networks."""
-    init_std: float = 1.0
+    init_std: float = ranged(1.0, 1e-4, 10.0)
     """Initial action standard deviation (state-independent, learned as log-std)."""
     init_action_mean: tuple[float, ...] | str | None = None
     """Initial mean action: a tuple of ``action_dim`` values, or the name of a key of the env's
@@ -105,7 +105,7 @@ class PPOCfg:
     normalized ``policy`` vector; ``mlp`` reads the vector only."""
     image_features: int = 64
     """With ``encoder: cnn``: width of the CNN's output features."""
-    obs_clip: float = 10.0
+    obs_clip: float = ranged(10.0, 0.1, 1e6, "standard deviations")
     """Normalized observations are clipped to ``± obs_clip``."""
 
     def __post_init__(self) -> None:

@@ -35,7 +35,7 @@ from torch import nn
 
 from embodied.algo import PreloadSource, Transition
 from embodied.algos.ppo import clipped_surrogate_loss, value_loss_fn
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.data.gae import compute_gae
 from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
@@ -74,25 +74,25 @@ class ReinFlowCfg:
     """Passes over the rollout per update."""
     num_minibatches: int = 4
     """Minibatches per epoch."""
-    gamma: float = 0.99
+    gamma: float = ranged(0.99, 0.0, 1.0)
     """Discount factor."""
-    lam: float = 0.95
+    lam: float = ranged(0.95, 0.0, 1.0)
     """GAE lambda."""
-    clip_ratio: float = 0.01
+    clip_ratio: float = ranged(0.01, 1e-3, 1.0)
     """PPO clip range of the (per-dimension normalized) likelihood ratio."""
-    actor_lr: float = 4.5e-5
+    actor_lr: float = ranged(4.5e-5, 1e-9, 1.0)
     """Adam learning rate of the velocity and noise networks."""
-    critic_lr: float = 6.5e-4
+    critic_lr: float = ranged(6.5e-4, 1e-9, 1.0)
     """Adam learning rate of the value network."""
-    value_coef: float = 1.0
+    value_coef: float = ranged(1.0, 0.0, 100.0)
     """Weight of the value loss."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = ranged(0.0, 0.0, 10.0)
     """Weight of the noise entropy bonus."""
     bc_coef: float = 0.0
     """Weight of ``|v - v_base|^2`` on the visited chain states (0: no regularizer)."""
     critic_warmup_updates: int = 2
     """Updates at the start that train only the value network (the critic starts untrained)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = ranged(1.0, 0.0, 1e6)
     """Global gradient-norm clip per optimizer (<= 0 disables)."""
     reward_scale: float = 1.0
     """Multiplies env rewards before they are stored."""

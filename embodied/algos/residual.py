@@ -39,7 +39,7 @@ import torch
 from embodied.algo import Policy, PreloadSource, Transition
 from embodied.algos.fasttd3 import FastTD3, FastTD3Cfg
 from embodied.algos.offpolicy import TrainBatch
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.data.demos import Demonstrations, load_dataset
 from embodied.data.replay import ReplayBatch, ReplayBuffer, cat_batches
 from embodied.env import IMAGE_GROUP, ObsDict, VecEnv
@@ -64,14 +64,14 @@ class ResidualCfg(FastTD3Cfg):
     batch_size: int = 256
     updates_per_step: int = 4
     learning_starts: int = 2_000
-    tau: float = 0.005
+    tau: float = ranged(0.005, 1e-6, 1.0)
     actor_hidden: tuple[int, ...] = (256, 256)
     critic_hidden: tuple[int, ...] = (256, 256)
     num_critics: int = 10
     critic_subset: int = 2
     critic_layer_norm: bool = True
     num_atoms: int = 0
-    weight_decay: float = 0.0
+    weight_decay: float = ranged(0.0, 0.0, 10.0)
     std_min: float = 0.05
     """Smallest per-env exploration noise std on the combined action."""
     std_max: float = 0.2

@@ -20,7 +20,7 @@ import torch
 
 from embodied import distributed
 from embodied.algos.offpolicy import OffPolicyBase, OffPolicyCfg, TrainBatch
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.env import ObsDict, VecEnv
 from embodied.policies.image_actor import ImageActor
 from embodied.policies.squashed_gaussian import SquashedGaussianActor
@@ -41,7 +41,7 @@ class SACCfg(OffPolicyCfg):
     """Tune alpha towards ``target_entropy``; False keeps ``init_alpha``."""
     target_entropy: float | None = None
     """Target policy entropy in nats; None: ``-action_dim``."""
-    alpha_lr: float = 3e-4
+    alpha_lr: float = ranged(3e-4, 1e-9, 1.0)
     """Learning rate of log(alpha)."""
     log_std_min: float = -5.0
     """Lower bound of the actor's pre-squash log std."""

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from embodied.config import ConfigError, device_flag, int_in_range
+from embodied.config import UNPHYSICAL, ConfigError, device_flag, int_in_range
 from embodied.experiment import ExperimentCfg
 
 log = logging.getLogger("embodied.train")
@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   embodied train quad-hover --seeds 0,1,2           # a sweep with a mean +- std curve
   embodied train quad-hover --preset robust         # with the reality-gap models randomized
   embodied train quad-hover env.sim.substeps=2000 --i-know-what-im-doing env.sim.substeps
+  embodied train quad-hover env.sim.params.mass_kg=80 --allow-unphysical
   embodied train halfcheetah --backend mjwarp --num-envs 1024 --device cuda
                                                     # the same task on MuJoCo-Warp (`embodied list`)
   embodied train quad-hover --nproc 2               # 2 processes, num_envs split between them
@@ -33,7 +34,11 @@ overrides are key=value with the keys of the saved config.yaml: seed, num_envs, 
 env.<field>, algo.<field>, trainer.<field> (values parsed as YAML). Use --print-config to see
 every key, its resolved value and what it means. Every number is checked for finiteness and a
 sane range; a limit that only guards against hangs or huge allocations can be lifted per key
-with --i-know-what-im-doing KEY. On --resume only trainer.* overrides are accepted (and
+with --i-know-what-im-doing KEY. Physical and algorithmic parameters carry a plausible range
+with units (shown by --print-config; e.g. env.sim.dt_s in [0.0001, 0.1] s); a value outside it
+is refused naming the key, the value and the range, unless --allow-unphysical (every key) or
+--i-know-what-im-doing KEY (one key) is given. Numbers are decimal literals (3, 0.5, 1e6):
+0x10, 1_000, 010 and YAML 1.1's yes/no are refused. On --resume only trainer.* overrides are accepted (and
 --no-progress, --print-config, --i-know-what-im-doing): other flags would change the run.
 Exit codes: 0 done, 2 bad input (one line naming the key, file or flag), 130 Ctrl-C, 143
 SIGTERM (both after writing a checkpoint; continue with --resume)."""
@@ -166,7 +171,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY",
-        help="lift the upper range limit of config KEY (repeatable), e.g. for num_envs above 262144",
+        help="lift the upper range limit of config KEY (repeatable), e.g. for num_envs above 262144, "
+        "or its plausible physical range",
+    )
+    p.add_argument(
+        "--allow-unphysical",
+        dest="allow",
+        action="append_const",
+        const=UNPHYSICAL,
+        help="accept values outside the plausible physical ranges (e.g. env.sim.params.mass_kg=100) for a "
+        "deliberate experiment; recorded in config.yaml, so --resume, eval and play accept them too. "
+        "NaN, infinity, the hang guards and angles outside their interval stay refused",
     )
     p.set_defaults(func=run)
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from embodied.action_chunks import CHUNK_EXTRA_KEY, ChunkExecutor, ChunkSpec
-from embodied.checkpoint_seal import SealError, seal, unseal
+from embodied.checkpoint_seal import SealError, load_error_detail, pickled_object_refusal, seal, unseal
 from embodied.env import IMAGE_GROUP, ObsDict
 from embodied.errors import EmbodiedError
 from embodied.export.artifact_errors import PolicyArtifactError
@@ -339,9 +339,19 @@ class PolicyArtifact:
             payload = torch.load(io.BytesIO(unseal(data, name)), map_location="cpu", weights_only=True)
         except SealError as err:
             raise PolicyArtifactError(str(err)) from None
-        except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, KeyError) as err:
-            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-            raise PolicyArtifactError(f"{name}: corrupt or not a policy artifact ({first})") from None
+        except (
+            RuntimeError,
+            EOFError,
+            pickle.UnpicklingError,
+            zipfile.BadZipFile,
+            ValueError,
+            KeyError,
+            TypeError,
+        ) as err:
+            refusal = pickled_object_refusal(err)
+            if refusal is not None:
+                raise PolicyArtifactError(f"{name}: {refusal}") from None
+            raise PolicyArtifactError(f"{name}: corrupt or not a policy artifact ({load_error_detail(err)})") from None
         if not isinstance(payload, dict) or "kind" not in payload or "policy" not in payload:
             raise PolicyArtifactError(f"{name}: not a policy artifact (expected a mapping with 'kind' and 'policy')")
         version = payload.get("artifact_version")
@@ -358,9 +368,12 @@ class PolicyArtifact:
             io_spec = IOSpec.from_dict(_decode(payload["io_spec"], {}, f"{name}: io_spec"))
         except (KeyError, TypeError, ValueError) as err:
             raise PolicyArtifactError(f"{name}: io_spec is malformed ({err})") from None
-        return cls(
-            kind.name, description, io_spec, int(payload.get("env_steps", 0)), str(payload.get("checkpoint_seal", ""))
-        )
+        env_steps, sealed = payload.get("env_steps", 0), payload.get("checkpoint_seal", "")
+        if isinstance(env_steps, bool) or not isinstance(env_steps, int) or env_steps < 0:
+            raise PolicyArtifactError(f"{name}: env_steps should be a non-negative integer, found {env_steps!r:.40}")
+        if not isinstance(sealed, str):
+            raise PolicyArtifactError(f"{name}: checkpoint_seal should be text, found {type(sealed).__name__}")
+        return cls(kind.name, description, io_spec, env_steps, sealed)
 
 
 def read_policy_artifact(path: Path) -> PolicyArtifact:

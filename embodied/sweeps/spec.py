@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, load_yaml_text
 
 TOP_KEYS = frozenset({"name", "task", "algo", "seeds", "overrides", "timeout_s", "target", "grid", "configs"})
 ENTRY_KEYS = frozenset({"name", "task", "algo", "seeds", "overrides", "timeout_s"})
@@ -115,7 +115,7 @@ def grid_points(grid: Mapping[str, Sequence[Any]], where: str) -> list[tuple[str
 def load_spec(path: Path) -> SweepSpec:
     """Read ``path`` into a :class:`SweepSpec`; a :class:`ConfigError` names the file and the key."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml_text(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: sweep file not found") from None
     except yaml.YAMLError as exc:

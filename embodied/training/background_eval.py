@@ -15,6 +15,11 @@ evaluation interval later (when the result arrives), and the trainer then puts t
 snapshot's weights back, so the saved policy is the one that held the target. A checkpoint
 keeps the snapshot in flight, and a resume evaluates it again.
 
+A snapshot is a state dict (tensors only), never a pickled module: a checkpoint is a file that
+others hand around, and everything read from one is loaded with ``weights_only=True``. The
+child rebuilds the module once from the run's config (:class:`PolicyRecipe`) and loads each
+snapshot's state dict into it; the trainer loads it into a copy of its own policy.
+
 The child is a fresh interpreter (no fork of a process with OpenMP threads, and no re-import of
 the user's ``__main__``), started when the trainer is built, so its imports overlap the
 trainer's set-up. It runs in its own session, so a
@@ -27,6 +32,7 @@ why and evaluates in its own process from then on.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import io
 import logging
@@ -39,7 +45,7 @@ import traceback
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -65,35 +71,87 @@ class EvalSnapshot:
     env_steps: int
     train_time_s: float
     seed: int
-    policy_bytes: bytes
-    """``torch.save`` of the whole policy module: what the child flies, what a checkpoint keeps
-    of a snapshot in flight, and the weights the trainer puts back when this snapshot held."""
+    policy_state: dict[str, torch.Tensor]
+    """The policy module's state dict (detached copies): what the child flies, what a checkpoint
+    keeps of a snapshot in flight, and the weights the trainer puts back when this snapshot held."""
 
     @classmethod
     def take(cls, policy: nn.Module, env_steps: int, train_time_s: float, seed: int) -> EvalSnapshot:
-        """Copy ``policy`` now. Raises whatever pickling raises for a module that cannot be saved."""
-        buffer = io.BytesIO()
-        torch.save(policy, buffer)
-        return cls(env_steps, train_time_s, seed, buffer.getvalue())
+        """Copy ``policy``'s weights now."""
+        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        return cls(env_steps, train_time_s, seed, state)
 
     def to_checkpoint(self) -> dict[str, Any]:
-        """What a checkpoint keeps of a snapshot still in flight (a resume evaluates it again)."""
+        """What a checkpoint keeps of a snapshot still in flight (a resume evaluates it again):
+        numbers and tensors only, so ``torch.load(weights_only=True)`` reads it back."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_checkpoint(cls, saved: dict[str, Any]) -> EvalSnapshot:
-        """The snapshot :meth:`to_checkpoint` kept."""
-        return cls(**saved)
+        """The snapshot :meth:`to_checkpoint` kept (its form is checked by
+        :mod:`embodied.training.checkpoint_schema` before this is called)."""
+        return cls(
+            env_steps=int(saved["env_steps"]),
+            train_time_s=float(saved["train_time_s"]),
+            seed=int(saved["seed"]),
+            policy_state=dict(saved["policy_state"]),
+        )
 
-    def load_policy(self) -> nn.Module:
-        """The snapshot's policy module, on the device it was saved from."""
-        return policy_from_bytes(self.policy_bytes)
+    def policy_like(self, template: nn.Module) -> nn.Module:
+        """A copy of ``template`` (a module of the same architecture) holding this snapshot's weights."""
+        module = copy.deepcopy(template)
+        module.load_state_dict(self.policy_state)
+        return module
+
+    def state_bytes(self) -> bytes:
+        """The state dict serialized for the child (read back by :func:`state_from_bytes`)."""
+        buffer = io.BytesIO()
+        torch.save(self.policy_state, buffer)
+        return buffer.getvalue()
 
 
-def policy_from_bytes(policy_bytes: bytes) -> nn.Module:
-    """The module :meth:`EvalSnapshot.take` saved (trusted bytes: this run's own policy)."""
-    module: nn.Module = torch.load(io.BytesIO(policy_bytes), weights_only=False)
-    return module
+def state_from_bytes(data: bytes) -> dict[str, torch.Tensor]:
+    """A state dict :meth:`EvalSnapshot.state_bytes` wrote; tensors only (``weights_only=True``)."""
+    state: dict[str, torch.Tensor] = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    return state
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyRecipe:
+    """What rebuilds the run's policy module in the child: its task, env and algorithm configs.
+
+    The child builds the algorithm once for one env and keeps its policy as the module each
+    snapshot's weights are loaded into (strictly: a module of another shape fails, and the
+    trainer then evaluates in its own process). A frozen base the algorithm keeps outside its
+    checkpoint is loaded again from ``base_run``, as :func:`embodied.training.run.load_run` does."""
+
+    task_name: str
+    env_cfg: Any
+    algo_name: str
+    algo_cfg: Any
+    base_run: str | None = None
+
+    def __call__(self) -> nn.Module:
+        """The policy module with the weights of a fresh build (replaced by every snapshot's)."""
+        from pathlib import Path
+
+        from embodied import registry
+        from embodied.algo import PreloadSource, base_outside_checkpoint, preload_algorithm
+
+        env = registry.make_env(self.task_name, self.env_cfg, 1, "cpu", 0)
+        try:
+            algo = registry.make_algo(self.algo_name, self.algo_cfg, env)
+            if self.base_run is not None and base_outside_checkpoint(algo):
+                from embodied.training.run import load_run
+
+                base = load_run(Path(self.base_run)).policy
+                preload_algorithm(algo, self.algo_name, PreloadSource(base_run=Path(self.base_run), base_policy=base))
+        finally:
+            env.close()
+        policy = algo.policy
+        if not isinstance(policy, nn.Module):
+            raise TypeError(f"the policy ({type(policy).__name__}) is not a torch module")
+        return policy
 
 
 def spare_cores(threads: int) -> int:
@@ -127,22 +185,39 @@ def background_eval_choice(
     return True, f"{spare + threads} usable cores, {threads} training thread(s)"
 
 
+class ChildSetup(NamedTuple):
+    """What the evaluation child is sent once (picklable; see :class:`BackgroundEvaluator`)."""
+
+    make_env: Callable[[int, int], Any]
+    make_policy: Callable[[], nn.Module]
+    episodes: int
+    threads: int
+    tanh_form: str
+
+
 class BackgroundEvaluator:
     """One child process that evaluates policy snapshots, one at a time.
 
     ``make_env(num_envs, seed)`` must be picklable (a module-level function, or an instance of
     a module-level class such as :class:`~embodied.training.evaluate.EvalEnvs`): the child calls it to build the envs.
+    ``make_policy()`` (picklable too, e.g. a :class:`PolicyRecipe`) builds the module the child
+    loads each snapshot's state dict into.
 
     The child is a fresh interpreter (``python -c``, this process's ``sys.path``) talking over a
     socket pair, not a :mod:`multiprocessing` spawn: spawn imports the parent's ``__main__`` in
     the child, so a training script without an ``if __name__ == "__main__"`` guard would start
     a second training run there."""
 
-    def __init__(self, make_env: Callable[[int, int], Any], episodes: int, threads: int, tanh_form: str) -> None:
-        self.make_env = make_env
-        self.episodes = episodes
-        self.threads = threads
-        self.tanh_form = tanh_form
+    def __init__(
+        self,
+        make_env: Callable[[int, int], Any],
+        make_policy: Callable[[], nn.Module],
+        episodes: int,
+        threads: int,
+        tanh_form: str,
+    ) -> None:
+        self.setup = ChildSetup(make_env, make_policy, episodes, threads, tanh_form)
+        """What the child is sent once: how to build the envs and the policy module, and how to evaluate."""
         self._conn: Connection | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._end: weakref.finalize[Any, Any] | None = None
@@ -178,7 +253,7 @@ class BackgroundEvaluator:
         self._end = weakref.finalize(self, _end_child, conn, process)
         self._conn, self._process = conn, process
         try:
-            conn.send((self.make_env, self.episodes, self.threads, self.tanh_form))
+            conn.send(self.setup)
         except OSError as err:
             raise BackgroundEvalError(f"cannot reach the evaluation child: {err}") from None
         log.debug("evaluation child started (pid %s)", process.pid)
@@ -190,7 +265,7 @@ class BackgroundEvaluator:
             raise RuntimeError("an evaluation is already in flight: collect() it first")
         conn = self._conn if self._conn is not None else self._start()
         try:
-            conn.send((snapshot.policy_bytes, snapshot.seed))
+            conn.send((snapshot.state_bytes(), snapshot.seed))
         except (OSError, EOFError) as err:
             raise BackgroundEvalError(f"cannot reach the evaluation child: {err}") from None
         self._in_flight = True
@@ -233,32 +308,37 @@ def child_main(fd: int) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s (evaluation child): %(message)s")
     conn = Connection(fd)
     try:
-        make_env, episodes, threads, tanh_form = conn.recv()
+        setup: ChildSetup = conn.recv()
     except EOFError:
         return
     except Exception:  # e.g. a task config class the child cannot import
         with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc(), 0.0))
         return
-    serve(conn, make_env, episodes, threads, tanh_form)
+    serve(conn, setup)
 
 
-def serve(conn: Connection, make_env: Callable[[int, int], Any], episodes: int, threads: int, tanh_form: str) -> None:
-    """The child's loop: receive ``(policy_bytes, seed)``, send ``("ok", EvalResult, seconds)`` or
-    ``("error", traceback, 0.0)``; it ends when the socket closes (the trainer's close, or its exit)."""
+def serve(conn: Connection, setup: ChildSetup) -> None:
+    """The child's loop: receive ``(state dict bytes, seed)``, send ``("ok", EvalResult, seconds)``
+    or ``("error", traceback, 0.0)``; it ends when the socket closes (the trainer's close, or its
+    exit). The policy module is built on the first job (``setup.make_policy()``) and reused."""
     from embodied.policies import cpu_tanh
 
-    os.environ[cpu_tanh.ENV_VAR] = tanh_form  # the trainer's measured choice, not a new measurement
-    torch.set_num_threads(threads)
+    os.environ[cpu_tanh.ENV_VAR] = setup.tanh_form  # the trainer's measured choice, not a new measurement
+    torch.set_num_threads(setup.threads)
+    module: nn.Module | None = None
     while True:
         try:
             job = conn.recv()
         except (EOFError, OSError):
             return
-        policy_bytes, seed = job
+        state_bytes, seed = job
         start = time.perf_counter()
         try:
-            result = evaluate_module(policy_from_bytes(policy_bytes), make_env, episodes, seed)
+            if module is None:
+                module = setup.make_policy()
+            module.load_state_dict(state_from_bytes(state_bytes))
+            result = evaluate_module(module, setup.make_env, setup.episodes, seed)
             reply: tuple[str, Any, float] = ("ok", result, time.perf_counter() - start)
         except Exception:  # reported to the trainer, which falls back to evaluating itself
             reply = ("error", traceback.format_exc(), 0.0)

@@ -156,10 +156,12 @@ def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
     observation dict its kind reads), without its algorithm; for a policy with no artifact kind
     (an image-instruction one reads images and an instruction), the checkpoint's policy itself."""
     from embodied.training.run import load_run
-    from embodied.training.run_policy import NoArtifactKindError, policy_artifact
+    from embodied.training.run_policy import NoArtifactKindError, check_artifact_fits, policy_artifact
 
     try:
-        return policy_artifact(run_dir).obs_policy(env.device)  # chunked kinds run receding-horizon
+        artifact = policy_artifact(run_dir)
+        check_artifact_fits(artifact, env, run_dir)
+        return artifact.obs_policy(env.device)  # chunked kinds run receding-horizon
     except NoArtifactKindError:
         trained = load_run(run_dir, env.device).policy
         return lambda obs: trained.act(obs, deterministic=True)

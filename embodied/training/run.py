@@ -34,7 +34,7 @@ import yaml
 
 from embodied import registry
 from embodied.algo import PreloadSource, base_outside_checkpoint, preload_algorithm
-from embodied.checkpoint_seal import SealError, seal_trailer, unseal
+from embodied.checkpoint_seal import SealError, load_error_detail, pickled_object_refusal, seal_trailer, unseal
 from embodied.config import to_plain
 from embodied.errors import EmbodiedError
 from embodied.experiment import ALLOW_KEY, ExperimentCfg, config_key, load_experiment
@@ -51,10 +51,12 @@ the own state (envs, rollout or replay, generators) of ranks 1..N-1; the rest of
 is rank 0's, so everything that reads a policy reads it as from a single process."""
 
 
-def checkpoint_world_size(ckpt: dict[str, Any]) -> int:
-    """How many training processes wrote ``ckpt`` (1 for a single process)."""
-    world = ckpt.get(WORLD_KEY)
-    return int(world["size"]) if isinstance(world, dict) else 1
+def checkpoint_world_size(ckpt: dict[str, Any], path: Path = CHECKPOINT_FILE) -> int:
+    """How many training processes wrote ``ckpt`` (1 for a single process); a malformed
+    ``world`` entry raises :class:`CheckpointError` naming ``path``."""
+    from embodied.training.checkpoint_schema import check_world_entry
+
+    return check_world_entry(ckpt, path)
 
 
 def new_run_dir(root: Path, cfg: ExperimentCfg) -> Path:
@@ -226,11 +228,31 @@ def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> 
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read the checkpoint: {err.strerror or err}") from None
     except _CORRUPT_ERRORS as err:
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: corrupt or not a checkpoint ({first})") from None
+        refusal = pickled_object_refusal(err)
+        if refusal is not None:
+            raise CheckpointError(f"{path}: {refusal}") from None
+        raise CheckpointError(f"{path}: corrupt or not a checkpoint ({load_error_detail(err)})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: not a checkpoint (holds a {type(state).__name__}, expected a mapping)")
+    _drop_pickled_snapshot(state, path)
     return state
+
+
+def _drop_pickled_snapshot(state: dict[str, Any], path: Path) -> None:
+    """Skip an evaluation in flight that an older version kept as a pickled module
+    (``policy_bytes``): it is never unpickled, and a resume goes on without its result."""
+    trainer = state.get("trainer")
+    if not isinstance(trainer, dict):
+        return
+    pending = trainer.get("pending_eval")
+    if isinstance(pending, dict) and "policy_bytes" in pending:
+        log.warning(
+            "%s: the evaluation in flight at %s env steps was saved as a pickled module by an older "
+            "version; pickles are never loaded, so that evaluation is skipped",
+            path,
+            pending.get("env_steps"),
+        )
+        trainer["pending_eval"] = None
 
 
 class MetricsLogger:
@@ -303,13 +325,23 @@ def _parse_rows(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
             row = json.loads(line)
         except json.JSONDecodeError as err:
             raise EmbodiedError(f"{path}: line {number} is not a JSON row ({err.msg}); the file is corrupt") from None
+        except (ValueError, RecursionError) as err:  # a number of more digits than Python converts; deep nesting
+            what = " ".join(str(err).split())[:120] or "nested too deeply"
+            raise EmbodiedError(f"{path}: line {number} is not a metrics row ({what}); the file is corrupt") from None
         if not isinstance(row, dict) or not isinstance(row.get("env_steps"), int):
             raise EmbodiedError(f"{path}: line {number} is not a metrics row with an integer 'env_steps'")
         rows.append((offset, row))
     return rows
 
 
+MAX_METRICS_BYTES = 1 << 30
+"""Largest ``metrics.jsonl`` read (1 GiB: about a million rows)."""
+
+
 def _read_text(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_METRICS_BYTES:
+        raise EmbodiedError(f"{path}: {size} bytes, larger than a metrics file is read (at most {MAX_METRICS_BYTES})")
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
@@ -380,9 +412,11 @@ def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
         )
     cfg = load_experiment(config_path)
     checkpoint = load_checkpoint(run_dir, map_location=device)
+    path = run_dir / CHECKPOINT_FILE
     # The algorithm is rebuilt for the training batch size: its state (rollout or replay
     # storage) is shaped by num_envs (rank 0's share of them in a multi-process run).
-    env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs // checkpoint_world_size(checkpoint), device, cfg.seed)
+    world_size = checkpoint_world_size(checkpoint, path)
+    env = registry.make_env(cfg.task_name, cfg.env, cfg.num_envs // world_size, device, cfg.seed)
     try:
         algo = registry.make_algo(cfg.algo_name, cfg.algo, env)
         base_run = cfg.trainer.base_run
@@ -391,11 +425,27 @@ def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
 
             base = load_base_policy(base_run, cfg.task_name, cfg.env, env, device)
             preload_algorithm(algo, cfg.algo_name, PreloadSource(base_run=Path(base_run), base_policy=base))
+        check_policy_entries(checkpoint, algo, path, cfg.num_envs)
         load_algo_state(algo, checkpoint, run_dir)
         io_spec = env.io_spec()
     finally:
         env.close()
     return LoadedRun(run_dir=run_dir, cfg=cfg, algo=algo, io_spec=io_spec, checkpoint=checkpoint)
+
+
+def check_policy_entries(checkpoint: dict[str, Any], algo: Any, path: Path, grid: int) -> None:
+    """Check what reading a run's policy uses of ``checkpoint``: ``algo`` of the form of the
+    freshly built ``algo``'s state, ``trainer`` (where present) by its counters' rules
+    (:mod:`embodied.training.checkpoint_schema`)."""
+    from embodied.training.checkpoint_schema import CheckpointSchemaError, check_like, check_trainer_entry
+
+    if "algo" not in checkpoint:
+        raise CheckpointSchemaError(f"{path}: entry 'algo' is missing; the file is not a checkpoint of this run")
+    check_like(checkpoint["algo"], algo.state_dict(), "algo", path)
+    if "trainer" in checkpoint:
+        policy = getattr(algo, "policy", None)
+        form = policy.state_dict() if isinstance(policy, torch.nn.Module) else None
+        check_trainer_entry(checkpoint["trainer"], path, grid, form)
 
 
 def load_algo_state(algo: Any, checkpoint: dict[str, Any], run_dir: Path) -> None:

@@ -132,6 +132,34 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
     return read_policy_artifact(path)
 
 
+def check_artifact_fits(artifact: PolicyArtifact, env: Any, run_dir: Path) -> None:
+    """Raise naming both files when the env ``config.yaml`` builds does not read and write what
+    the trained policy does (``env.action_history`` edited after training, say)."""
+    io_spec = getattr(env, "io_spec", None)
+    built = io_spec() if callable(io_spec) else None
+    why = artifact.io_spec.mismatch(built) if built is not None else None
+    if why is None:
+        return
+    assert built is not None
+    changed = _changed_keys(artifact.io_spec.extra.get("task_cfg"), built.extra.get("task_cfg"), "env.")
+    edited = "; ".join(f"{key} is {now!r} in config.yaml, {then!r} when it was trained" for key, then, now in changed)
+    raise EmbodiedError(
+        f"{Path(run_dir) / CONFIG_FILE} does not fit {Path(run_dir) / POLICY_FILE}: "
+        + (f"{edited} ({why})" if edited else f"{why}; was config.yaml (env.*) edited after training?")
+    )
+
+
+def _changed_keys(trained: Any, now: Any, prefix: str) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, trained value, current value)`` where two task configs (as the policy's
+    ``extra.task_cfg`` records them) differ; at most 5."""
+    if isinstance(trained, dict) and isinstance(now, dict):
+        rows: list[tuple[str, Any, Any]] = []
+        for key in trained.keys() & now.keys():
+            rows += _changed_keys(trained[key], now[key], f"{prefix}{key}.")
+        return sorted(rows)[:5]
+    return [] if trained == now else [(prefix.rstrip("."), trained, now)]
+
+
 def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportReport:
     """Export the run's policy artifact to ``RUN_DIR/export/`` (``fmt``: a format name or ``all``).
 
@@ -162,6 +190,11 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     def make_env(num_envs: int, seed: int) -> Any:
         return registry.make_env(cfg.task_name, cfg.env, num_envs, "cpu", seed)
 
+    env = make_env(1, 0)
+    try:
+        check_artifact_fits(artifact, env, run_dir)
+    finally:
+        env.close()
     source_run = str(run_dir.resolve())
     if IMAGE_GROUP in artifact.obs_groups:
         return export_image_artifact(artifact, export_dir(run_dir), fmt, make_env, record, source_run)
@@ -213,6 +246,7 @@ def ensure_export(run_dir: Path, fmt: str = "all") -> None:
 __all__ = [
     "NoArtifactKindError",
     "PolicyArtifactError",
+    "check_artifact_fits",
     "checkpoint_seal",
     "ensure_export",
     "export_run",

@@ -38,6 +38,7 @@ from embodied.config import ConfigError
 from embodied.env import ObsDict, TrainingCurriculum, resumes_exactly
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.experiment import ExperimentCfg
+from embodied.export.artifact import POLICY_FILE, PolicyArtifactError, read_policy_artifact
 from embodied.policies.cpu_tanh import use_sigmoid_tanh
 from embodied.progress import TrainProgress
 from embodied.stop import StopRequest, deferred_stop, stop_exception
@@ -45,8 +46,10 @@ from embodied.training.background_eval import (
     BackgroundEvalError,
     BackgroundEvaluator,
     EvalSnapshot,
+    PolicyRecipe,
     background_eval_choice,
 )
+from embodied.training.checkpoint_schema import check_restorable
 from embodied.training.evaluate import EvalEnvs, EvalResult, evaluate_module
 from embodied.training.lerobot_base import load_base_policy
 from embodied.training.run import (
@@ -65,7 +68,7 @@ from embodied.training.run import (
     write_config,
 )
 from embodied.training.run_lock import RunLock
-from embodied.training.run_policy import write_policy_artifact
+from embodied.training.run_policy import check_artifact_fits, write_policy_artifact
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +399,7 @@ class Trainer:
 
         def load() -> dict[str, Any]:
             ckpt = load_checkpoint(self.run_dir, map_location=self.device if self.world is None else "cpu")
-            saved = checkpoint_world_size(ckpt)
+            saved = checkpoint_world_size(ckpt, self.run_dir / CHECKPOINT_FILE)
             if saved != world_size:
                 raise WorldSizeError(
                     f"{self.run_dir / CHECKPOINT_FILE} was written by {saved} training process(es), this run has "
@@ -417,6 +420,15 @@ class Trainer:
 
     def _restore(self) -> None:
         ckpt = self._load_rank_checkpoint()
+        self._check_config_fits_policy()
+        # every entry's form first: nothing is restored from a checkpoint that does not fit
+        check_restorable(
+            ckpt,
+            self.checkpoint_state(),
+            self.run_dir / CHECKPOINT_FILE,
+            grid=self.cfg.num_envs,
+            policy_form=self.algo.policy.state_dict() if isinstance(self.algo.policy, nn.Module) else None,
+        )
         load_algo_state(self.algo, ckpt, self.run_dir)
         self.env.load_state_dict(ckpt["env"])
         self.obs = {k: v.to(self.device) for k, v in ckpt["obs"].items()}
@@ -439,11 +451,29 @@ class Trainer:
         )
         pending = t.get("pending_eval")
         self._pending = None if pending is None else EvalSnapshot.from_checkpoint(pending)
-        torch.set_rng_state(ckpt["rng"]["torch"].cpu())
-        if torch.cuda.is_available() and ckpt["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-        random.setstate(_as_random_state(ckpt["rng"]["python"]))
+        try:
+            torch.set_rng_state(ckpt["rng"]["torch"].cpu())
+            if torch.cuda.is_available() and ckpt["rng"]["cuda"]:
+                torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+            random.setstate(_as_random_state(ckpt["rng"]["python"]))
+        except (RuntimeError, ValueError, TypeError, OverflowError) as err:
+            raise CheckpointError(
+                f"{self.run_dir / CHECKPOINT_FILE}: entry 'rng' is not a random generator state ({err})"
+            ) from None
         log.info("resumed %s at %d env steps (%d updates)", self.run_dir, self.state.env_steps, self.state.updates)
+
+    def _check_config_fits_policy(self) -> None:
+        """Name the ``config.yaml`` keys edited since training (``env.action_history``, say) when the
+        env built from it no longer reads what the saved policy artifact was trained on; the
+        checkpoint check that follows would name only the first tensor that differs."""
+        path = self.run_dir / POLICY_FILE
+        if not path.is_file():
+            return
+        try:
+            artifact = read_policy_artifact(path)
+        except PolicyArtifactError:  # a damaged artifact is written again at the next save
+            return
+        check_artifact_fits(artifact, self.env, self.run_dir)
 
     # ----------------------------------------------------------------- evaluation
     def run_eval(self) -> EvalResult:
@@ -497,7 +527,9 @@ class Trainer:
             return None
         log.info("evaluations run in a background process beside training (%s)", why)
         tanh_form = "sigmoid" if use_sigmoid_tanh() else "tanh"
-        evaluator = BackgroundEvaluator(self.eval_envs, tcfg.eval_episodes, threads, tanh_form)
+        cfg = self.cfg
+        recipe = PolicyRecipe(cfg.task_name, cfg.env, cfg.algo_name, cfg.algo, tcfg.base_run)
+        evaluator = BackgroundEvaluator(self.eval_envs, recipe, tcfg.eval_episodes, threads, tanh_form)
         try:
             evaluator.start()  # imports torch and the task while training starts
         except Exception as err:  # e.g. no process can be started here
@@ -525,7 +557,7 @@ class Trainer:
             st = self.state
             try:
                 snapshot = EvalSnapshot.take(self._policy_module(), st.env_steps, st.train_time_s, self._eval_seed())
-            except Exception as err:  # a policy that cannot be pickled
+            except Exception as err:  # a policy whose state cannot be copied
                 self._drop_background(err)
             else:
                 if self._submit(snapshot):
@@ -550,7 +582,10 @@ class Trainer:
                 self._drop_background(err)
         if result is None:  # no evaluator (failed, or a resume without one): evaluate it here
             result = evaluate_module(
-                snapshot.load_policy(), self.eval_envs, self.cfg.trainer.eval_episodes, snapshot.seed
+                snapshot.policy_like(self._policy_module()),
+                self.eval_envs,
+                self.cfg.trainer.eval_episodes,
+                snapshot.seed,
             )
             child_s = time.perf_counter() - start
         waited = time.perf_counter() - start
@@ -561,7 +596,7 @@ class Trainer:
         progress.update(self.state.env_steps, {"eval/success_rate": result.success_rate})
         if not self._target_held():
             return False
-        self._policy_module().load_state_dict(snapshot.load_policy().state_dict())
+        self._policy_module().load_state_dict(snapshot.policy_state)
         self._policy_restored = True
         log.info(
             "keeping the policy evaluated at %d env steps (training ran on to %d while it was evaluated)",

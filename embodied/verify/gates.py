@@ -55,8 +55,10 @@ def parse_gate_overrides(items: list[str], yaml_path: Path | None) -> dict[str, 
     if yaml_path is not None:
         import yaml
 
+        from embodied.config import load_yaml_text
+
         try:
-            data = yaml.safe_load(Path(yaml_path).read_text())
+            data = load_yaml_text(Path(yaml_path).read_text())
         except (OSError, yaml.YAMLError) as err:
             raise EmbodiedError(f"{yaml_path}: cannot read the gates file ({err})") from None
         if not isinstance(data, dict):
