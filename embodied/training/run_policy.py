@@ -153,7 +153,7 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
         # policies no artifact kind describes: VLA-shaped policies, residuals on a frozen base
         # (the checkpoint is loaded once for both: a residual's base is rebuilt with it)
         run = load_run(run_dir)
-        report = export_vla_run(run, fmt) or export_residual_run(run, fmt)
+        report = export_residual_run(run, fmt) or export_vla_run(run, fmt)
         if report is None:
             raise
         return report
