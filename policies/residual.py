@@ -27,6 +27,7 @@ from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.deterministic import policy_obs
 from embodied.policies.mlp import mlp
+from embodied.policies.vla import LeRobotPolicy
 from embodied.policies.vla_flow import VLAFlowPolicy
 
 
@@ -57,10 +58,12 @@ def stateless_base(base: Policy) -> FirstAction:
 
 def fresh_base_action(base: Policy) -> Callable[[ObsDict], torch.Tensor]:
     """``obs dict -> [B, A]``: the base's first action of a fresh plan, for successors its running
-    plan never saw. A VLA-shaped base plans from the whole dict (images, instruction); any other
+    plan never saw. A VLA-shaped or LeRobot base plans from the whole dict (images, instruction); any other
     base runs its stateless export on the ``policy`` group."""
     if isinstance(base, VLAFlowPolicy):
         return lambda obs: base.plan(obs, deterministic=True)[:, 0]
+    if isinstance(base, LeRobotPolicy):
+        return lambda obs: base.plan(obs)[:, 0]
     first = stateless_base(base)
     return lambda obs: first(obs["policy"])
 

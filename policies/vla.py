@@ -26,7 +26,7 @@ Shapes: ``N`` = batch (envs), ``H, W`` = image size, ``D`` = proprioception size
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -43,11 +43,21 @@ LEROBOT_TASK_KEY = "task"
 
 
 class ChunkPredictor(Protocol):
-    """What :class:`LeRobotPolicy` calls: LeRobot's ``PreTrainedPolicy`` has both methods."""
+    """What :class:`LeRobotPolicy` calls: LeRobot's ``PreTrainedPolicy`` has these methods
+    (``select_action`` only with ``lerobot_queue=True``)."""
 
     def predict_action_chunk(self, batch: dict[str, Any]) -> torch.Tensor: ...
 
     def reset(self) -> None: ...
+
+
+Processor = Callable[[Any], Any]
+"""A LeRobot processor pipeline (``policy_preprocessor``: batch -> batch; ``policy_postprocessor``:
+action tensor -> action tensor), or any callable of that form."""
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def images_to_float(images: torch.Tensor) -> torch.Tensor:
@@ -59,10 +69,13 @@ def images_to_float(images: torch.Tensor) -> torch.Tensor:
     return images.permute(0, 3, 1, 2).float() / 255.0
 
 
-def lerobot_batch(obs: ObsDict, instruction: str, cameras: Mapping[str, str]) -> dict[str, Any]:
+def lerobot_batch(
+    obs: ObsDict, instruction: str, cameras: Mapping[str, str], state_group: str = "policy"
+) -> dict[str, Any]:
     """LeRobot's batch for an observation dict: ``cameras`` maps a LeRobot camera name
-    (``observation.images.<name>``) to the observation group holding its images."""
-    state = obs["policy"]
+    (``observation.images.<name>``) to the observation group holding its images;
+    ``state_group`` is the group sent as ``observation.state``."""
+    state = obs[state_group]
     batch: dict[str, Any] = {LEROBOT_STATE_KEY: state.float()}
     for name, group in cameras.items():
         if group not in obs:
@@ -89,6 +102,11 @@ class LeRobotPolicy(nn.Module):
     ``action_low``/``action_high`` ``[A]``: the range of the wrapped policy's actions (the
     dataset it was trained on); by default [-1, 1], the range embodied's tasks act in.
     ``chunk_spec``: how the chunks run, usually ``ChunkSpec(config.chunk_size, config.n_action_steps)``.
+    ``preprocessor``/``postprocessor``: the checkpoint's processor pipelines (normalization,
+    tokenization, device), applied around every call of the wrapped policy; identity by default.
+    ``lerobot_queue``: act through the wrapped policy's own ``select_action`` (LeRobot's action
+    queue, observation history and ensembling: exactly what LeRobot's evaluation runs) instead
+    of embodied's chunk runner. ``state_group``: the observation group sent as ``observation.state``.
     """
 
     action_low: torch.Tensor
@@ -102,8 +120,16 @@ class LeRobotPolicy(nn.Module):
         chunk_spec: ChunkSpec,
         action_low: Sequence[float] | torch.Tensor | None = None,
         action_high: Sequence[float] | torch.Tensor | None = None,
+        preprocessor: Processor | None = None,
+        postprocessor: Processor | None = None,
+        lerobot_queue: bool = False,
+        state_group: str = "policy",
     ) -> None:
         super().__init__()
+        self.preprocessor: Processor = preprocessor or _identity
+        self.postprocessor: Processor = postprocessor or _identity
+        self.lerobot_queue = lerobot_queue
+        self.state_group = state_group
         self.lerobot = policy if isinstance(policy, nn.Module) else None
         self._policy = policy
         self.instruction = instruction
@@ -121,22 +147,49 @@ class LeRobotPolicy(nn.Module):
             False: ChunkExecutor(None, chunk_spec),
         }
 
+    def _batch(self, obs: ObsDict) -> dict[str, Any]:
+        """The preprocessed LeRobot batch of an observation dict."""
+        return self.preprocessor(lerobot_batch(obs, self.instruction, self.cameras, self.state_group))
+
     @torch.no_grad()
     def plan(self, obs: ObsDict) -> torch.Tensor:
-        """A chunk ``[N, H_a, A]`` in [-1, 1] for the observation dict."""
-        chunk = self._policy.predict_action_chunk(lerobot_batch(obs, self.instruction, self.cameras))
-        if chunk.dim() != 3 or chunk.shape[0] != obs["policy"].shape[0]:
+        """A chunk ``[N, H_a, A]`` in [-1, 1] for the observation dict (a fresh plan: the wrapped
+        policy's ``predict_action_chunk``, through the processors). A policy that conditions on
+        an observation history (diffusion's ``n_obs_steps`` > 1) has no fresh plan of one
+        observation and is refused."""
+        history = int(getattr(getattr(self._policy, "config", None), "n_obs_steps", 1))
+        if history > 1:
+            raise EmbodiedError(
+                f"{type(self._policy).__name__} conditions on {history} past observations (n_obs_steps), so it has "
+                "no plan of one observation (residual RL needs one); use a policy with n_obs_steps=1"
+            )
+        chunk = self.postprocessor(self._policy.predict_action_chunk(self._batch(obs)))
+        if chunk.dim() != 3 or chunk.shape[0] != obs[self.state_group].shape[0]:
             raise EmbodiedError(f"the LeRobot policy returned {tuple(chunk.shape)}, expected [N, H, A]")
-        return actions_to_unit(chunk.float(), self.action_low, self.action_high)
+        return actions_to_unit(chunk.float().cpu(), self.action_low, self.action_high)
+
+    @torch.no_grad()
+    def lerobot_action(self, obs: ObsDict) -> torch.Tensor:
+        """``[N, A]`` in [-1, 1]: the next action of the wrapped policy's own ``select_action``."""
+        select = getattr(self._policy, "select_action", None)
+        if select is None:
+            raise EmbodiedError(
+                f"{type(self._policy).__name__} has no select_action; build LeRobotPolicy with lerobot_queue=False"
+            )
+        action = self.postprocessor(select(self._batch(obs)))
+        return actions_to_unit(action.float().cpu(), self.action_low, self.action_high)
 
     @torch.no_grad()
     def act(self, obs: ObsDict | torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions ``[N, A]``: the next action of the current chunk (a new plan every
-        ``exec_steps`` calls). The wrapped policy decides its own sampling (ACT is deterministic;
-        a diffusion policy draws noise), so ``deterministic`` only keeps the two schedules apart."""
+        ``exec_steps`` calls; with ``lerobot_queue`` the wrapped policy's own queue decides). The
+        wrapped policy decides its own sampling (ACT is deterministic; a diffusion policy draws
+        noise), so ``deterministic`` only keeps the two schedules apart."""
         if not isinstance(obs, dict):
             raise EmbodiedError("a VLA policy needs the observation dict (images and the policy group), not a tensor")
-        return self._executors[deterministic].step(obs["policy"], lambda _: self.plan(obs))
+        if self.lerobot_queue:
+            return self.lerobot_action(obs)
+        return self._executors[deterministic].step(obs[self.state_group], lambda _: self.plan(obs))
 
     def reset_plan(self) -> None:
         """Drop the chunks being executed and the wrapped policy's own queues."""

@@ -6,8 +6,9 @@ import argparse
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
-from embodied.config import device_flag, int_in_range
+from embodied.config import ConfigError, device_flag, int_in_range
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +20,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the policy flies: the torch module, the exported ONNX model, or the compiled C firmware "
         "controller in the loop.",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a folder printed by `embodied train`")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR|lerobot:REF",
+        help="a folder printed by `embodied train`, or lerobot:<hub id or folder>: a LeRobot pretrained policy "
+        "evaluated on its own (needs --task; run from the LeRobot environment, scripts/setup_lerobot.sh)",
+    )
+    p.add_argument(
+        "--task",
+        default=None,
+        help="with lerobot:REF: the task to evaluate on (its observations map to the policy's features by the "
+        "task's row in embodied/data/lerobot_format.py)",
+    )
+    p.add_argument(
+        "--camera",
+        default=None,
+        metavar="NAME",
+        help="with lerobot:REF: render this camera of the task's model (sets env.backend.camera)",
+    )
     p.add_argument(
         "--episodes", type=int_in_range(1, 1_000_000), default=1000, help="number of episodes (default: 1000)"
     )
@@ -41,9 +59,15 @@ def run(args: argparse.Namespace) -> int:
     from embodied.errors import EmbodiedError
     from embodied.experiment import load_experiment
     from embodied.training.evaluate import EvalEnvs, evaluate, load_policy
+    from embodied.training.lerobot_base import is_lerobot_source
     from embodied.training.run import CONFIG_FILE
     from embodied.training.run_policy import NoArtifactKindError, policy_artifact
 
+    if is_lerobot_source(args.run_dir):
+        return _run_lerobot(args)
+    if args.task is not None or args.camera is not None:
+        raise EmbodiedError("--task and --camera are for lerobot:REF; a run directory evaluates on its own task")
+    args.run_dir = Path(args.run_dir)
     if not (args.run_dir / CONFIG_FILE).is_file():
         raise EmbodiedError(
             f"{args.run_dir}: not a run directory (no {CONFIG_FILE}); pass the folder `embodied train` printed"
@@ -60,13 +84,40 @@ def run(args: argparse.Namespace) -> int:
         episodes=args.episodes,
         seed=args.seed,
     )
+    return _report(args, result, args.policy)
+
+
+def _run_lerobot(args: argparse.Namespace) -> int:
+    """``embodied eval lerobot:REF --task TASK``: a LeRobot checkpoint on its own, no training."""
+    from embodied import registry
+    from embodied.config import apply_overrides
+    from embodied.training.evaluate import EvalEnvs, evaluate
+    from embodied.training.lerobot_base import load_lerobot_policy
+
+    if args.task is None:
+        raise ConfigError(f"{args.run_dir}: give the task to evaluate on, e.g. --task arm-push --camera top")
+    if args.policy != "torch":
+        raise ConfigError(f"--policy {args.policy}: a LeRobot checkpoint is evaluated as it is (--policy torch)")
+    camera = {} if args.camera is None else {"backend": {"camera": args.camera}}
+    env_cfg = apply_overrides(registry.task_cfg(args.task), camera, "--camera")
+    device = registry.resolve_device(args.device)
+
+    def load(env: Any) -> Any:
+        policy = load_lerobot_policy(args.run_dir, args.task, env.obs_spec, env.action_dim, args.camera, device)
+        return lambda obs: policy.act(obs, deterministic=True)
+
+    result = evaluate(load, EvalEnvs(args.task, env_cfg, str(device)), episodes=args.episodes, seed=args.seed)
+    return _report(args, result, args.run_dir)
+
+
+def _report(args: argparse.Namespace, result: Any, policy: str) -> int:
     out = {
         "success_rate": result.success_rate,
         "mean_return": result.mean_return,
         "mean_episode_length": result.mean_episode_length,
         "std_return": result.std_return,
         "episodes": result.episodes,
-        "policy": args.policy,
+        "policy": policy,
     } | result.metrics
     if args.json:
         print(json.dumps(out))

@@ -122,8 +122,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--base",
         default=None,
-        metavar="RUN_DIR",
-        help="run directory of a pretrained base policy to fine-tune (--algo reinflow, residual, o2o-residual); sets trainer.base_run",
+        metavar="RUN_DIR|lerobot:REF",
+        help="pretrained base policy to fine-tune (--algo reinflow, residual, o2o-residual): a run directory, or "
+        "lerobot:<hub id or folder>, a LeRobot checkpoint loaded by LeRobot (residual, o2o-residual; from the LeRobot "
+        "environment); sets trainer.base_run",
     )
     p.add_argument(
         "--preset",

@@ -387,7 +387,9 @@ def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
         algo = registry.make_algo(cfg.algo_name, cfg.algo, env)
         base_run = cfg.trainer.base_run
         if base_run is not None and base_outside_checkpoint(algo):
-            base = load_run(Path(base_run), device=device).policy
+            from embodied.training.lerobot_base import load_base_policy  # it imports this module lazily
+
+            base = load_base_policy(base_run, cfg.task_name, cfg.env, env, device)
             preload_algorithm(algo, cfg.algo_name, PreloadSource(base_run=Path(base_run), base_policy=base))
         load_algo_state(algo, checkpoint, run_dir)
         io_spec = env.io_spec()

@@ -48,6 +48,7 @@ from embodied.training.background_eval import (
     background_eval_choice,
 )
 from embodied.training.evaluate import EvalEnvs, EvalResult, evaluate_module
+from embodied.training.lerobot_base import load_base_policy
 from embodied.training.run import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -59,7 +60,6 @@ from embodied.training.run import (
     clean_temp_files,
     load_algo_state,
     load_checkpoint,
-    load_run,
     make_run_dir,
     save_checkpoint,
     write_config,
@@ -297,7 +297,9 @@ class Trainer:
             source = PreloadSource(
                 dataset=Path(tcfg.dataset) if tcfg.dataset is not None else None,
                 base_run=base_run,
-                base_policy=load_run(base_run, device=self.device).policy if base_run is not None else None,
+                base_policy=load_base_policy(base_run, cfg.task_name, cfg.env, self.env, self.device)
+                if base_run is not None
+                else None,
             )
             preload_algorithm(self.algo, cfg.algo_name, source)
         if self.world is not None:

@@ -1,0 +1,185 @@
+"""``--base lerobot:PATH`` and ``embodied eval lerobot:PATH``: real LeRobot policies (lerobot 0.4.4)
+built small with random weights, saved with ``save_pretrained`` (model and processor pipelines,
+normalization from a LeRobotDataset ``embodied collect`` wrote), and loaded back through
+LeRobot's own loading code, the path a Hub id takes. Nothing is downloaded (``HF_HUB_OFFLINE=1``).
+
+Runs in the LeRobot environment (``bash scripts/setup_lerobot.sh``); skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from lerobot_support import IMAGE_PX, write_tiny_vlm
+
+from embodied import registry
+from embodied.cli import main
+from embodied.config import apply_overrides
+from embodied.data.lerobot_format import ACTION_KEY, IMAGE_PREFIX, STATE_KEY
+from embodied.errors import EmbodiedError
+from embodied.training.lerobot_base import LeRobotFeatureError, load_lerobot_policy
+from embodied.training.run import CHECKPOINT_FILE
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lerobot") is None,
+    reason="lerobot is not installed here; its environment comes from bash scripts/setup_lerobot.sh",
+)
+
+STATE, ACTIONS, SIZE_PX = 18, 3, 64  # arm-push with the top camera
+CAMERA = IMAGE_PREFIX + "top"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("lerobot") / "demos"
+    argv = ["collect", "scripted:arm-push", "--episodes", "3", "--num-envs", "3", "--images", "--camera", "top"]
+    assert main([*argv, "--format", "lerobot", "--out", str(root)]) == 0
+    return root
+
+
+def features(image_px: int = SIZE_PX, camera: str = CAMERA) -> tuple[dict[str, Any], dict[str, Any]]:
+    from lerobot.configs.types import FeatureType, PolicyFeature
+
+    inputs = {
+        STATE_KEY: PolicyFeature(FeatureType.STATE, (STATE,)),
+        camera: PolicyFeature(FeatureType.VISUAL, (3, image_px, image_px)),
+    }
+    return inputs, {ACTION_KEY: PolicyFeature(FeatureType.ACTION, (ACTIONS,))}
+
+
+def make_config(kind: str, vlm: Path, image_px: int = SIZE_PX, camera: str = CAMERA) -> Any:
+    """A small config of LeRobot policy ``kind`` for arm-push's features (no pretrained backbone;
+    SmolVLA's VLM backbone is the tiny local one at ``vlm``)."""
+    inputs, outputs = features(image_px, camera)
+    if kind == "act":
+        from lerobot.policies.act.configuration_act import ACTConfig
+
+        return ACTConfig(
+            input_features=inputs, output_features=outputs, chunk_size=4, n_action_steps=2,
+            pretrained_backbone_weights=None, dim_model=32, n_heads=2, dim_feedforward=64,
+            n_encoder_layers=1, n_decoder_layers=1, use_vae=False, device="cpu",
+        )  # fmt: skip
+    if kind == "diffusion":
+        from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+
+        return DiffusionConfig(
+            input_features=inputs, output_features=outputs, n_obs_steps=2, horizon=8, n_action_steps=4,
+            down_dims=(16, 32), pretrained_backbone_weights=None, crop_shape=None, num_inference_steps=3,
+            diffusion_step_embed_dim=16, spatial_softmax_num_keypoints=8, device="cpu",
+        )  # fmt: skip
+    if kind == "smolvla":
+        from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+
+        return SmolVLAConfig(
+            input_features=inputs, output_features=outputs, vlm_model_name=str(vlm), load_vlm_weights=False,
+            chunk_size=4, n_action_steps=2, resize_imgs_with_padding=(IMAGE_PX, IMAGE_PX), num_steps=2,
+            tokenizer_max_length=16, device="cpu",
+        )  # fmt: skip
+    raise ValueError(kind)
+
+
+def save_policy(kind: str, dataset: Path, out: Path, seed: int = 0, **cfg_kwargs: Any) -> Path:
+    """Build policy ``kind`` with random weights and save it as LeRobot's trainer does."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+    vlm = write_tiny_vlm(out.parent / "tiny_vlm") if kind == "smolvla" else Path()
+    config = make_config(kind, vlm, **cfg_kwargs)
+    torch.manual_seed(seed)
+    policy = get_policy_class(config.type)(config)
+    stats = LeRobotDatasetMetadata(repo_id="local/demos", root=dataset).stats
+    preprocessor, postprocessor = make_pre_post_processors(config, dataset_stats=stats)
+    policy.save_pretrained(out)
+    preprocessor.save_pretrained(out)
+    postprocessor.save_pretrained(out)
+    return out
+
+
+def arm_push_env(num_envs: int = 3) -> Any:
+    cfg = apply_overrides(registry.task_cfg("arm-push"), {"backend": {"camera": "top"}}, "test")
+    return registry.make_env("arm-push", cfg, num_envs, "cpu", 0)
+
+
+@pytest.mark.parametrize("kind", ["act", "diffusion", "smolvla"])
+def test_loaded_base_acts_as_lerobot_does(kind: str, dataset: Path, tmp_path: Path) -> None:
+    """The wrapped policy's actions on 6 steps equal LeRobot's own pipeline (from_pretrained,
+    saved processors, select_action) fed the same observations."""
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+    path = save_policy(kind, dataset, tmp_path / kind)
+    env = arm_push_env()
+    try:
+        torch.manual_seed(1)
+        ours = load_lerobot_policy(f"lerobot:{path}", "arm-push", env.obs_spec, env.action_dim, "top")
+        assert ours.chunk_spec.exec_steps == {"act": 2, "diffusion": 4, "smolvla": 2}[kind]
+        theirs = get_policy_class(kind).from_pretrained(path).eval()
+        pre, post = make_pre_post_processors(theirs.config, pretrained_path=str(path))
+        obs = env.reset(seed=3)
+        for _ in range(6):
+            torch.manual_seed(2)  # the diffusion sampler draws the same noise on both sides
+            action = ours.act(obs, deterministic=True)
+            torch.manual_seed(2)
+            batch = {STATE_KEY: obs["policy"], CAMERA: obs["image"].permute(0, 3, 1, 2).float() / 255.0}
+            batch["task"] = ["push the block to the goal"] * 3
+            with torch.no_grad():
+                expected = post(theirs.select_action(pre(batch))).clamp(-1.0, 1.0)
+            torch.testing.assert_close(action, expected, rtol=0, atol=1e-6)
+            obs = env.step(action)[0]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("kind", ["act", "diffusion", "smolvla"])
+def test_eval_runs_a_lerobot_checkpoint(
+    kind: str, dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = save_policy(kind, dataset, tmp_path / kind)
+    argv = ["eval", f"lerobot:{path}", "--task", "arm-push", "--camera", "top", "--episodes", "2", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["episodes"] == 2 and out["policy"] == f"lerobot:{path}" and 0.0 <= out["success_rate"] <= 1.0
+    assert out["mean_episode_length"] > 0
+
+
+def test_feature_mismatch_names_feature_and_shapes(dataset: Path, tmp_path: Path) -> None:
+    env = arm_push_env(1)
+    try:
+        small = save_policy("act", dataset, tmp_path / "small", image_px=32)
+        with pytest.raises(
+            LeRobotFeatureError,
+            match=r"observation\.images\.top: the policy reads shape \(3, 32, 32\), the env provides \(3, 64, 64\)",
+        ):
+            load_lerobot_policy(f"lerobot:{small}", "arm-push", env.obs_spec, env.action_dim, "top")
+        wrist = save_policy("act", dataset, tmp_path / "wrist", camera=IMAGE_PREFIX + "wrist")
+        with pytest.raises(
+            LeRobotFeatureError, match=r"missing observation\.images\.wrist: the policy reads shape \(3, 64, 64\)"
+        ) as err:
+            load_lerobot_policy(f"lerobot:{wrist}", "arm-push", env.obs_spec, env.action_dim, "top")
+        assert "extra observation.images.top: the env provides shape (3, 64, 64)" in str(err.value)
+        with pytest.raises(EmbodiedError, match="cannot load a policy config"):
+            load_lerobot_policy(f"lerobot:{tmp_path / 'nothing'}", "arm-push", env.obs_spec, env.action_dim, "top")
+    finally:
+        env.close()
+    assert main(["eval", f"lerobot:{small}", "--episodes", "1"]) == 2  # no --task: a named error
+
+
+def test_residual_trains_on_a_lerobot_base(dataset: Path, tmp_path: Path) -> None:
+    """`embodied train arm-push --algo residual --base lerobot:PATH` (tiny budget), and the run rebuilds."""
+    from embodied.training.run import load_run
+
+    path = save_policy("act", dataset, tmp_path / "act")
+    run = tmp_path / "residual"
+    argv = ["train", "arm-push", "--algo", "residual", "--base", f"lerobot:{path}", "--run-dir", str(run)]
+    argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.eval_episodes=2"]
+    argv += ["trainer.torch_threads=1", "trainer.total_env_steps=8", "algo.batch_size=8", "algo.learning_starts=2"]
+    assert main(argv) == 0
+    assert (run / CHECKPOINT_FILE).is_file()
+    loaded = load_run(run)  # the base is reloaded from lerobot:PATH
+    obs = arm_push_env(2).reset(seed=0)
+    assert np.isfinite(loaded.policy.act(obs, deterministic=True).numpy()).all()
