@@ -383,7 +383,8 @@ class ReinFlow:
             raise EmbodiedError(f"ReinFlow.update called with {st.cursor}/{st.steps} rollout steps stored")
         gamma = cfg.gamma**self.exec_steps
         advantages, returns = compute_gae(st.rewards, st.values, st.dones, st.last_values, gamma, cfg.lam)
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        spread = advantages.std() if advantages.numel() > 1 else torch.ones((), device=self.device)
+        advantages = (advantages - advantages.mean()) / (spread + 1e-8)
         b = st.steps * self.num_envs
         # rows in (step, env) order, as the stored tensors reshape
         cond_all = cat_conds([c for c in self._conds if c is not None])
