@@ -235,7 +235,7 @@ VISION_RELEASE_KEYS: dict[str, Any] = {
     "algo.image_shift_px": 4,  # off-policy learners: used with encoder cnn only
 }
 """The release that added camera observations and the CNN encoders (PPO's, the off-policy
-learners'), VLA-shaped policies, a legged robot and PPO's learning-rate cooldown. Keys an
+learners'), image-instruction flow policies, a legged robot and PPO's learning-rate cooldown. Keys an
 algorithm's config lacks are skipped, so the group serves every ``algo`` section."""
 
 MANISKILL_CAMERA_KEYS: dict[str, Any] = {

@@ -48,7 +48,7 @@ IMAGE_INPUT_KEY = "image_input"
 """Top-level ``policy_io.json`` key describing the image input of an image policy (written by
 :mod:`embodied.export.image_onnx`); absent for a policy that reads the observation vector alone."""
 INSTRUCTION_INPUT_KEY = "instruction_input"
-"""Top-level ``policy_io.json`` key of a VLA-shaped policy's instruction embedding input."""
+"""Top-level ``policy_io.json`` key of an image-instruction flow policy's instruction embedding input."""
 RESIDUAL_STEP_KEY = "residual_step"
 """Top-level ``policy_io.json`` key of a residual policy on a base with state between calls:
 ``policy.onnx`` is then the base's planner and this entry names the second graph
@@ -67,7 +67,7 @@ class PolicyIO:
     image_input: dict[str, Any] | None = None
     """``image_input``: what an image policy reads besides ``obs`` (None: the vector alone)."""
     instruction_input: dict[str, Any] | None = None
-    """``instruction_input``: the instruction embedding a VLA-shaped policy reads (None: none)."""
+    """``instruction_input``: the instruction embedding an image-instruction flow policy reads (None: none)."""
     residual_step: dict[str, Any] | None = None
     """``residual_step``: the residual graph run on each executed base action (None: none)."""
 

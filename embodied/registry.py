@@ -193,7 +193,7 @@ ALGOS: dict[str, Entry] = {
     "o2o-residual": Entry(
         "embodied.algos.residual_o2o:ResidualO2O",
         "embodied.algos.residual_o2o:ResidualO2OCfg",
-        "offline-to-online on a pretrained policy (e.g. VLA-shaped): Cal-QL residual, then online (--base RUN_DIR --dataset PATH)",
+        "offline-to-online on a pretrained policy (e.g. image-instruction): Cal-QL residual, then online (--base RUN_DIR --dataset PATH)",
     ),
     "residual": Entry(
         "embodied.algos.residual:Residual",

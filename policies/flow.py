@@ -60,7 +60,7 @@ class FlowPolicyCfg:
     noise_seed: int = 0
     """Seed of the fixed start of the deterministic sampler."""
     instruction: str = ""
-    """Language instruction of a VLA-shaped policy (:mod:`embodied.policies.vla_flow`): when set,
+    """Language instruction of an image-instruction flow policy (:mod:`embodied.policies.image_flow`): when set,
     the policy also conditions on its text embedding and, where the env renders a camera, on the
     images. Empty: a flow policy of the ``policy`` observation group alone."""
 
@@ -328,7 +328,7 @@ class FlowSampler(nn.Module):
 
     def integrate(self, cond: torch.Tensor) -> torch.Tensor:
         """The chunk ``[B, H, A]`` for what the velocity network is conditioned on, ``[B, C]``
-        (the normalized observation here; a VLA sampler's encoded inputs)."""
+        (the normalized observation here; an image-instruction sampler's encoded inputs)."""
         x = self.x0.expand(cond.shape[0], -1)
         for k in range(self.steps):
             feat = self.time_feats[k : k + 1].expand(cond.shape[0], -1)

@@ -26,9 +26,9 @@ from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.deterministic import policy_obs
+from embodied.policies.image_flow import ImageInstructionFlowPolicy
 from embodied.policies.mlp import mlp
 from embodied.policies.vla import LeRobotPolicy
-from embodied.policies.vla_flow import VLAFlowPolicy
 
 
 def base_chunk_spec(base: Policy) -> ChunkSpec:
@@ -58,9 +58,9 @@ def stateless_base(base: Policy) -> FirstAction:
 
 def fresh_base_action(base: Policy) -> Callable[[ObsDict], torch.Tensor]:
     """``obs dict -> [B, A]``: the base's first action of a fresh plan, for successors its running
-    plan never saw. A VLA-shaped or LeRobot base plans from the whole dict (images, instruction); any other
+    plan never saw. An image-instruction or LeRobot base plans from the whole dict (images, instruction); any other
     base runs its stateless export on the ``policy`` group."""
-    if isinstance(base, VLAFlowPolicy):
+    if isinstance(base, ImageInstructionFlowPolicy):
         return lambda obs: base.plan(obs, deterministic=True)[:, 0]
     if isinstance(base, LeRobotPolicy):
         return lambda obs: base.plan(obs)[:, 0]
@@ -131,10 +131,10 @@ class ResidualPolicy(nn.Module):
         the residual: exploration noise is the training algorithm's, not the policy's."""
         return self.combine(policy_obs(obs), self.base.act(obs, deterministic=True))
 
-    def _refuse_vla_base(self) -> None:
-        if isinstance(self.base, VLAFlowPolicy):
+    def _refuse_image_instruction_base(self) -> None:
+        if isinstance(self.base, ImageInstructionFlowPolicy):
             raise ExportUnsupportedError(
-                "the residual policy's base is a VLA-shaped policy (image, instruction embedding and "
+                "the residual policy's base is an image-instruction flow policy (image, instruction embedding and "
                 "proprioception inputs), which a one-vector obs -> action export cannot carry; export the base itself"
             )
 
@@ -146,7 +146,7 @@ class ResidualPolicy(nn.Module):
         carries: :class:`ExportUnsupportedError` then names it, and the run exports as two
         graphs instead (:meth:`base_planner` and :meth:`step_module`, which ``embodied export``
         writes and the deploy runner composes around its chunk executor)."""
-        self._refuse_vla_base()
+        self._refuse_image_instruction_base()
         spec = base_chunk_spec(self.base)
         if spec.temporal_ensemble or spec.exec_steps > 1:
             how = (
@@ -164,7 +164,7 @@ class ResidualPolicy(nn.Module):
     def base_planner(self) -> nn.Module:
         """The base's own stateless export, ``obs [B, D] -> plan [B, H, A]`` (or ``[B, A]``); its
         plans are executed as :func:`base_chunk_spec` says, outside the graph."""
-        self._refuse_vla_base()
+        self._refuse_image_instruction_base()
         return self.base.export_module()
 
     def step_module(self) -> ResidualStep:

@@ -1,6 +1,6 @@
 """Instruction embeddings from a word-embedding model shipped inside a package (no download).
 
-The model is WordLlama's default ``l2_supercat`` table (``wordllama`` on PyPI, extra ``vla``):
+The model is WordLlama's default ``l2_supercat`` table (``wordllama`` on PyPI, extra ``instruction``):
 a 32 000 x 256 float16 token-embedding table distilled from Llama 2 token embeddings and its
 tokenizer, both inside the wheel (``wordllama/weights/``, ``wordllama/tokenizers/``). The
 package's own loader looks for the tokenizer in a folder named ``tokenizer/`` (the wheel has
@@ -23,7 +23,7 @@ import numpy as np
 
 from embodied.errors import MissingDependencyError, import_optional
 
-INSTALL_HINT = 'pip install "embodied[vla]"'
+INSTALL_HINT = 'pip install "embodied[instruction]"'
 WEIGHTS_FILE = "weights/l2_supercat_256.safetensors"
 """The default table inside the ``wordllama`` package (256-wide, the one its wheel carries)."""
 TOKENIZER_FILE = "tokenizers/l2_supercat_tokenizer_config.json"
@@ -34,7 +34,9 @@ EMBED_DIM = 256
 @functools.cache
 def _model() -> Any:
     """WordLlama inference over the packaged table and tokenizer (loaded once per process)."""
-    wordllama = import_optional("wordllama", "instruction embeddings of the VLA policy", INSTALL_HINT)
+    wordllama = import_optional(
+        "wordllama", "instruction embeddings of the image-instruction flow policy", INSTALL_HINT
+    )
     from safetensors import safe_open
     from tokenizers import Tokenizer
     from wordllama.inference import WordLlamaInference

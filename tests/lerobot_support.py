@@ -1,4 +1,5 @@
-"""A tiny local SmolVLM backbone for SmolVLA tests: the real transformers architecture
+"""Small LeRobot policies for the tests and bench/lerobot_eval.py, and a tiny local SmolVLM
+backbone for SmolVLA: the real transformers architecture
 (``SmolVLMConfig``: a SigLIP-style vision tower and a Llama text model) at a test size, and a
 word-level tokenizer whose vocabulary covers the test instructions plus SmolVLM's image tokens.
 
@@ -11,6 +12,11 @@ only :data:`WORDS` (others become ``<unk>``), enough for the instructions the te
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodied.data.lerobot_format import ACTION_KEY, IMAGE_PREFIX, STATE_KEY
 
 SPECIAL = [
     "<pad>",
@@ -46,6 +52,9 @@ WORDS = [
 ]
 IMAGE_PX = 32
 """Side of the images the backbone's vision tower takes (SmolVLA resizes with padding to it)."""
+STATE, ACTIONS, SIZE_PX = 18, 3, 64  # arm-push with the top camera
+CAMERA = IMAGE_PREFIX + "top"
+KINDS = ("act", "diffusion", "smolvla")
 
 
 def write_tiny_vlm(out: Path) -> Path:
@@ -110,4 +119,62 @@ def write_tiny_vlm(out: Path) -> Path:
         vocab_size=len(vocab),
     )
     config.save_pretrained(out)
+    return out
+
+
+def features(image_px: int = SIZE_PX, camera: str = CAMERA) -> tuple[dict[str, Any], dict[str, Any]]:
+    from lerobot.configs.types import FeatureType, PolicyFeature
+
+    inputs = {
+        STATE_KEY: PolicyFeature(FeatureType.STATE, (STATE,)),
+        camera: PolicyFeature(FeatureType.VISUAL, (3, image_px, image_px)),
+    }
+    return inputs, {ACTION_KEY: PolicyFeature(FeatureType.ACTION, (ACTIONS,))}
+
+
+def make_config(kind: str, vlm: Path, image_px: int = SIZE_PX, camera: str = CAMERA) -> Any:
+    """A small config of LeRobot policy ``kind`` for arm-push's features (no pretrained backbone;
+    SmolVLA's VLM backbone is the tiny local one at ``vlm``)."""
+    inputs, outputs = features(image_px, camera)
+    if kind == "act":
+        from lerobot.policies.act.configuration_act import ACTConfig
+
+        return ACTConfig(
+            input_features=inputs, output_features=outputs, chunk_size=4, n_action_steps=2,
+            pretrained_backbone_weights=None, dim_model=32, n_heads=2, dim_feedforward=64,
+            n_encoder_layers=1, n_decoder_layers=1, use_vae=False, device="cpu",
+        )  # fmt: skip
+    if kind == "diffusion":
+        from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+
+        return DiffusionConfig(
+            input_features=inputs, output_features=outputs, n_obs_steps=2, horizon=8, n_action_steps=4,
+            down_dims=(16, 32), pretrained_backbone_weights=None, crop_shape=None, num_inference_steps=3,
+            diffusion_step_embed_dim=16, spatial_softmax_num_keypoints=8, device="cpu",
+        )  # fmt: skip
+    if kind == "smolvla":
+        from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+
+        return SmolVLAConfig(
+            input_features=inputs, output_features=outputs, vlm_model_name=str(vlm), load_vlm_weights=False,
+            chunk_size=4, n_action_steps=2, resize_imgs_with_padding=(IMAGE_PX, IMAGE_PX), num_steps=2,
+            tokenizer_max_length=16, device="cpu",
+        )  # fmt: skip
+    raise ValueError(kind)
+
+
+def save_policy(kind: str, dataset: Path, out: Path, seed: int = 0, **cfg_kwargs: Any) -> Path:
+    """Build policy ``kind`` with random weights and save it as LeRobot's trainer does."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+    vlm = write_tiny_vlm(out.parent / "tiny_vlm") if kind == "smolvla" else Path()
+    config = make_config(kind, vlm, **cfg_kwargs)
+    torch.manual_seed(seed)
+    policy = get_policy_class(config.type)(config)
+    stats = LeRobotDatasetMetadata(repo_id="local/demos", root=dataset).stats
+    preprocessor, postprocessor = make_pre_post_processors(config, dataset_stats=stats)
+    policy.save_pretrained(out)
+    preprocessor.save_pretrained(out)
+    postprocessor.save_pretrained(out)
     return out

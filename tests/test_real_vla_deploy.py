@@ -1,4 +1,4 @@
-"""A VLA-shaped policy (camera, instruction, proprioception -> action chunk) through the deploy
+"""An image-instruction flow policy (camera, instruction, proprioception -> action chunk) through the deploy
 node: the export carries its training instruction's embedding, the node feeds it (or embeds the
 robot config's ``instruction:``), and flies arm-push on the rendered camera commanding what the
 export computes."""
@@ -21,7 +21,7 @@ from embodied.real.runner import PolicyRunner
 from embodied.real.transports.memory import MemoryTransport
 from embodied.training.run import load_run
 
-pytest.importorskip("wordllama", reason='the VLA text model: pip install "embodied[vla]"')
+pytest.importorskip("wordllama", reason='the instruction text model: pip install "embodied[instruction]"')
 pytest.importorskip("onnxruntime")
 
 INSTRUCTION = "push the block to the goal"
@@ -29,7 +29,7 @@ INSTRUCTION = "push the block to the goal"
 
 @pytest.fixture(scope="module")
 def vla_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny camera VLA-shaped bc-flow run, exported to ONNX."""
+    """A tiny camera image-instruction bc-flow run, exported to ONNX."""
     root = tmp_path_factory.mktemp("vla_deploy")
     demos, run = root / "demos", root / "bc"
     argv = ["collect", "scripted:arm-push", "--episodes", "2", "--num-envs", "2", "--images", "--camera", "top"]

@@ -25,7 +25,7 @@ from embodied.data.demos import load_dataset
 from embodied.env import IMAGE_GROUP, ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.flow import FlowPolicyCfg
-from embodied.policies.vla_flow import VLAFlowPolicy, make_flow_policy
+from embodied.policies.image_flow import ImageInstructionFlowPolicy, make_flow_policy
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,10 @@ class BCFlow:
         self.learner.set_obs_stats(obs.mean(0), obs.std(0))
         self.policy.set_obs_stats(obs.mean(0), obs.std(0))
         self._demo_obs = {"policy": obs}
-        if isinstance(self.learner, VLAFlowPolicy) and self.learner.encoder is not None:
+        if isinstance(self.learner, ImageInstructionFlowPolicy) and self.learner.encoder is not None:
             if demos.images is None:
                 raise EmbodiedError(
-                    f"bc-flow: the VLA policy sees camera images, but dataset {source.dataset} has none; "
+                    f"bc-flow: the image-instruction policy sees camera images, but dataset {source.dataset} has none; "
                     "record one with `embodied collect ... --images --camera NAME`"
                 )
             want = tuple(self.learner.encoder.image_shape)

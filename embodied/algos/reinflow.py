@@ -55,7 +55,7 @@ from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg, mlp
-from embodied.policies.vla_flow import make_flow_policy
+from embodied.policies.image_flow import make_flow_policy
 from embodied.precision import Bf16Setting
 
 RATIO_TOL = 1e-5

@@ -3,7 +3,7 @@ then online RL with the demonstrations mixed into every batch.
 
 ``embodied train TASK --algo o2o-residual --base RUN_DIR --dataset PATH``. ``o2o`` learns its
 own squashed-Gaussian actor from the dataset; this variant fine-tunes a policy that is already
-trained, for example a VLA-shaped ``bc-flow`` run (camera, instruction, flow head), which has no
+trained, for example an image-instruction ``bc-flow`` run (camera, instruction, flow head), which has no
 Gaussian to sample and score. The acting policy is residual RL's (``algos/residual.py``:
 ``a = clip(a_base + scale * tanh(MLP(obs_n, a_base)), ±1)`` on the frozen base, starting exactly
 at it), and the schedule is ``o2o``'s:

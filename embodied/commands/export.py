@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = export_run(args.run_dir, args.fmt, record=not args.no_record)
     print(f"model_sha256: {report.model_sha256}")
-    if report.num_macs:  # unknown (0) for a traced VLA graph
+    if report.num_macs:  # unknown (0) for a traced image-instruction graph
         print(f"multiply-accumulates per forward pass: {report.num_macs}")
     for path in report.written:
         print(f"wrote {path}")

@@ -28,6 +28,7 @@ from embodied.export.flow_arrays import FlowArrays
 from embodied.export.host_lib import HostPolicyLib
 from embodied.export.image_arrays import ImageArrays
 from embodied.export.image_onnx import image_input_of, load_image_onnx_policy
+from embodied.export.lerobot_checkpoint import LeRobotExporter
 from embodied.export.onnx import PARITY_TOL, export_onnx, load_onnx_policy
 from embodied.export.policy_io import ONNX_FILENAME, POLICY_IO_FILENAME, read_policy_io
 
@@ -63,6 +64,8 @@ class Exporter(Protocol):
     """``policy_io.json``'s ``extra.vehicle`` it needs (None: any policy)."""
     kinds: tuple[str, ...]
     """Policy artifact kinds it can write (``--format all`` skips the others)."""
+    in_all: bool
+    """Whether ``--format all`` includes it (False: only when named, e.g. it needs another environment)."""
 
     def export(self, artifact: PolicyArtifact, out_dir: Path, observations: np.ndarray) -> FormatResult:
         """Write the format into ``out_dir`` (beside ``policy_io.json``) and check its parity
@@ -82,6 +85,7 @@ class OnnxExporter:
     files: tuple[str, ...] = (ONNX_FILENAME,)
     vehicle: str | None = None
     kinds: tuple[str, ...] = ("mlp", "flow")
+    in_all: bool = True
 
     def export(self, artifact: PolicyArtifact, out_dir: Path, observations: np.ndarray) -> FormatResult:
         report = export_onnx(artifact.module(), artifact.io_spec, out_dir, observations)
@@ -140,6 +144,7 @@ class CExporter:
     files: tuple[str, ...] = (f"{C_SUBDIR}/policy.h", f"{C_SUBDIR}/policy.c")
     vehicle: str | None = None
     kinds: tuple[str, ...] = ("mlp",)
+    in_all: bool = True
 
     def export(self, artifact: PolicyArtifact, out_dir: Path, observations: np.ndarray) -> FormatResult:
         if artifact.kind not in self.kinds:
@@ -194,7 +199,7 @@ class CExporter:
         return act
 
 
-_EXPORTERS: tuple[Exporter, ...] = (OnnxExporter(), CExporter())
+_EXPORTERS: tuple[Exporter, ...] = (OnnxExporter(), CExporter(), LeRobotExporter())
 EXPORTERS: dict[str, Exporter] = {e.name: e for e in _EXPORTERS}
 """Export formats by ``--format`` name (``all`` means every entry)."""
 ALL = "all"
@@ -208,7 +213,7 @@ def format_choices() -> tuple[str, ...]:
 def selected(fmt: str) -> list[Exporter]:
     """The exporters ``--format fmt`` names; raises naming the choices."""
     if fmt == ALL:
-        return list(EXPORTERS.values())
+        return [e for e in EXPORTERS.values() if e.in_all]
     if fmt not in EXPORTERS:
         raise EmbodiedError(f"unknown export format {fmt!r}; choose one of {', '.join(format_choices())}")
     return [EXPORTERS[fmt]]

@@ -154,7 +154,7 @@ def _run_batch(
 def load_torch_policy(run_dir: Path, env: Any) -> PolicyFn:
     """The run's policy artifact as a torch module (deterministic actions, fed the groups of the
     observation dict its kind reads), without its algorithm; for a policy with no artifact kind
-    (a VLA-shaped one reads images and an instruction), the checkpoint's policy itself."""
+    (an image-instruction one reads images and an instruction), the checkpoint's policy itself."""
     from embodied.training.run import load_run
     from embodied.training.run_policy import NoArtifactKindError, policy_artifact
 
@@ -198,7 +198,7 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     try:
         trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")
     except NoArtifactKindError:
-        # VLA-shaped policies and residuals on a frozen base: the export is their only
+        # image-instruction flow policies and residuals on a frozen base: the export is their only
         # stateless form, so there is nothing to compare it with.
         trained = vehicle_name(exported)
     if vehicle_name(exported) != trained:

@@ -16,7 +16,7 @@ policy is. How depends on the base's chunk execution (:func:`base_chunk_spec`):
   the chunk executor and the residual on each executed action. The composition is checked
   against the torch policy's own ``act`` over a rollout of the run's task.
 
-A base the graphs cannot carry (a VLA-shaped or LeRobot base) is refused naming it; only ONNX
+A base the graphs cannot carry (an image-instruction flow base, or a LeRobot base, which LeRobot's own format carries) is refused naming it; only ONNX
 holds traced graphs (``--format c`` is refused).
 
 Parity probes: the policy observations of a short rollout of the run's own task, plus random

@@ -82,7 +82,7 @@ _SKIPPED: set[Path] = set()
 
 
 class NoArtifactKindError(PolicyArtifactError):
-    """The run's policy has no artifact kind (e.g. a VLA-shaped policy): only its checkpoint holds it."""
+    """The run's policy has no artifact kind (e.g. an image-instruction flow policy): only its checkpoint holds it."""
 
 
 def policy_artifact(run_dir: Path) -> PolicyArtifact:
@@ -121,13 +121,13 @@ def policy_artifact(run_dir: Path) -> PolicyArtifact:
     env_steps = int(run.checkpoint.get("trainer", {}).get("env_steps", 0))
     try:
         module = run.policy.export_module()
-    except ExportUnsupportedError as err:  # e.g. a residual on a VLA-shaped base: the checkpoint holds it
+    except ExportUnsupportedError as err:  # e.g. a residual on an image-instruction base: the checkpoint holds it
         raise NoArtifactKindError(f"{run_dir}: its policy has no stateless export ({err})") from err
     if write_policy_artifact(run_dir, module, run.io_spec, env_steps) is None:
         raise NoArtifactKindError(
             f"{run_dir}: its policy ({type(module).__name__}) has no artifact kind yet, so export, eval "
             "--policy and the firmware tools cannot read it alone; evaluate it with `embodied eval` "
-            "(torch; a VLA-shaped or residual policy also exports with --format onnx)"
+            "(torch; an image-instruction or residual policy also exports with --format onnx)"
         )
     return read_policy_artifact(path)
 
@@ -146,14 +146,14 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
     try:
         artifact = policy_artifact(run_dir)
     except NoArtifactKindError:
+        from embodied.training.image_instruction_export import export_image_instruction_run
         from embodied.training.residual_export import export_residual_run
         from embodied.training.run import load_run
-        from embodied.training.vla_export import export_vla_run
 
-        # policies no artifact kind describes: VLA-shaped policies, residuals on a frozen base
+        # policies no artifact kind describes: image-instruction flow policies, residuals on a frozen base
         # (the checkpoint is loaded once for both: a residual's base is rebuilt with it)
         run = load_run(run_dir)
-        report = export_residual_run(run, fmt) or export_vla_run(run, fmt)
+        report = export_residual_run(run, fmt) or export_image_instruction_run(run, fmt)
         if report is None:
             raise
         return report

@@ -1,9 +1,9 @@
-"""``embodied export`` for a run whose policy is VLA-shaped (``policies/vla_flow.py``).
+"""``embodied export`` for a run whose policy is image-instruction (``policies/image_flow.py``).
 
 Such a policy has no policy artifact kind (its graph takes an instruction embedding and, with a
 camera, images beside the proprioception), so the run's checkpoint is loaded and its
-:class:`~embodied.policies.vla_flow.VLASampler` is traced to ``RUN_DIR/export/policy.onnx``
-(:mod:`embodied.export.vla_onnx`); ``--format c`` is refused naming the first layer C has no
+:class:`~embodied.policies.image_flow.ImageInstructionSampler` is traced to ``RUN_DIR/export/policy.onnx``
+(:mod:`embodied.export.image_instruction_onnx`); ``--format c`` is refused naming the first layer C has no
 code for. ``policy_io.json`` is written as for any export (its observation fields describe the
 proprioceptive ``policy`` group; the other inputs are named in the graph).
 
@@ -25,22 +25,24 @@ from embodied.env import IMAGE_GROUP, RenderingEnv
 from embodied.errors import EmbodiedError
 from embodied.export.bundle import ExportReport, export_dir
 from embodied.export.formats import ALL, FormatResult
+from embodied.export.image_instruction_onnx import export_image_instruction_onnx, refuse_c_export
 from embodied.export.image_onnx import IMAGE_INPUT_KEY, image_input_entry
 from embodied.export.policy_io import write_policy_io
-from embodied.export.vla_onnx import export_vla_onnx, refuse_c_export
 from embodied.io_spec import IOSpec
-from embodied.policies.vla_flow import VLASampler
+from embodied.policies.image_flow import ImageInstructionSampler
 from embodied.policy_io import INSTRUCTION_INPUT_KEY
 from embodied.training.run import LoadedRun
 
 ROLLOUT_ENVS, ROLLOUT_STEPS, RANDOM_PROBES = 4, 16, 64
 
 
-def vla_sampler_of(run: LoadedRun) -> tuple[VLASampler, list[dict[str, np.ndarray]], IOSpec, str, str] | None:
-    """The run's VLA sampler, probe inputs, IOSpec, camera name and instruction, or None when its
-    policy is not VLA-shaped."""
+def image_instruction_sampler_of(
+    run: LoadedRun,
+) -> tuple[ImageInstructionSampler, list[dict[str, np.ndarray]], IOSpec, str, str] | None:
+    """The run's image-instruction sampler, probe inputs, IOSpec, camera name and instruction, or None when its
+    policy is not image-instruction."""
     module = run.policy.export_module()
-    if not isinstance(module, VLASampler):
+    if not isinstance(module, ImageInstructionSampler):
         return None
     env = run.make_env(ROLLOUT_ENVS, seed=0)
     camera = env.camera if isinstance(env, RenderingEnv) else ""
@@ -72,27 +74,31 @@ def vla_sampler_of(run: LoadedRun) -> tuple[VLASampler, list[dict[str, np.ndarra
     return module, probes, spec, camera, str(getattr(getattr(run.policy, "cfg", None), "instruction", ""))
 
 
-def _inputs(module: VLASampler, obs: dict[str, torch.Tensor], embedding: torch.Tensor) -> dict[str, np.ndarray]:
+def _inputs(
+    module: ImageInstructionSampler, obs: dict[str, torch.Tensor], embedding: torch.Tensor
+) -> dict[str, np.ndarray]:
     values = {"instruction_embedding": embedding, "proprio": obs["policy"]}
     if IMAGE_GROUP in obs:
         values["image"] = obs[IMAGE_GROUP]
     return {name: np.ascontiguousarray(values[name].cpu().numpy()) for name in module.input_names}
 
 
-def export_vla_run(run: LoadedRun, fmt: str) -> ExportReport | None:
-    """Export a VLA-shaped run (see the module docstring); None when the run's policy is not one."""
+def export_image_instruction_run(run: LoadedRun, fmt: str) -> ExportReport | None:
+    """Export an image-instruction run (see the module docstring); None when the run's policy is not one."""
     run_dir = run.run_dir
-    found = vla_sampler_of(run)
+    found = image_instruction_sampler_of(run)
     if found is None:
         return None
     module, probes, io_spec, camera, instruction = found
     if fmt == "c":
         raise refuse_c_export(module)
     if fmt not in (ALL, "onnx"):
-        raise EmbodiedError(f"format {fmt!r} cannot hold a VLA-shaped policy; export it with --format onnx")
+        raise EmbodiedError(
+            f"format {fmt!r} cannot hold an image-instruction flow policy; export it with --format onnx"
+        )
     merged = {name: np.concatenate([p[name] for p in probes]) for name in module.input_names}
     out = export_dir(run_dir)
-    onnx = export_vla_onnx(module, out, merged)
+    onnx = export_image_instruction_onnx(module, out, merged)
     report = ExportReport(model_sha256=onnx.model_sha256)
     # the camera input is described as for image policies; the embedding input by its name and
     # size, with the training instruction and its embedding (what a deployment feeds by default)

@@ -1,5 +1,5 @@
-"""collect --images -> bc-flow (VLA-shaped) -> ReinFlow / residual -> export / eval through the
-command line (tiny budgets): the fine-tuning commands take a VLA-shaped base like any policy."""
+"""collect --images -> bc-flow (image-instruction) -> ReinFlow / residual -> export / eval through the
+command line (tiny budgets): the fine-tuning commands take an image-instruction base like any policy."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from embodied.cli import main
-from embodied.policies.vla_flow import VLAFlowPolicy
+from embodied.policies.image_flow import ImageInstructionFlowPolicy
 from embodied.training.run import load_run
 
-pytest.importorskip("wordllama", reason='the VLA policy\'s text model: pip install "embodied[vla]"')
+pytest.importorskip("wordllama", reason='the VLA policy\'s text model: pip install "embodied[instruction]"')
 
 VLA = ["algo.policy.hidden=[32,32]", "algo.policy.chunk=2", "algo.policy.denoise_steps=2"]
 VLA += ["algo.policy.instruction=push the block to the goal", "env.backend.camera=top", "env.backend.image_size_px=40"]
@@ -35,13 +35,13 @@ def test_vla_collect_clone_finetune_export(
     assert "image" in caplog.text
     argv[-1] = "env.backend.image_size_px=64"
     assert main([*argv, "trainer.total_env_steps=4"]) == 0
-    assert isinstance(load_run(bc).policy, VLAFlowPolicy)
+    assert isinstance(load_run(bc).policy, ImageInstructionFlowPolicy)
     vla = [*VLA[:-1], "env.backend.image_size_px=64"]
     rf = tmp_path / "rf"
     argv = ["train", "arm-push", "--algo", "reinflow", "--base", str(bc), "--run-dir", str(rf), *QUICK, *vla]
     argv += ["algo.num_steps_per_env=3", "algo.num_minibatches=2", "trainer.total_env_steps=6"]
     assert main(argv) == 0
-    assert isinstance(load_run(rf).policy, VLAFlowPolicy)  # rebuilt from its checkpoint alone
+    assert isinstance(load_run(rf).policy, ImageInstructionFlowPolicy)  # rebuilt from its checkpoint alone
     res = tmp_path / "res"
     argv = ["train", "arm-push", "--algo", "residual", "--base", str(bc), "--run-dir", str(res), *QUICK]
     argv += ["--dataset", str(demos), "env.backend.camera=top", "algo.learning_starts=2", "algo.batch_size=4"]

@@ -1,9 +1,9 @@
-"""ReinFlow fine-tunes a VLA-shaped policy (instruction embedding + proprioception -> flow head)
+"""ReinFlow fine-tunes an image-instruction flow policy (instruction embedding + proprioception -> flow head)
 past a success rate its start does not reach, on a one-step reaching task made for the test.
 
 The task: the proprioceptive observation ``x [N, 2]`` is uniform in [-1, 1]; the action that
 succeeds is ``a* = 0.5 x`` (within ``TOL`` per component); the reward is dense, ``-|a - a*|^2``;
-every episode is one step. The policy's start is the untrained VLA policy (its deterministic
+every episode is one step. The policy's start is the untrained image-instruction policy (its deterministic
 sampler's output barely depends on ``x``), which hits ``a*`` only by chance.
 """
 
@@ -15,9 +15,9 @@ import torch
 from embodied.algo import PreloadSource, Transition
 from embodied.algos.reinflow import ReinFlow, ReinFlowCfg
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
-from embodied.policies.vla_flow import VLAFlowPolicy, make_flow_policy
+from embodied.policies.image_flow import ImageInstructionFlowPolicy, make_flow_policy
 
-pytest.importorskip("wordllama", reason='the VLA policy\'s text model: pip install "embodied[vla]"')
+pytest.importorskip("wordllama", reason='the VLA policy\'s text model: pip install "embodied[instruction]"')
 
 N, TOL = 64, 0.15
 FLOW = FlowPolicyCfg(hidden=(32, 32), chunk=1, denoise_steps=2, instruction="move to half the position")
@@ -41,11 +41,11 @@ def success(policy: FlowPolicy, env: ReachHalf) -> float:
     return float(((action - 0.5 * obs["policy"]).abs() < TOL).all(-1).float().mean())
 
 
-def test_reinflow_lifts_a_vla_shaped_policy() -> None:
+def test_reinflow_lifts_an_image_instruction_policy() -> None:
     torch.manual_seed(0)
     env = ReachHalf(seed=1)
     base = make_flow_policy(env.obs_spec, 2, FLOW)
-    assert isinstance(base, VLAFlowPolicy)
+    assert isinstance(base, ImageInstructionFlowPolicy)
     cfg = ReinFlowCfg(
         policy=FLOW,
         num_steps_per_env=4,
@@ -72,5 +72,5 @@ def test_reinflow_lifts_a_vla_shaped_policy() -> None:
             algo.observe(Transition(obs, action, reward, done, ~done, nxt, obs))
             obs = nxt
         algo.update()
-    assert isinstance(algo.policy, VLAFlowPolicy)
+    assert isinstance(algo.policy, ImageInstructionFlowPolicy)
     assert success(algo.policy, ReachHalf(seed=2)) >= 0.8  # measured: 0.09 -> 1.0 after 80 updates

@@ -1,4 +1,4 @@
-"""The VLA-shaped flow policy (``policies/vla_flow.py``): the packaged text model, conditioning,
+"""The image-instruction flow policy (``policies/image_flow.py``): the packaged text model, conditioning,
 the ONNX export of its sampler (instruction embedding and proprioception inputs) and the C
 refusal, and the fine-tuning algorithms building and loading it.
 """
@@ -15,12 +15,18 @@ import torch
 
 from embodied.config import ConfigError
 from embodied.errors import EmbodiedError
-from embodied.export.vla_onnx import export_vla_onnx, refuse_c_export
+from embodied.export.image_instruction_onnx import export_image_instruction_onnx, refuse_c_export
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
+from embodied.policies.image_flow import (
+    IMAGE_FEATURES,
+    TEXT_FEATURES,
+    ImageInstructionFlowPolicy,
+    ImageInstructionSampler,
+    make_flow_policy,
+)
 from embodied.policies.text_embedding import EMBED_DIM, embed_instruction
-from embodied.policies.vla_flow import IMAGE_FEATURES, TEXT_FEATURES, VLAFlowPolicy, VLASampler, make_flow_policy
 
-pytest.importorskip("wordllama", reason='the VLA policy\'s text model: pip install "embodied[vla]"')
+pytest.importorskip("wordllama", reason='the VLA policy\'s text model: pip install "embodied[instruction]"')
 
 INSTRUCTION = "push the block to the goal"
 PROPRIO, ACTIONS = 6, 2
@@ -46,11 +52,11 @@ def test_text_model_runs_without_network_and_is_cached(tmp_path: Path) -> None:
     assert not torch.allclose(a, embed_instruction("open the drawer"))
 
 
-def vla_policy(seed: int = 0) -> VLAFlowPolicy:
+def vla_policy(seed: int = 0) -> ImageInstructionFlowPolicy:
     torch.manual_seed(seed)
     cfg = FlowPolicyCfg(hidden=(32, 32), instruction=INSTRUCTION)
     policy = make_flow_policy({"policy": (PROPRIO,)}, ACTIONS, cfg)
-    assert isinstance(policy, VLAFlowPolicy)
+    assert isinstance(policy, ImageInstructionFlowPolicy)
     policy.set_obs_stats(torch.linspace(-1, 1, PROPRIO), torch.linspace(0.5, 2, PROPRIO))
     return policy
 
@@ -70,7 +76,7 @@ def test_make_flow_policy_builds_vla_only_with_an_instruction() -> None:
     assert action.shape == (5, ACTIONS) and action.abs().max() <= 1.0
 
 
-def probes(policy: VLAFlowPolicy, n: int = 64) -> dict[str, np.ndarray]:
+def probes(policy: ImageInstructionFlowPolicy, n: int = 64) -> dict[str, np.ndarray]:
     gen = torch.Generator().manual_seed(1)
     emb = policy.instruction_embedding.expand(n, -1) + 0.1 * torch.randn(n, EMBED_DIM, generator=gen)
     return {"instruction_embedding": emb.numpy().astype(np.float32), "proprio": 3 * torch.randn(n, PROPRIO).numpy()}
@@ -79,13 +85,13 @@ def probes(policy: VLAFlowPolicy, n: int = 64) -> dict[str, np.ndarray]:
 def test_onnx_export_matches_torch(tmp_path: Path) -> None:
     policy = vla_policy()
     sampler = policy.export_module()
-    assert isinstance(sampler, VLASampler) and sampler.input_names == ("instruction_embedding", "proprio")
+    assert isinstance(sampler, ImageInstructionSampler) and sampler.input_names == ("instruction_embedding", "proprio")
     inputs = probes(policy)
     # the sampler is the policy's deterministic plan, with the instruction as an input
     proprio = torch.from_numpy(inputs["proprio"][:4])
     embedding = policy.instruction_embedding.expand(4, -1)
     torch.testing.assert_close(sampler(embedding, proprio), policy.plan({"policy": proprio}, deterministic=True))
-    result = export_vla_onnx(sampler, tmp_path, inputs)
+    result = export_image_instruction_onnx(sampler, tmp_path, inputs)
     assert result.max_abs_err <= 1e-5 and result.path.is_file()
     import onnx
 
@@ -108,11 +114,11 @@ def test_c_export_is_refused_naming_the_layer() -> None:
     assert "head.velocity.1 (Mish)" in str(err) and "instruction_embedding, proprio" in str(err)
 
 
-def camera_vla(seed: int = 0) -> VLAFlowPolicy:
+def camera_vla(seed: int = 0) -> ImageInstructionFlowPolicy:
     torch.manual_seed(seed)
     cfg = FlowPolicyCfg(hidden=(32, 32), instruction=INSTRUCTION)
     policy = make_flow_policy({"policy": (PROPRIO,), "image": (SIZE_PX, SIZE_PX, 3)}, ACTIONS, cfg)
-    assert isinstance(policy, VLAFlowPolicy) and policy.encoder is not None
+    assert isinstance(policy, ImageInstructionFlowPolicy) and policy.encoder is not None
     return policy
 
 
@@ -159,7 +165,7 @@ def test_camera_vla_onnx_has_image_input_and_c_names_the_convolution(tmp_path: P
     torch.testing.assert_close(
         sampler(*(torch.from_numpy(v) for v in inputs.values())), policy.plan(obs, deterministic=True)
     )
-    result = export_vla_onnx(sampler, tmp_path, inputs)
+    result = export_image_instruction_onnx(sampler, tmp_path, inputs)
     assert result.max_abs_err <= 1e-5
     import onnx
 
@@ -167,3 +173,13 @@ def test_camera_vla_onnx_has_image_input_and_c_names_the_convolution(tmp_path: P
     assert [i.name for i in graph.input] == ["image", "instruction_embedding", "proprio"]
     assert graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
     assert "encoder.convs.0 (Conv2d)" in str(refuse_c_export(sampler))
+
+
+def test_former_module_name_still_imports_with_a_warning() -> None:
+    import importlib
+    import sys
+
+    sys.modules.pop("embodied.policies.vla_flow", None)
+    with pytest.warns(DeprecationWarning, match="embodied.policies.image_flow"):
+        old = importlib.import_module("embodied.policies.vla_flow")
+    assert old.VLAFlowPolicy is ImageInstructionFlowPolicy
