@@ -79,19 +79,31 @@ def current_rss_gib() -> float:
     return pages * resource.getpagesize() / GIB
 
 
-def write_backbone(out: Path) -> Path:
-    """The processor and tokenizer of the tests' backbone, with the full-size configuration."""
+TINY: dict[str, Any] = {
+    "chunk_size": 4,
+    "n_action_steps": 2,
+    "num_steps": 2,
+    "resize_imgs_with_padding": (32, 32),
+    "tokenizer_max_length": 16,
+}
+"""SmolVLA settings of ``--size tiny`` (with the tests' tiny backbone): a check of the script."""
+
+
+def write_backbone(out: Path, size: str) -> Path:
+    """The processor and tokenizer of the tests' backbone, with the full-size configuration
+    (``size="full"``) or the tests' tiny one."""
     from lerobot_support import write_tiny_vlm
     from transformers import SmolVLMConfig
 
     write_tiny_vlm(out)
-    config = SmolVLMConfig(**SMOLVLM2_500M, image_token_id=5)  # lerobot_support's <image> id
-    config.save_pretrained(out)
+    if size == "full":
+        config = SmolVLMConfig(**SMOLVLM2_500M, image_token_id=5)  # lerobot_support's <image> id
+        config.save_pretrained(out)
     return out
 
 
-def build_policy(backbone: Path, env: Any, device: str) -> Any:
-    """A full-size SmolVLA (random weights) wrapped for arm-push's top camera."""
+def build_policy(backbone: Path, env: Any, device: str, size: str) -> Any:
+    """A SmolVLA (random weights; published size or ``TINY``) wrapped for arm-push's top camera."""
     from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.factory import make_pre_post_processors
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
@@ -111,6 +123,7 @@ def build_policy(backbone: Path, env: Any, device: str) -> Any:
         vlm_model_name=str(backbone),
         load_vlm_weights=False,
         device=device,
+        **(TINY if size == "tiny" else {}),
     )
     policy = SmolVLAPolicy(config).to(device).eval()
     stats = {
@@ -137,6 +150,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", choices=["reinflow", "residual"], default="reinflow")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: a check of the script")
     parser.add_argument("--num-envs", type=int, default=2)
     parser.add_argument("--chains", type=int, default=2, help="reinflow: chains per env per update")
     parser.add_argument("--updates", type=int, default=2, help="reinflow updates / residual env steps x 10")
@@ -157,11 +171,12 @@ def main() -> int:
     env = registry.make_env("arm-push", env_cfg, args.num_envs, args.device, 0)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        base = build_policy(write_backbone(Path(tmp) / "smolvlm2_500m"), env, args.device)
+        base = build_policy(write_backbone(Path(tmp) / "smolvlm2", args.size), env, args.device, args.size)
     build_s = time.perf_counter() - start
     params = sum(p.numel() for p in base.parameters())
     result: dict[str, Any] = {
         "algo": args.algo,
+        "size": args.size,
         "device": args.device,
         "cpu": platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
