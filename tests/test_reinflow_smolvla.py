@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import torch
+from env_support import fill_rollout
 from test_lerobot_base import arm_push_env, save_policy
 
-from embodied.algo import PreloadSource, Transition
+from embodied.algo import PreloadSource
 from embodied.algos.reinflow import RATIO_TOL, ReinFlow, ReinFlowCfg, VLAFineTuneCfg, check_first_ratio
 from embodied.cli import main
 from embodied.policies.vla import LeRobotPolicy, actions_to_unit, lerobot_batch
@@ -58,15 +59,6 @@ def reinflow(path: Path, env: Any, **kw: Any) -> ReinFlow:
     return algo
 
 
-def fill(algo: ReinFlow, env: Any, obs: Any) -> Any:
-    while not algo.ready_to_update():
-        action = algo.act(obs)
-        nxt, reward, term, trunc, info = env.step(action)
-        algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
-        obs = nxt
-    return obs
-
-
 def test_noise_free_chain_is_lerobots_sampler(smolvla: Path) -> None:
     """Without the learned noise the chain's steps reproduce SmolVLA's own sample_actions."""
     env = arm_push_env(2)
@@ -79,7 +71,7 @@ def test_noise_free_chain_is_lerobots_sampler(smolvla: Path) -> None:
     with torch.no_grad():
         for k in range(chain.denoise_steps):
             x = chain.step_mean(cond, x, k)
-    lerobot = algo.policy.lerobot  # type: ignore[union-attr]
+    lerobot = algo.policy.lerobot
     policy = algo.policy
     assert isinstance(policy, LeRobotPolicy)
     batch = policy.preprocessor(lerobot_batch(obs, policy.instruction, policy.cameras, policy.state_group))
@@ -104,7 +96,7 @@ def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatc
         check_first_ratio(ratio, update)
 
     monkeypatch.setattr(mod, "check_first_ratio", spy)
-    lerobot = algo.policy.lerobot  # type: ignore[union-attr]
+    lerobot = algo.policy.lerobot
     before = {name: p.detach().clone() for name, p in lerobot.named_parameters()}
     trained = {id(p) for p in algo.chain.trainable_parameters()}
     backbone_calls = []
@@ -117,7 +109,7 @@ def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatc
     algo.chain._encode = counting  # type: ignore[attr-defined]
     obs = env.reset(seed=0)
     for _ in range(2):
-        obs = fill(algo, env, obs)
+        obs = fill_rollout(algo, env, obs)
         calls = len(backbone_calls)
         metrics = algo.update()
         assert len(backbone_calls) == calls  # the update reuses the cached backbone features

@@ -59,8 +59,11 @@ def cond_rows(cond: Cond) -> int:
 class FlowChain(Protocol):
     """A flow-matching policy seen as the chain ReinFlow scores (see the module docstring)."""
 
-    policy: nn.Module
-    """The policy being fine-tuned (what the run evaluates, checkpoints and exports)."""
+    @property
+    def policy(self) -> nn.Module:
+        """The policy being fine-tuned (what the run evaluates, checkpoints and exports)."""
+        ...
+
     flat_dim: int
     """``F``: the size of one chain state."""
     denoise_steps: int

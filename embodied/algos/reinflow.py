@@ -214,7 +214,8 @@ class ReinFlow:
         """Noise network, critic, optimizers and rollout storage for ``chain``."""
         cfg = self.cfg
         self.chain = chain
-        self.policy: nn.Module = chain.policy
+        # a FlowPolicy, or the LeRobotPolicy of a VLA base (typed loosely: callers use either's API)
+        self.policy: Any = chain.policy
         self.exec_steps = chain.chunk_spec.exec_steps
         self.noise = NoiseNet(chain.feature_dim, chain.time_dim, chain.flat_dim, cfg).to(self.device)
         self.critic = mlp([chain.feature_dim, *cfg.critic_hidden, 1], "tanh").to(self.device)

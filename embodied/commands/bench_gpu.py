@@ -270,6 +270,17 @@ def _training_result(run_dir: Path) -> dict[str, Any]:
     return result
 
 
+def _measure(outcome: Outcome, words: list[str], timeout_s: float, command: list[str] | None = None) -> None:
+    """Run a measuring process (:func:`_run`) and record its JSON result or why it has none."""
+    outcome.status, out, outcome.seconds, err = _run(words, timeout_s, command)
+    if outcome.status == "ok":
+        outcome.result = _last_json(out)
+    elif outcome.status == "timeout":
+        outcome.error = f"stopped after {timeout_s:.0f} s"
+    else:
+        outcome.error = _last_line(err, outcome.status)
+
+
 def _budget_left(deadline: float, timeout_s: float) -> float:
     return min(timeout_s, deadline - time.perf_counter())
 
@@ -293,13 +304,7 @@ def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: 
         words += ["--repeats", str(repeats), "--device", device, "--json"]
         if part.backend == "quadrotor":
             words.append("--no-compile")
-        outcome.status, out, outcome.seconds, err = _run(words, timeout_s)
-        if outcome.status == "ok":
-            outcome.result = _last_json(out)
-        elif outcome.status == "timeout":
-            outcome.error = f"stopped after {timeout_s:.0f} s"
-        else:
-            outcome.error = _last_line(err, outcome.status)
+        _measure(outcome, words, timeout_s)
         log.info("bench gpu: %s at %d envs: %s", part.target, n, outcome.status)
     return outcomes
 
@@ -363,13 +368,7 @@ def run_vla_finetunes(args: argparse.Namespace, device: str, deadline: float) ->
             continue
         words = ["--algo", item.algo, "--device", device]
         words += ["--size", "tiny", "--num-envs", "2", "--updates", "1"] if args.quick else list(item.args)
-        outcome.status, out, outcome.seconds, err = _run(words, timeout_s, [sys.executable, str(VLA_SCRIPT)])
-        if outcome.status == "ok":
-            outcome.result = _last_json(out)
-        elif outcome.status == "timeout":
-            outcome.error = f"stopped after {timeout_s:.0f} s"
-        else:
-            outcome.error = _last_line(err, outcome.status)
+        _measure(outcome, words, timeout_s, [sys.executable, str(VLA_SCRIPT)])
         log.info("bench gpu: %s: %s", outcome.name, outcome.status)
     return outcomes
 
