@@ -142,3 +142,14 @@ def test_trainer_fine_tunes_and_rebuilds_a_smolvla_run(smolvla: Path, tmp_path: 
     for name, value in saved.items():
         torch.testing.assert_close(params[name], value, rtol=0, atol=0)
     assert main(["train", "--resume", str(run), "trainer.total_env_steps=36", "--no-progress"]) == 0
+
+    # back to LeRobot: its own from_pretrained loads the fine-tuned expert, and the export checked
+    # the loaded policy's chunks against the run's (same sampling seed) to 1e-5
+    assert main(["export", str(run), "--format", "onnx"]) == 2  # refused, naming --format lerobot
+    assert main(["export", str(run), "--format", "lerobot"]) == 0
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+    exported = SmolVLAPolicy.from_pretrained(run / "export" / "lerobot")
+    fine_tuned = dict(load_run(run).policy.lerobot.named_parameters())
+    for name, value in exported.named_parameters():
+        torch.testing.assert_close(value, fine_tuned[name], rtol=0, atol=0)
