@@ -74,7 +74,10 @@ def test_loaded_base_acts_as_lerobot_does(kind: str, dataset: Path, tmp_path: Pa
         env.close()
 
 
-@pytest.mark.parametrize("kind", ["act", "diffusion", "smolvla"])
+# ACT alone in the fast suite: the parity test above already loads all three through lerobot:PATH
+@pytest.mark.parametrize(
+    "kind", ["act", pytest.param("diffusion", marks=pytest.mark.slow), pytest.param("smolvla", marks=pytest.mark.slow)]
+)
 def test_eval_runs_a_lerobot_checkpoint(
     kind: str, dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,6 +111,7 @@ def test_feature_mismatch_names_feature_and_shapes(dataset: Path, tmp_path: Path
     assert main(["eval", f"lerobot:{small}", "--episodes", "1"]) == 2  # no --task: a named error
 
 
+@pytest.mark.slow
 def test_residual_trains_on_a_lerobot_base(dataset: Path, tmp_path: Path) -> None:
     """`embodied train arm-push --algo residual --base lerobot:PATH` (tiny budget), and the run rebuilds."""
     from embodied.training.run import load_run

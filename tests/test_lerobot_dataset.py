@@ -88,10 +88,11 @@ def test_what_lerobot_writes_we_read_exactly(tmp_path: Path) -> None:
     }
     root = tmp_path / "theirs"
     written = LeRobotDataset.create(repo_id="local/theirs", fps=10, features=features, root=root, use_videos=False)
-    lengths, frames = (4, 7), []
+    lengths = (4, 7)
+    frames: list[dict[str, np.ndarray]] = []
     for length, task in zip(lengths, ("open the drawer", "close the drawer"), strict=True):
         for _ in range(length):
-            frame = {
+            frame: dict[str, np.ndarray] = {
                 STATE_KEY: rng.normal(size=5).astype(np.float32),
                 ACTION_KEY: rng.uniform(-1, 1, size=2).astype(np.float32),
                 IMAGE_PREFIX + "wrist": rng.integers(0, 256, size=(72, 96, 3), dtype=np.uint8),

@@ -88,3 +88,22 @@ def test_eval_flies_the_lerobot_export(run_dir: Path, capsys: pytest.CaptureFixt
     torch_line, lerobot_line = capsys.readouterr().out.strip().splitlines()[-2:]
     # the same deterministic policy on the same seed: the same episodes
     assert torch_line.replace('"policy": "torch"', "") == lerobot_line.replace('"policy": "lerobot"', "")
+
+
+def test_temporal_ensemble_policy_is_refused(tmp_path: Path) -> None:
+    """LeRobot's queue cannot average overlapping plans: such a policy is refused by name."""
+    from embodied.errors import EmbodiedError
+    from embodied.export.artifact import PolicyArtifact
+    from embodied.export.lerobot_checkpoint import write_lerobot_checkpoint
+    from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
+
+    env = registry.make_env("arm-push", registry.task_cfg("arm-push"), 1, "cpu", 0)
+    try:
+        io_spec = env.io_spec()
+    finally:
+        env.close()
+    cfg = FlowPolicyCfg(hidden=(8,), chunk=2, exec_steps=1, temporal_ensemble=True)
+    artifact = PolicyArtifact.from_module(FlowPolicy(io_spec.obs_dim, io_spec.action_dim, cfg).export_module(), io_spec)
+    with pytest.raises(EmbodiedError, match="temporal_ensemble"):
+        write_lerobot_checkpoint(artifact, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

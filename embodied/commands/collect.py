@@ -93,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.noise >= 0.0:
         raise ConfigError(f"--noise must be >= 0, got {args.noise}")
+    if args.format == "lerobot":  # before the rollout: fail fast outside the LeRobot environment
+        from embodied.data.lerobot_writer import require_lerobot
+
+        require_lerobot()
     source: str = args.source
     camera = {} if args.camera is None else {"backend": {"camera": args.camera}}
     if source.startswith(SCRIPTED_PREFIX):

@@ -35,6 +35,13 @@ from embodied.data.lerobot_format import (
 from embodied.errors import import_optional
 
 
+def require_lerobot() -> Any:
+    """LeRobot's ``lerobot.datasets.lerobot_dataset`` module, or a named error saying how to get it."""
+    return import_optional(
+        "lerobot.datasets.lerobot_dataset", "writing a LeRobotDataset", "bash scripts/setup_lerobot.sh"
+    )
+
+
 def lerobot_features(
     obs_dim: int, action_dim: int, camera: str | None, image_shape: tuple[int, ...] | None
 ) -> dict[str, Any]:
@@ -77,9 +84,7 @@ def write_lerobot_dataset(
     image_shape = None if first.images is None else tuple(int(v) for v in first.images.shape[1:])
     if image_shape is not None and not camera:
         raise DatasetError("episodes with images need a camera name for observation.images.<camera>")
-    module = import_optional(
-        "lerobot.datasets.lerobot_dataset", "writing a LeRobotDataset", "bash scripts/setup_lerobot.sh"
-    )
+    module = require_lerobot()
     import_optional("datasets", "writing a LeRobotDataset", "bash scripts/setup_lerobot.sh").disable_progress_bars()
     features = lerobot_features(int(first.observations.shape[1]), int(first.actions.shape[1]), camera, image_shape)
     dataset = module.LeRobotDataset.create(

@@ -61,7 +61,7 @@ def provided_features(
         raise LeRobotFeatureError(
             f"the task's LeRobot mapping sends group {state_group!r} as {STATE_KEY}, but the env's groups are {sorted(obs_spec)}"
         )
-    out = {STATE_KEY: (int(math.prod(obs_spec[state_group])),)}
+    out: dict[str, tuple[int, ...]] = {STATE_KEY: (int(math.prod(obs_spec[state_group])),)}
     for name, group in cameras.items():
         if group not in obs_spec:
             raise LeRobotFeatureError(
@@ -126,8 +126,8 @@ def load_lerobot_policy(
 ) -> LeRobotPolicy:
     """Load ``lerobot:<ref>`` with LeRobot's own code and wrap it for task ``task`` (see module docstring)."""
     ref = lerobot_reference(source)
-    configs = import_optional("lerobot.configs.policies", f"--base {source}", SETUP_HINT)
-    factory = import_optional("lerobot.policies.factory", f"--base {source}", SETUP_HINT)
+    configs = import_optional("lerobot.configs.policies", f"loading {source}", SETUP_HINT)
+    factory = import_optional("lerobot.policies.factory", f"loading {source}", SETUP_HINT)
     if Path(ref).exists() and not (Path(ref) / PREPROCESSOR_FILE).is_file():
         raise EmbodiedError(
             f"{ref}: no {PREPROCESSOR_FILE}; a checkpoint saved before LeRobot 0.4 keeps its normalization inside "
