@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,7 +43,7 @@ def export_lerobot_run(run: LoadedRun, fmt: str) -> ExportReport | None:
         )
     out = export_dir(run.run_dir) / LEROBOT_FORMAT
     out.mkdir(parents=True, exist_ok=True)
-    module = policy.lerobot
+    module: Any = policy.lerobot  # LeRobot's PreTrainedPolicy (typed as the nn.Module it is)
     module.save_pretrained(out)
     for processor in (policy.preprocessor, policy.postprocessor):
         save = getattr(processor, "save_pretrained", None)
