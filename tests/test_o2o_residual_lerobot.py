@@ -58,6 +58,7 @@ def test_demonstrations_carry_the_lerobot_base_actions(demos_and_act: tuple[Path
     env.close()
 
 
+@pytest.mark.slow  # the whole trainer, resume and export (minutes on a loaded 2-core CPU)
 def test_offline_then_online_on_a_lerobot_base(demos_and_act: tuple[Path, Path], tmp_path: Path) -> None:
     demos, act = demos_and_act
     run = tmp_path / "o2o_res"

@@ -126,6 +126,7 @@ def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatc
     env.close()
 
 
+@pytest.mark.slow  # the whole trainer, resume and export (minutes on a loaded 2-core CPU)
 def test_trainer_fine_tunes_and_rebuilds_a_smolvla_run(smolvla: Path, tmp_path: Path) -> None:
     run = tmp_path / "rf"
     argv = ["train", "arm-push", "--algo", "reinflow", "--base", f"lerobot:{smolvla}", "--run-dir", str(run)]
