@@ -43,7 +43,7 @@ if [ "${EMBODIED_ROBOSUITE-1}" = 1 ]; then
   .venv-robosuite/bin/python -m pytest -q tests/test_robosuite_backend.py "$@"
 fi
 # --- LeRobot policy adapter in its own environment (lerobot pins its own torch; docs/finetuning.md) ---
-# Building .venv-lerobot took 115 s on the loaded 2-core machine (pip's cache warm) and its fast tests about
+# Building .venv-lerobot took 467 s on the loaded 2-core machine (pip's cache warm) and its fast tests about
 # 2.5 min (all of them 4.5 min);
 # EMBODIED_LEROBOT=0 skips both (in the core environment those tests skip with a reason).
 if [ "${EMBODIED_LEROBOT-1}" = 1 ]; then
