@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_lerobot_base import arm_push_env, save_policy
+from lerobot_support import save_policy
+from test_lerobot_base import arm_push_env
 
 from embodied.algo import PreloadSource
 from embodied.algos.residual import BASE_GROUP

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import torch
 from env_support import fill_rollout
-from test_lerobot_base import arm_push_env, save_policy
+from lerobot_support import save_policy
+from test_lerobot_base import arm_push_env
 
 from embodied.algo import PreloadSource
 from embodied.algos.reinflow import RATIO_TOL, ReinFlow, ReinFlowCfg, VLAFineTuneCfg, check_first_ratio
