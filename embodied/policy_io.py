@@ -49,6 +49,10 @@ IMAGE_INPUT_KEY = "image_input"
 :mod:`embodied.export.image_onnx`); absent for a policy that reads the observation vector alone."""
 INSTRUCTION_INPUT_KEY = "instruction_input"
 """Top-level ``policy_io.json`` key of an image-instruction flow policy's instruction embedding input."""
+RESIDUAL_STEP_KEY = "residual_step"
+"""Top-level ``policy_io.json`` key of a residual policy on a base with state between calls:
+``policy.onnx`` is then the base's planner and this entry names the second graph
+(:mod:`embodied.residual_graph`) applied to each executed base action."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class PolicyIO:
     """``image_input``: what an image policy reads besides ``obs`` (None: the vector alone)."""
     instruction_input: dict[str, Any] | None = None
     """``instruction_input``: the instruction embedding an image-instruction flow policy reads (None: none)."""
+    residual_step: dict[str, Any] | None = None
+    """``residual_step``: the residual graph run on each executed base action (None: none)."""
 
     @property
     def action_history(self) -> int:
@@ -124,6 +130,7 @@ def _validate(path: Path, data: Any) -> PolicyIO:
         path=path,
         image_input=image_input if isinstance(image_input := data.get(IMAGE_INPUT_KEY), dict) else None,
         instruction_input=text if isinstance(text := data.get(INSTRUCTION_INPUT_KEY), dict) else None,
+        residual_step=step if isinstance(step := data.get(RESIDUAL_STEP_KEY), dict) else None,
     )
 
 
@@ -154,29 +161,33 @@ def onnx_file_sha256(path: Path) -> str:
     return graph_sha256_of(read_model(path))
 
 
-def check_model_hash(onnx_metadata: Mapping[str, str], policy_io: PolicyIO, onnx_path: Path) -> None:
+def check_model_hash(
+    onnx_metadata: Mapping[str, str], policy_io: PolicyIO, onnx_path: Path, expected: str | None = None
+) -> None:
     """Raise unless the ONNX file's ``model_sha256`` metadata and the hash of its weights and
     graph (:func:`onnx_file_sha256`) both equal ``policy_io.json``'s.
 
     ``onnx_metadata`` is the model's metadata map (onnxruntime's ``custom_metadata_map``);
-    ``policy_io`` is what :func:`read_policy_io` returned.
+    ``policy_io`` is what :func:`read_policy_io` returned; ``expected``: the hash this file must
+    have when it is not ``policy_io.model_sha256`` (a second graph of the export).
     """
+    want = policy_io.model_sha256 if expected is None else expected
     found = onnx_metadata.get("model_sha256")
-    if found != policy_io.model_sha256:
+    if found != want:
         raise EmbodiedError(
             f"{onnx_path}: model_sha256 {(found or '<missing>')[:12]} does not match {policy_io.path} "
-            f"({policy_io.model_sha256[:12]}); the two files come from different exports: re-export the run"
+            f"({want[:12]}); the two files come from different exports: re-export the run"
         )
     # The metadata could be copied onto other weights: hash what the file actually computes.
     actual = onnx_file_sha256(onnx_path)
-    if actual != policy_io.model_sha256:
+    if actual != want:
         raise EmbodiedError(
             f"{onnx_path}: its weights and graph hash to {actual[:12]}, not the model_sha256 "
-            f"{policy_io.model_sha256[:12]} of {policy_io.path}: the file was altered or damaged; re-export the run"
+            f"{want[:12]} of {policy_io.path}: the file was altered or damaged; re-export the run"
         )
 
 
-def check_session_hash(session: Any, policy_io: PolicyIO, onnx_path: Path) -> None:
+def check_session_hash(session: Any, policy_io: PolicyIO, onnx_path: Path, expected: str | None = None) -> None:
     """:func:`check_model_hash` on an onnxruntime ``InferenceSession`` of ``onnx_path``: its
     metadata map is read here because onnxruntime raises a bare ``UnicodeDecodeError`` for
     metadata that is not UTF-8 (a damaged file), which becomes a named error."""
@@ -186,7 +197,7 @@ def check_session_hash(session: Any, policy_io: PolicyIO, onnx_path: Path) -> No
         raise EmbodiedError(
             f"{onnx_path}: its metadata is not UTF-8 text: the file is damaged; re-export the run"
         ) from None
-    check_model_hash(metadata, policy_io, onnx_path)
+    check_model_hash(metadata, policy_io, onnx_path, expected)
 
 
 MAX_POLICY_IO_BYTES = 1 << 20

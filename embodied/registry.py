@@ -183,7 +183,7 @@ ALGOS: dict[str, Entry] = {
     "reinflow": Entry(
         "embodied.algos.reinflow:ReinFlow",
         "embodied.algos.reinflow:ReinFlowCfg",
-        "ReinFlow: PPO over a flow policy's noisy denoising chain (--base RUN_DIR of bc-flow)",
+        "ReinFlow: PPO over a flow policy's noisy denoising chain (--base RUN_DIR of bc-flow, or lerobot:PATH of a SmolVLA)",
     ),
     "o2o": Entry(
         "embodied.algos.o2o:O2O",

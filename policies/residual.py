@@ -131,44 +131,57 @@ class ResidualPolicy(nn.Module):
         the residual: exploration noise is the training algorithm's, not the policy's."""
         return self.combine(policy_obs(obs), self.base.act(obs, deterministic=True))
 
-    def export_module(self) -> ResidualExport:
-        """``obs [B, D] -> action [B, A]``: the base's export module and the residual in one graph.
-
-        A base that runs action chunks open-loop keeps state between calls that no stateless
-        module carries: :class:`ExportUnsupportedError` then names it."""
+    def _refuse_image_instruction_base(self) -> None:
         if isinstance(self.base, ImageInstructionFlowPolicy):
             raise ExportUnsupportedError(
                 "the residual policy's base is an image-instruction flow policy (image, instruction embedding and "
                 "proprioception inputs), which a one-vector obs -> action export cannot carry; export the base itself"
             )
+
+    def export_module(self) -> ResidualExport:
+        """``obs [B, D] -> action [B, A]``: the base's export module and the residual in one graph.
+
+        Only for a base without state between calls (one fresh plan per observation). A base
+        that runs chunks open-loop or blends its last chunks keeps state no stateless module
+        carries: :class:`ExportUnsupportedError` then names it, and the run exports as two
+        graphs instead (:meth:`base_planner` and :meth:`step_module`, which ``embodied export``
+        writes and the deploy runner composes around its chunk executor)."""
+        self._refuse_image_instruction_base()
         spec = base_chunk_spec(self.base)
-        if spec.temporal_ensemble:
-            raise ExportUnsupportedError(
-                f"the residual policy's base ({type(self.base).__name__}) blends its last chunks "
-                "(temporal_ensemble), state that a stateless obs -> action export cannot carry; "
-                "train the base with policy.temporal_ensemble=false to export base and residual together"
+        if spec.temporal_ensemble or spec.exec_steps > 1:
+            how = (
+                "blends its last chunks (temporal_ensemble)"
+                if spec.temporal_ensemble
+                else (f"runs {spec.exec_steps} actions of each chunk open-loop (exec_steps > 1)")
             )
-        if spec.exec_steps > 1:
             raise ExportUnsupportedError(
-                f"the residual policy's base ({type(self.base).__name__}) runs {spec.exec_steps} actions of each chunk "
-                "open-loop (exec_steps > 1), which a stateless obs -> action export cannot carry; "
-                "train the base with exec_steps=1 to export base and residual together"
+                f"the residual policy's base ({type(self.base).__name__}) {how}, state that one stateless "
+                "obs -> action graph cannot carry; `embodied export RUN_DIR` writes the base's planner and the "
+                "residual step as two graphs instead (base_planner() and step_module())"
             )
         return ResidualExport(self)
 
+    def base_planner(self) -> nn.Module:
+        """The base's own stateless export, ``obs [B, D] -> plan [B, H, A]`` (or ``[B, A]``); its
+        plans are executed as :func:`base_chunk_spec` says, outside the graph."""
+        self._refuse_image_instruction_base()
+        return self.base.export_module()
 
-class ResidualExport(nn.Module):
-    """The combined policy as one pure graph (a deep copy): ``forward(obs [B, D] float32) -> [B, A]``.
+    def step_module(self) -> ResidualStep:
+        """``(obs [B, D], base_action [B, A]) -> action [B, A]``: the residual step alone (a deep copy)."""
+        return ResidualStep(self)
 
-    ``clamp(b + scale * r([clamp((obs - mean) / std, ±clip), b]), ±1)`` with ``b = base(obs)``.
-    """
+
+class ResidualStep(nn.Module):
+    """The residual's step as one pure graph (a deep copy), given the base's executed action:
+    ``forward(obs [B, D], base_action [B, A]) -> [B, A]`` =
+    ``clamp(b + scale * r([clamp((obs - mean) / std, ±clip), b]), ±1)``."""
 
     obs_mean: torch.Tensor
     obs_std: torch.Tensor
 
     def __init__(self, policy: ResidualPolicy) -> None:
         super().__init__()
-        self.base = stateless_base(policy.base)
         self.residual_net = copy.deepcopy(policy.net).eval()
         norm = policy.obs_norm
         mean = torch.zeros(policy.obs_dim) if norm is None else norm.mean.detach().clone()
@@ -178,8 +191,20 @@ class ResidualExport(nn.Module):
         self.obs_clip = float("inf") if norm is None else float(norm.clip)
         self.scale = policy.scale
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        base_action = self.base(obs)
+    def forward(self, obs: torch.Tensor, base_action: torch.Tensor) -> torch.Tensor:
         obs_n = ((obs - self.obs_mean) / self.obs_std).clamp(-self.obs_clip, self.obs_clip)
         residual = self.residual_net(torch.cat([obs_n, base_action], dim=-1)) * self.scale
         return (base_action + residual).clamp(-1.0, 1.0)
+
+
+class ResidualExport(nn.Module):
+    """The combined policy as one pure graph (a deep copy): ``forward(obs [B, D] float32) -> [B, A]``,
+    the residual step (:class:`ResidualStep`) on the first action of the base's fresh plan."""
+
+    def __init__(self, policy: ResidualPolicy) -> None:
+        super().__init__()
+        self.base = stateless_base(policy.base)
+        self.step = ResidualStep(policy)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.step(obs, self.base(obs))

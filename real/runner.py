@@ -34,6 +34,7 @@ from embodied.policy_io import (
 )
 from embodied.real.numpy_policy import NumpySession, unsupported_ops
 from embodied.real.robot_config import IMAGE_TYPES, RobotConfig
+from embodied.residual_graph import ResidualGraph
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,15 @@ class PolicyRunner:
                 f"describes [batch, {', '.join(map(str, want))}] ({'an action chunk' if chunked else 'one action'})"
             )
         self._executor = ChunkExecutor(self._plan, self.chunk)
+        self._residual: ResidualGraph | None = None
+        """A residual policy on a base with state between calls: its step on each executed base
+        action (``policy.onnx`` is then the base's planner; :mod:`embodied.residual_graph`)."""
+        if self.policy_io.residual_step is not None:
+            self._residual = ResidualGraph(
+                self.export_dir,
+                self.policy_io,
+                lambda path: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]),
+            )
 
     def _check_image_input(
         self, entry: dict[str, Any], inputs: dict[str, Any], onnx_path: Path
@@ -222,7 +232,10 @@ class PolicyRunner:
             raise EmbodiedError(
                 f"{self.policy_io.path}: this policy reads an instruction embedding; set_instruction() first"
             )
-        return np.array(self._executor(self._batch)[0], dtype=np.float32)
+        action = self._executor(self._batch)
+        if self._residual is not None:
+            action = self._residual(self._batch, np.ascontiguousarray(action, dtype=np.float32))
+        return np.array(action[0], dtype=np.float32)
 
     @property
     def reads_instruction(self) -> bool:

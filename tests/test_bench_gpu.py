@@ -56,6 +56,15 @@ def test_quick_cpu_run_writes_the_report(tmp_path: Path, capsys: pytest.CaptureF
     assert "eval/success_rate" in trainings["ppo quad-hover"]["result"]
     table = (out / "bench_gpu.md").read_text()
     assert "| quadrotor | 64 | ok |" in table and "| ppo go1-flat | mujoco | 4 | ok |" in table
+    # the SmolVLA fine-tuning items run where lerobot imports (a tiny SmolVLA under --quick)
+    vla = {row["name"]: row for row in report["vla"]}
+    assert set(vla) == {"reinflow smolvla", "residual smolvla"}
+    for row in vla.values():
+        if bench_gpu.lerobot_installed():
+            assert row["status"] == "ok", row["error"]
+            assert row["result"]["size"] == "tiny" and row["result"]["env_steps"] > 0
+        else:
+            assert row["status"] == "skipped" and "lerobot not installed" in row["error"]
 
 
 def test_an_overrunning_part_is_stopped() -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from env_support import fill_rollout
 
-from embodied.algo import PreloadSource, PreloadUnsupportedError, preload_algorithm
+from embodied.algo import PreloadSource, PreloadUnsupportedError, Transition, preload_algorithm
 from embodied.algos.bc_flow import BCFlow, BCFlowCfg
 from embodied.algos.ppo import PPO, PPOCfg
 from embodied.algos.reinflow import RATIO_TOL, RatioCheckError, ReinFlow, ReinFlowCfg, check_first_ratio
@@ -43,7 +43,7 @@ def _algo(env: ArmPush, **kw: Any) -> ReinFlow:
 def test_log_likelihood_matches_brute_force(env: ArmPush) -> None:
     algo = _algo(env)
     obs_n = algo.policy.normalize(torch.randn(5, 18))
-    chain = algo.sample_chain(obs_n)
+    chain = algo.sample_chain({"obs_n": obs_n})
     k_steps, f = FLOW.denoise_steps, algo.policy.flat_dim
     assert chain.shape == (5, k_steps + 1, f)
     want = torch.zeros(5, dtype=torch.float64)
@@ -65,7 +65,7 @@ def test_log_likelihood_matches_brute_force(env: ArmPush) -> None:
                     total += -0.5 * (x - mean) ** 2 / var - 0.5 * math.log(2 * math.pi * var)
                 x_k = chain[b, k + 1]
             want[b] = total / ((k_steps + 1) * f)
-        got = algo.chain_log_prob(obs_n, chain)
+        got = algo.chain_log_prob({"obs_n": obs_n}, chain)
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
 
 
@@ -74,7 +74,7 @@ def test_noise_is_bounded(env: ArmPush) -> None:
     obs_n = torch.randn(64, 18) * 10
     with torch.no_grad():
         for k in range(FLOW.denoise_steps):
-            _, log_var = algo.step_dist(obs_n, torch.randn(64, algo.policy.flat_dim) * 5, k)
+            _, log_var = algo.step_dist({"obs_n": obs_n}, torch.randn(64, algo.policy.flat_dim) * 5, k)
             sigma = torch.exp(0.5 * log_var)
             assert float(sigma.min()) >= 0.05 - 1e-6 and float(sigma.max()) <= 0.2 + 1e-6
 
@@ -118,7 +118,7 @@ def test_mismatched_grids_break_the_ratio_check(env: ArmPush) -> None:
         for k, t in enumerate(torch.linspace(0, 1, k_steps).tolist()):
             tt = torch.full((x.shape[0],), t)
             mean = x + algo.policy.velocity(x, algo.policy.time_features(tt), obs_n) / k_steps
-            _, log_var = algo.step_dist(obs_n, x, k)
+            _, log_var = algo.step_dist({"obs_n": obs_n}, x, k)
             x = mean + torch.exp(0.5 * log_var) * torch.randn_like(x)
             chain.append(x)
         chain_t = torch.stack(chain, 1)
@@ -128,12 +128,12 @@ def test_mismatched_grids_break_the_ratio_check(env: ArmPush) -> None:
         for k, t in enumerate(torch.linspace(0, 1, k_steps).tolist()):
             tt = torch.full((x0.shape[0],), t)
             mean = chain_t[:, k] + algo.policy.velocity(chain_t[:, k], algo.policy.time_features(tt), obs_n) / k_steps
-            _, log_var = algo.step_dist(obs_n, chain_t[:, k], k)
+            _, log_var = algo.step_dist({"obs_n": obs_n}, chain_t[:, k], k)
             sampled_logp += (
                 -0.5 * ((chain_t[:, k + 1] - mean).square() / log_var.exp() + log_var + math.log(2 * math.pi))
             ).sum(-1)
         sampled_logp /= (k_steps + 1) * algo.policy.flat_dim
-        scored = algo.chain_log_prob(obs_n, chain_t)
+        scored = algo.chain_log_prob({"obs_n": obs_n}, chain_t)
     with pytest.raises(RatioCheckError, match="first minibatch"):
         check_first_ratio(torch.exp(scored - sampled_logp), 0)
 
@@ -157,3 +157,38 @@ def test_preload_errors(env: ArmPush, tmp_path: Path) -> None:
         bc.preload(PreloadSource(base_run=tmp_path))
     with pytest.raises(EmbodiedError, match="does not exist"):
         bc.preload(PreloadSource(dataset=tmp_path / "missing"))
+
+
+def test_micro_batches_accumulate_to_the_minibatch_gradient(env: ArmPush) -> None:
+    """An update in micro-batches of 3 lands where the whole-minibatch update lands."""
+    after = []
+    for micro in (0, 3):
+        algo = _algo(env, micro_batch=micro, actor_lr=1e-2)
+        algo.generator.manual_seed(7)
+        _rollout(algo, env)
+        algo.update()
+        after.append(torch.cat([p.detach().flatten() for p in [*algo.policy.parameters(), *algo.critic.parameters()]]))
+    torch.testing.assert_close(after[0], after[1], rtol=0, atol=1e-5)
+
+
+def test_a_chunk_drives_exec_steps_env_steps(env: ArmPush) -> None:
+    """With exec_steps = 2 each chain's chunk runs two env steps; their rewards are one transition."""
+    flow = FlowPolicyCfg(hidden=(32, 32), chunk=2, exec_steps=2, denoise_steps=3)
+    torch.manual_seed(0)
+    algo = ReinFlow(ReinFlowCfg(policy=flow, num_steps_per_env=3, critic_warmup_updates=0, gamma=0.5), env)
+    algo.preload(PreloadSource(base_policy=FlowPolicy(18, 3, flow)))
+    obs = env.reset(seed=0)
+    steps = 0
+    while not algo.ready_to_update():
+        action = algo.act(obs)
+        if steps % 2 == 1:  # the chunk's second action, no new chain
+            assert torch.equal(action, algo._chunk[:, 1])  # type: ignore[index]
+        reward = torch.full((4,), 1.0)
+        done = torch.zeros(4, dtype=torch.bool)
+        nxt = env.step(action)[0]
+        algo.observe(Transition(obs, action, reward, done, done, nxt, nxt))
+        obs, steps = nxt, steps + 1
+    assert steps == 6 and algo.storage.cursor == 3
+    # 1 + gamma: the chunk's two rewards, discounted inside the chunk
+    torch.testing.assert_close(algo.storage.rewards, torch.full((3, 4), 1.5))
+    assert math.isfinite(algo.update()["value_loss"])

@@ -11,6 +11,7 @@ import pytest
 import torch
 from env_support import StatelessEnvMixin
 
+from embodied.action_chunks import ChunkExecutor
 from embodied.algo import ExportUnsupportedError, PreloadSource, Transition
 from embodied.algos.residual import BASE_GROUP, Residual, ResidualCfg
 from embodied.config import ConfigError
@@ -20,6 +21,7 @@ from embodied.errors import EmbodiedError
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.policies.deterministic import DeterministicActor
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
+from embodied.policies.residual import base_chunk_spec
 from embodied.tasks.arm_push import ArmPush, ArmPushCfg
 
 SMALL: dict[str, Any] = {
@@ -105,17 +107,38 @@ def test_export_carries_base_and_residual(env: ArmPush, tmp_path: Path) -> None:
     assert result.max_abs_err <= 1e-5
 
 
-def test_open_loop_chunks_do_not_export(env: ArmPush) -> None:
-    algo = residual(env, flow_base(2))
-    with pytest.raises(ExportUnsupportedError, match="open-loop"):
-        algo.policy.export_module()
-    with pytest.raises(ExportUnsupportedError, match="temporal_ensemble"):
+def test_a_stateful_base_exports_as_planner_and_residual_step(env: ArmPush) -> None:
+    with pytest.raises(ExportUnsupportedError, match=r"open-loop.*two graphs"):
+        residual(env, flow_base(2)).policy.export_module()
+    with pytest.raises(ExportUnsupportedError, match=r"temporal_ensemble.*two graphs"):
         residual(env, flow_base(1, temporal_ensemble=True)).policy.export_module()
     exported = residual(env, flow_base(1)).policy.export_module()
     obs = torch.randn(2, 18)
     assert exported(obs).shape == (2, 3)
     # zero-initialized residual: the export is the first action of the base's fresh plan
     torch.testing.assert_close(exported(obs), flow_base(1).export_module()(obs)[:, 0], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(("exec_steps", "ensemble"), [(1, False), (3, False), (1, True)])
+def test_planner_and_step_rebuild_act_for_every_chunk_execution(env: ArmPush, exec_steps: int, ensemble: bool) -> None:
+    algo = residual(env, flow_base(exec_steps, temporal_ensemble=ensemble))
+    with torch.no_grad():
+        for p in algo.policy.net.parameters():
+            p.normal_(0.0, 0.5)  # a residual that moves the base
+    algo.policy.obs_norm.update(torch.randn(100, 18))  # type: ignore[union-attr]
+    planner, step = algo.policy.base_planner(), algo.policy.step_module()
+    executor: ChunkExecutor[torch.Tensor] = ChunkExecutor(planner, base_chunk_spec(algo.policy.base))
+    obs = env.reset(seed=5)
+    moved = False
+    for _ in range(7):  # past two plans of the open-loop base, several blends of the ensemble
+        want = algo.policy.act(obs)
+        with torch.no_grad():
+            base_action = executor(obs["policy"])
+            got = step(obs["policy"], base_action)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+        moved = moved or not torch.equal(got, base_action)
+        obs = env.step(want)[0]
+    assert moved
 
 
 def test_needs_a_base_and_fitting_sizes(env: ArmPush) -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from embodied.algo import ExportUnsupportedError
 from embodied.cli import main
+from embodied.real.runner import PolicyRunner
 from embodied.training.run import CHECKPOINT_FILE, load_run
 
 FLOW = ["algo.policy.hidden=[32,32]", "algo.policy.chunk=2", "algo.policy.denoise_steps=2"]
@@ -30,20 +32,21 @@ def test_residual_on_a_flow_base(
     demos = tmp_path / "demos"
     assert main(["collect", "scripted:arm-push", "--episodes", "4", "--num-envs", "2", "--out", str(demos)]) == 0
     bases = {}
-    for exec_steps in (1, 2):
-        bases[exec_steps] = tmp_path / f"bc{exec_steps}"
-        argv = ["train", "arm-push", "--algo", "bc-flow", "--dataset", str(demos), "--run-dir", str(bases[exec_steps])]
+    # the three ways a base executes its chunks: a fresh plan per step, open-loop, blended
+    for name, exec_steps, ensemble in (("fresh", 1, "false"), ("open", 2, "false"), ("blend", 1, "true")):
+        bases[name] = tmp_path / f"bc_{name}"
+        argv = ["train", "arm-push", "--algo", "bc-flow", "--dataset", str(demos), "--run-dir", str(bases[name])]
         argv += [
             *FLOW,
             f"algo.policy.exec_steps={exec_steps}",
-            "algo.policy.temporal_ensemble=false",
+            f"algo.policy.temporal_ensemble={ensemble}",
             *QUICK,
             "trainer.total_env_steps=8",
         ]
         assert main(argv) == 0
 
     run = tmp_path / "res"
-    argv = ["train", "arm-push", "--algo", "residual", "--base", str(bases[1]), "--dataset", str(demos)]
+    argv = ["train", "arm-push", "--algo", "residual", "--base", str(bases["fresh"]), "--dataset", str(demos)]
     argv += ["--run-dir", str(run), *SMALL, *QUICK, "trainer.total_env_steps=40"]
     assert main(argv) == 0
     assert (run / CHECKPOINT_FILE).is_file()
@@ -65,12 +68,35 @@ def test_residual_on_a_flow_base(
     assert results["onnx"]["mean_episode_length"] == results["torch"]["mean_episode_length"]
     assert results["onnx"]["mean_return"] == pytest.approx(results["torch"]["mean_return"], abs=1e-3)
 
-    chunked = tmp_path / "res_chunked"
-    argv = ["train", "arm-push", "--algo", "residual", "--base", str(bases[2]), "--run-dir", str(chunked)]
-    argv += [*SMALL, *QUICK, "trainer.total_env_steps=20"]
-    assert main(argv) == 0  # trains and checkpoints; only its export is refused
-    with pytest.raises(ExportUnsupportedError, match="open-loop"):
-        load_run(chunked).policy.export_module()
+    # a base with state between calls exports as its planner plus the residual step (two graphs)
+    for name in ("open", "blend"):
+        stateful = tmp_path / f"res_{name}"
+        argv = ["train", "arm-push", "--algo", "residual", "--base", str(bases[name]), "--run-dir", str(stateful)]
+        argv += [*SMALL, *QUICK, "trainer.total_env_steps=20"]
+        assert main(argv) == 0
+        with pytest.raises(ExportUnsupportedError, match="two graphs"):
+            load_run(stateful).policy.export_module()
+        assert main(["export", str(stateful)]) == 0
+        assert (stateful / "export" / "residual.onnx").is_file()
+        policy_io = json.loads((stateful / "export" / "policy_io.json").read_text())
+        assert policy_io["residual_step"]["file"] == "residual.onnx"
+        capsys.readouterr()
+        for kind in ("torch", "onnx"):
+            assert main(["eval", str(stateful), "--episodes", "2", "--json", "--policy", kind]) == 0
+            results[kind] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert results["onnx"]["mean_episode_length"] == results["torch"]["mean_episode_length"]
+        assert results["onnx"]["mean_return"] == pytest.approx(results["torch"]["mean_return"], abs=1e-3)
+        # the deploy runner composes the two graphs as the torch policy acts, step by step
+        loaded = load_run(stateful)
+        runner = PolicyRunner(stateful)
+        env = loaded.make_env(1, seed=0)
+        obs = env.reset(seed=0)
+        for _ in range(5):
+            want = loaded.policy.act(obs)
+            got = runner(obs["policy"][0].numpy())
+            np.testing.assert_allclose(got, want[0].numpy(), rtol=0, atol=1e-5)
+            obs = env.step(want)[0]
+        env.close()
 
     # without --base the algorithm says what it needs
     argv = ["train", "arm-push", "--algo", "residual", "--dataset", str(demos), "--run-dir", str(tmp_path / "x")]

@@ -14,26 +14,40 @@ this is asserted (the reference implementation's grids differ, which breaks exac
 The objective is PPO's clipped surrogate plus a value loss, an entropy bonus on the noise,
 and optionally a behaviour-cloning term pulling the velocity field to the frozen base.
 
-The base enters through ``preload`` (``--base RUN_DIR`` of a ``bc-flow`` run); its flow
-architecture must equal ``algo.policy``. The env executes the first action of each chunk
-(``policy.exec_steps`` must be 1). Evaluation and exports use the noise-free sampler.
+The algorithm sees the policy only through a :class:`~embodied.algos.flow_chain.FlowChain`, so
+the same loop fine-tunes this project's flow policies (``--base RUN_DIR`` of a ``bc-flow`` run,
+whose flow architecture must equal ``algo.policy``) and a pretrained flow-matching VLA's action
+expert (``--base lerobot:PATH`` of a SmolVLA checkpoint, :mod:`embodied.policies.smolvla_chain`;
+which of its parts train is ``algo.vla``). The chain's conditioning (a flow policy's normalized
+observation, a VLA backbone's key/value cache) is computed once per observation when acting and
+stored with the rollout: the ``K`` steps and every epoch reuse it.
 
-Shapes: ``T`` = steps per rollout, ``N`` = envs, ``D`` = observation size, ``F = H * A``
-the flattened chunk, ``K`` = denoising steps, chains ``[B, K+1, F]``.
+Chunks run as the base runs them: each chain's chunk drives ``exec_steps`` env steps (its first
+``exec_steps`` actions, shared by all envs), and those steps are one PPO transition whose reward
+is their discounted sum (cut at an episode's end; the next chain then starts mid-episode of the
+new one) and whose discount is ``gamma ** exec_steps``. ``num_steps_per_env`` counts chains.
+A blended (temporal-ensemble) base is refused: its action is no single chain's. Evaluation and
+exports use the noise-free sampler (a VLA: LeRobot's own sampler).
+
+Memory: ``algo.micro_batch`` splits each minibatch into micro-batches whose gradients accumulate
+before one optimizer step, so a large policy trains with a bounded activation footprint.
+
+Shapes: ``T`` = chains per rollout, ``N`` = envs, ``C`` = chain feature size, ``F`` the
+flattened chain state, ``K`` = denoising steps, chains ``[B, K+1, F]``.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from embodied.algo import PreloadSource, Transition
+from embodied.algos.flow_chain import Cond, FlowChain, PolicyFlowChain, cat_conds, cond_rows, index_cond
 from embodied.algos.ppo import clipped_surrogate_loss, value_loss_fn
 from embodied.config import ConfigError, ranged
 from embodied.data.gae import compute_gae
@@ -42,6 +56,7 @@ from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg, mlp
 from embodied.policies.image_flow import make_flow_policy
+from embodied.precision import Bf16Setting
 
 RATIO_TOL = 1e-5
 """Largest ``|ratio - 1|`` allowed on the first minibatch of an update (float32 round-off of
@@ -55,11 +70,41 @@ class RatioCheckError(EmbodiedError):
 
 
 @dataclass(frozen=True)
+class VLAFineTuneCfg:
+    """What of a pretrained VLA (``--base lerobot:PATH``) ReinFlow trains, and how it batches."""
+
+    train: Literal["expert", "last_layers"] = "expert"
+    """``expert``: the whole action expert (its transformer and the action/time projections);
+    ``last_layers``: only its last ``last_layers`` transformer layers and the action output
+    projection. The vision-language backbone is always frozen."""
+    last_layers: int = 1
+    """Expert layers trained with ``train: last_layers``."""
+    backbone_micro_batch: int = 8
+    """Observations per backbone forward when acting (bounds the backbone's activation memory)."""
+    bf16: Bf16Setting = "auto"
+    """bfloat16 autocast of the frozen backbone's forward (``auto``: where the device computes bf16
+    natively, :mod:`embodied.precision`). The expert's chain stays float32, so the chain's
+    likelihood is exact and the first importance ratio is 1."""
+    feature_dim: int = 64
+    """Size of the fixed projection of the pooled backbone features that the critic and the noise
+    network read (beside the state)."""
+
+    def __post_init__(self) -> None:
+        for name in ("last_layers", "backbone_micro_batch", "feature_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"algo.vla.{name} must be >= 1, got {getattr(self, name)}")
+        if self.train not in ("expert", "last_layers"):
+            raise ConfigError(f"algo.vla.train must be 'expert' or 'last_layers', got {self.train!r}")
+
+
+@dataclass(frozen=True)
 class ReinFlowCfg:
     """ReinFlow hyperparameters (defaults from the paper's locomotion settings, sped up for CPU)."""
 
     policy: FlowPolicyCfg = field(default_factory=FlowPolicyCfg)
-    """Flow architecture: must equal the base run's ``algo.policy``."""
+    """Flow architecture: must equal the base run's ``algo.policy`` (ignored for a LeRobot base)."""
+    vla: VLAFineTuneCfg = field(default_factory=VLAFineTuneCfg)
+    """A pretrained VLA base (``--base lerobot:PATH``): what trains and how it batches."""
     sigma_min: float = 0.08
     """Lower bound of the per-step noise std."""
     sigma_max: float = 0.16
@@ -69,13 +114,16 @@ class ReinFlowCfg:
     critic_hidden: tuple[int, ...] = (256, 256)
     """Hidden widths of the value network."""
     num_steps_per_env: int = 50
-    """Rollout length per env between updates."""
+    """Chains per env between updates (each drives ``exec_steps`` env steps)."""
     num_epochs: int = 5
     """Passes over the rollout per update."""
     num_minibatches: int = 4
     """Minibatches per epoch."""
+    micro_batch: int = 0
+    """Rows per gradient micro-batch: a minibatch's gradients accumulate over micro-batches of
+    this size before one optimizer step (0: the whole minibatch at once)."""
     gamma: float = ranged(0.99, 0.0, 1.0)
-    """Discount factor."""
+    """Discount factor per env step."""
     lam: float = ranged(0.95, 0.0, 1.0)
     """GAE lambda."""
     clip_ratio: float = ranged(0.01, 1e-3, 1.0)
@@ -111,22 +159,18 @@ class ReinFlowCfg:
         for name in ("clip_ratio", "actor_lr", "critic_lr", "reward_scale"):
             if not getattr(self, name) > 0.0:
                 raise ConfigError(f"algo.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("value_coef", "entropy_coef", "bc_coef", "critic_warmup_updates"):
+        for name in ("value_coef", "entropy_coef", "bc_coef", "critic_warmup_updates", "micro_batch"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"algo.{name} must be >= 0, got {getattr(self, name)}")
-        if self.policy.exec_steps != 1:
-            raise ConfigError(
-                f"algo.policy.exec_steps must be 1 for reinflow (each env step is one chain), got {self.policy.exec_steps}"
-            )
         if self.policy.temporal_ensemble:
             raise ConfigError(
-                "algo.policy.temporal_ensemble must be false for reinflow: each env step acts one chain's first "
-                "action (the one it scores), and the fine-tuned policy is evaluated and exported that way"
+                "algo.policy.temporal_ensemble must be false for reinflow: an action blended from several "
+                "chains is no single chain's, so no likelihood scores it"
             )
 
 
 class NoiseNet(nn.Module):
-    """``log sigma^2 [B, F]`` in ``[log sigma_min^2, log sigma_max^2]`` from obs and time features."""
+    """``log sigma^2 [B, F]`` in ``[log sigma_min^2, log sigma_max^2]`` from chain and time features."""
 
     def __init__(self, obs_dim: int, embed_dim: int, flat_dim: int, cfg: ReinFlowCfg) -> None:
         super().__init__()
@@ -147,6 +191,10 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, log_var: torch.Tensor
 class ReinFlow:
     """Implements ``Algorithm`` and ``Preloadable`` (base policy only)."""
 
+    base_outside_checkpoint = True
+    """Every rebuild preloads ``trainer.base_run`` first (a VLA's frozen backbone is never copied
+    into the checkpoint); the checkpoint then restores the fine-tuned weights."""
+
     def __init__(self, cfg: ReinFlowCfg, env: VecEnv) -> None:
         require_box_actions(env, "reinflow")
         self.cfg = cfg
@@ -154,40 +202,66 @@ class ReinFlow:
         self.num_envs = int(env.num_envs)
         self.obs_dim = int(math.prod(env.obs_spec["policy"]))
         self.action_dim = int(env.action_dim)
-        pcfg = cfg.policy
-        self.policy = make_flow_policy(env.obs_spec, self.action_dim, pcfg).to(self.device)
-        self.base = copy.deepcopy(self.policy).requires_grad_(False)
-        f = self.policy.flat_dim
-        embed = pcfg.time_embed_dim * (2 if pcfg.shortcut else 1)
-        # noise net and critic read what the velocity network is conditioned on (``C``): the
-        # normalized policy group, or an image-instruction policy's image, text and proprioception features
-        self.cond_dim = self.policy.cond_dim
-        self.noise = NoiseNet(self.cond_dim, embed, f, cfg).to(self.device)
-        self.critic = mlp([self.cond_dim, *cfg.critic_hidden, 1], "tanh").to(self.device)
-        self.actor_opt = torch.optim.Adam([*self.policy.parameters(), *self.noise.parameters()], lr=cfg.actor_lr)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
-        self.chain_dim = (pcfg.denoise_steps + 1) * f
-        self.storage = RolloutStorage(
-            cfg.num_steps_per_env, self.num_envs, self.cond_dim, self.cond_dim, self.chain_dim, False, self.device
-        )
+        self.obs_spec = dict(env.obs_spec)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         self.updates = 0
         self._acted = False
         self._preloaded = False
+        self._build(PolicyFlowChain(make_flow_policy(env.obs_spec, self.action_dim, cfg.policy).to(self.device)))
+
+    def _build(self, chain: FlowChain) -> None:
+        """Noise network, critic, optimizers and rollout storage for ``chain``."""
+        cfg = self.cfg
+        self.chain = chain
+        # a FlowPolicy, or the LeRobotPolicy of a VLA base (typed loosely: callers use either's API)
+        self.policy: Any = chain.policy
+        self.exec_steps = chain.chunk_spec.exec_steps
+        self.noise = NoiseNet(chain.feature_dim, chain.time_dim, chain.flat_dim, cfg).to(self.device)
+        self.critic = mlp([chain.feature_dim, *cfg.critic_hidden, 1], "tanh").to(self.device)
+        self.actor_opt = torch.optim.Adam([*chain.trainable_parameters(), *self.noise.parameters()], lr=cfg.actor_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
+        self.chain_dim = (chain.denoise_steps + 1) * chain.flat_dim
+        self.storage = RolloutStorage(
+            cfg.num_steps_per_env,
+            self.num_envs,
+            chain.feature_dim,
+            chain.feature_dim,
+            self.chain_dim,
+            False,
+            self.device,
+        )
+        self._conds: list[Cond | None] = [None] * cfg.num_steps_per_env
+        self._chunk: torch.Tensor | None = None
+        """The chunk ``[N, H, A]`` being executed and how many of its actions ran."""
+        self._chunk_step = 0
+        self._macro_reward = torch.zeros(self.num_envs, device=self.device)
+        self._macro_done = torch.zeros(self.num_envs, device=self.device)
+        self._macro_discount = 1.0
 
     # ------------------------------------------------------------------------------ base
     def preload(self, source: PreloadSource) -> None:
-        """Start from the base run's flow policy (weights and observation normalizer)."""
+        """Start from the base policy: a bc-flow run's flow policy, or a LeRobot flow-matching VLA."""
         base = source.base_policy
         if base is None:
             raise EmbodiedError(f"reinflow fine-tunes a base policy: give --base RUN_DIR (got {source.describe()})")
         if not isinstance(base, FlowPolicy):
-            raise EmbodiedError(
-                f"reinflow needs a flow-matching base (a bc-flow run), but {source.base_run} holds a "
-                f"{type(base).__name__}"
-            )
-        # how the base executed its chunks is not architecture: reinflow acts one chain per step
+            from embodied.policies.smolvla_chain import is_smolvla_base, smolvla_chain
+
+            if not is_smolvla_base(base):
+                raise EmbodiedError(
+                    f"reinflow needs a flow-matching base (a bc-flow run, or lerobot:PATH of a SmolVLA), but "
+                    f"{source.base_run} holds a {type(base).__name__}"
+                )
+            if self.cfg.bc_coef > 0.0:
+                raise ConfigError(
+                    "algo.bc_coef > 0 keeps a frozen copy of the base's velocity field; for a VLA base that is a "
+                    "second action expert in memory, which is not supported: set algo.bc_coef=0"
+                )
+            self._build(smolvla_chain(base, self.cfg.vla, self.device))
+            self._preloaded = True
+            return
+        # how the base executed its chunks is not architecture: reinflow acts one chain per chunk
         execution = ("temporal_ensemble",)
         diff = [
             f"{f.name}: base {getattr(base.cfg, f.name)!r} vs algo.policy {getattr(self.cfg.policy, f.name)!r}"
@@ -204,69 +278,74 @@ class ReinFlow:
             raise EmbodiedError(
                 f"--base {source.base_run} maps {base.obs_dim} -> {base.action_dim}, this task {self.obs_dim} -> {self.action_dim}"
             )
-        self.policy.load_state_dict(base.state_dict())
-        self.base.load_state_dict(base.state_dict())
+        assert isinstance(self.chain, PolicyFlowChain)
+        self.chain.policy.load_state_dict(base.state_dict())
+        self.chain.base.load_state_dict(base.state_dict())
         self._preloaded = True
 
     # ----------------------------------------------------------------------------- chain
-    def step_dist(self, obs_n: torch.Tensor, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and log-variance ``[B, F]`` of ``x_{k+1}`` given ``x_k`` at ``t_k = k / K``.
+    def step_dist(self, cond: Cond, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and log-variance ``[B, F]`` of ``x_{k+1}`` given ``x_k`` at grid step ``k``.
 
         The only place the transition is defined: sampling and scoring both call it.
         """
-        mean = x + self.policy.field(x, k, obs_n) / self.cfg.policy.denoise_steps
-        t = torch.full((x.shape[0],), k / self.cfg.policy.denoise_steps, device=x.device, dtype=x.dtype)
-        log_var = self.noise(obs_n, self.policy.time_features(t))
+        mean = self.chain.step_mean(cond, x, k)
+        log_var = self.noise(self.chain.features(cond), self.chain.time_features(k, x.shape[0]))
         return mean, log_var
 
     @torch.no_grad()
-    def sample_chain(self, obs_n: torch.Tensor) -> torch.Tensor:
+    def sample_chain(self, cond: Cond) -> torch.Tensor:
         """A noisy chain ``[B, K+1, F]`` from ``x0 ~ N(0, I)``."""
-        b, f = obs_n.shape[0], self.policy.flat_dim
+        b, f = cond_rows(cond), self.chain.flat_dim
         x = torch.randn(b, f, generator=self.generator, device=self.device)
         chain = [x]
-        for k in range(self.cfg.policy.denoise_steps):
-            mean, log_var = self.step_dist(obs_n, x, k)
+        for k in range(self.chain.denoise_steps):
+            mean, log_var = self.step_dist(cond, x, k)
             noise = torch.randn(b, f, generator=self.generator, device=self.device)
             x = mean + torch.exp(0.5 * log_var) * noise
             chain.append(x)
         return torch.stack(chain, dim=1)
 
-    def chain_log_prob(self, obs_n: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+    def chain_log_prob(self, cond: Cond, chain: torch.Tensor) -> torch.Tensor:
         """Exact log-likelihood of chains ``[B, K+1, F]``, divided by ``(K+1) F``: ``[B]``."""
-        steps = self.cfg.policy.denoise_steps
+        steps = self.chain.denoise_steps
         x0 = chain[:, 0]
         logp = gaussian_log_prob(x0, torch.zeros_like(x0), torch.zeros_like(x0))
         for k in range(steps):
-            mean, log_var = self.step_dist(obs_n, chain[:, k], k)
+            mean, log_var = self.step_dist(cond, chain[:, k], k)
             logp = logp + gaussian_log_prob(chain[:, k + 1], mean, log_var)
         return logp / ((steps + 1) * chain.shape[-1])
-
-    def _action(self, chain: torch.Tensor) -> torch.Tensor:
-        """First action of the final chunk, clipped: ``[B, A]``."""
-        return chain[:, -1, : self.action_dim].clamp(-1.0, 1.0)
 
     # --------------------------------------------------------------------------- rollout
     @torch.no_grad()
     def act(self, obs: ObsDict) -> torch.Tensor:
-        st = self.storage
         if not self._preloaded:
             raise EmbodiedError("reinflow starts from a base policy: train with --base RUN_DIR (a bc-flow run)")
+        if self._chunk is not None and self._chunk_step < self.exec_steps:
+            action = self._chunk[:, self._chunk_step]
+            self._chunk_step += 1
+            self._acted = True
+            return action
+        st = self.storage
         if st.cursor >= st.steps:
             raise EmbodiedError("ReinFlow.act called on a full rollout: call update() first")
-        obs_n = self.policy.condition(obs)  # acting is no_grad: encoders stay as the base trained them
-        chain = self.sample_chain(obs_n)
+        cond = self.chain.encode(obs)  # once per observation: the K steps and every epoch reuse it
+        chain = self.sample_chain(cond)
         c = st.cursor
-        st.actor_obs[c] = obs_n
+        features = self.chain.features(cond)
+        self._conds[c] = cond
+        st.actor_obs[c] = features
         st.actions[c] = chain.reshape(chain.shape[0], -1)
-        st.log_probs[c] = self.chain_log_prob(obs_n, chain)
-        st.values[c] = self.critic(obs_n).squeeze(-1)
+        st.log_probs[c] = self.chain_log_prob(cond, chain)
+        st.values[c] = self.critic(features).squeeze(-1)
+        self._chunk = self.chain.actions(chain[:, -1])
+        self._chunk_step = 1
         self._acted = True
-        return self._action(chain)
+        return self._chunk[:, 0]
 
     @torch.no_grad()
     def _value_of(self, obs: ObsDict) -> torch.Tensor:
-        return self.critic(self.policy.condition(obs)).squeeze(-1)
+        return self.critic(self.chain.features(self.chain.encode(obs))).squeeze(-1)
 
     @torch.no_grad()
     def observe(self, transition: Transition) -> None:
@@ -281,7 +360,19 @@ class ReinFlow:
             lambda idx: self._value_of({group: rows[idx] for group, rows in transition.final_obs.items()}),
         )
         self._acted = False
-        st.record_outcome(reward, done, lambda: self._value_of(transition.next_obs))
+        # one PPO transition per chunk: the discounted rewards of its env steps, cut where an episode ended
+        alive = 1.0 - self._macro_done
+        self._macro_reward += self._macro_discount * alive * reward
+        self._macro_done = torch.maximum(self._macro_done, done)
+        self._macro_discount *= cfg.gamma
+        if self._chunk_step < self.exec_steps:
+            return
+        st.record_outcome(
+            self._macro_reward.clone(), self._macro_done.clone(), lambda: self._value_of(transition.next_obs)
+        )
+        self._macro_reward.zero_()
+        self._macro_done.zero_()
+        self._macro_discount = 1.0
 
     def ready_to_update(self) -> bool:
         return self.storage.cursor >= self.storage.steps
@@ -291,49 +382,65 @@ class ReinFlow:
         st, cfg = self.storage, self.cfg
         if not self.ready_to_update():
             raise EmbodiedError(f"ReinFlow.update called with {st.cursor}/{st.steps} rollout steps stored")
-        advantages, returns = compute_gae(st.rewards, st.values, st.dones, st.last_values, cfg.gamma, cfg.lam)
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        gamma = cfg.gamma**self.exec_steps
+        advantages, returns = compute_gae(st.rewards, st.values, st.dones, st.last_values, gamma, cfg.lam)
+        spread = advantages.std() if advantages.numel() > 1 else torch.ones((), device=self.device)
+        advantages = (advantages - advantages.mean()) / (spread + 1e-8)
         b = st.steps * self.num_envs
-        obs_all = st.actor_obs.reshape(b, -1)
-        chains = st.actions.reshape(b, cfg.policy.denoise_steps + 1, -1)
+        # rows in (step, env) order, as the stored tensors reshape
+        cond_all = cat_conds([c for c in self._conds if c is not None])
+        if cond_rows(cond_all) != b:
+            raise EmbodiedError(f"ReinFlow.update: {cond_rows(cond_all)} stored conditionings for {b} rollout rows")
+        feat_all = st.actor_obs.reshape(b, -1)
+        chains = st.actions.reshape(b, self.chain.denoise_steps + 1, -1)
         logp_old_all = st.log_probs.reshape(b)
         value_old_all = st.values.reshape(b)
         adv_all, ret_all = advantages.reshape(b), returns.reshape(b)
         mb = b // cfg.num_minibatches
+        micro = cfg.micro_batch if 0 < cfg.micro_batch < mb else mb
         train_actor = self.updates >= cfg.critic_warmup_updates
         stats = torch.zeros(cfg.num_epochs * cfg.num_minibatches, len(METRICS))
         i = 0
         for epoch in range(cfg.num_epochs):
             perm = torch.randperm(b, generator=self.generator, device=self.device)
             for m in range(cfg.num_minibatches):
-                idx = perm[m * mb : (m + 1) * mb]
-                obs_n, chain = obs_all[idx], chains[idx]
-                logp = self.chain_log_prob(obs_n, chain)
-                surrogate, ratio = clipped_surrogate_loss(logp, logp_old_all[idx], adv_all[idx], cfg.clip_ratio)
-                if epoch == 0 and m == 0:
-                    check_first_ratio(ratio, self.updates)
-                value = self.critic(obs_n).squeeze(-1)
-                value_loss = value_loss_fn(value, value_old_all[idx], ret_all[idx], None)
-                log_var = self._mean_log_var(obs_n, chain)
-                entropy = 0.5 * (log_var + math.log(2 * math.pi * math.e))
-                bc = self._bc_loss(obs_n, chain) if cfg.bc_coef > 0.0 else torch.zeros((), device=self.device)
-                actor_loss = surrogate - cfg.entropy_coef * entropy + cfg.bc_coef * bc
+                idx_mb = perm[m * mb : (m + 1) * mb]
                 self.critic_opt.zero_grad(set_to_none=True)
                 self.actor_opt.zero_grad(set_to_none=True)
-                loss = cfg.value_coef * value_loss + (actor_loss if train_actor else 0.0 * actor_loss)
-                loss.backward()
+                row = torch.zeros(len(METRICS))
+                for start in range(0, mb, micro):
+                    idx = idx_mb[start : start + micro]
+                    share = len(idx) / mb  # gradients of the micro-batches add up to the minibatch's
+                    cond, chain, feat = index_cond(cond_all, idx), chains[idx], feat_all[idx]
+                    logp = self.chain_log_prob(cond, chain)
+                    surrogate, ratio = clipped_surrogate_loss(logp, logp_old_all[idx], adv_all[idx], cfg.clip_ratio)
+                    if epoch == 0 and m == 0:
+                        check_first_ratio(ratio, self.updates)
+                    value = self.critic(feat).squeeze(-1)
+                    value_loss = value_loss_fn(value, value_old_all[idx], ret_all[idx], None)
+                    log_var = self._mean_log_var(cond, chain)
+                    entropy = 0.5 * (log_var + math.log(2 * math.pi * math.e))
+                    bc = self._bc_loss(cond, chain) if cfg.bc_coef > 0.0 else torch.zeros((), device=self.device)
+                    actor_loss = surrogate - cfg.entropy_coef * entropy + cfg.bc_coef * bc
+                    loss = cfg.value_coef * value_loss + (actor_loss if train_actor else 0.0 * actor_loss)
+                    (loss * share).backward()
+                    with torch.no_grad():
+                        clip_fraction = ((ratio - 1.0).abs() > cfg.clip_ratio).float().mean()
+                        sigma = torch.exp(0.5 * log_var)
+                        parts = [surrogate, value_loss, entropy, bc, clip_fraction, sigma]
+                        row += share * torch.stack(parts).detach().cpu()
                 if cfg.max_grad_norm > 0.0:
                     nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
-                    nn.utils.clip_grad_norm_([*self.policy.parameters(), *self.noise.parameters()], cfg.max_grad_norm)
+                    nn.utils.clip_grad_norm_(
+                        [*self.chain.trainable_parameters(), *self.noise.parameters()], cfg.max_grad_norm
+                    )
                 self.critic_opt.step()
                 if train_actor:
                     self.actor_opt.step()
-                with torch.no_grad():
-                    clip_fraction = ((ratio - 1.0).abs() > cfg.clip_ratio).float().mean()
-                    sigma = torch.exp(0.5 * log_var)
-                    stats[i] = torch.stack([surrogate, value_loss, entropy, bc, clip_fraction, sigma]).detach().cpu()
+                stats[i] = row
                 i += 1
         st.cursor = 0
+        self._conds = [None] * st.steps
         self.updates += 1
         metrics = dict(zip(METRICS, stats.mean(dim=0).tolist(), strict=True))
         metrics["actor_trained"] = float(train_actor)
@@ -342,39 +449,68 @@ class ReinFlow:
             raise NonFiniteError(f"ReinFlow update produced non-finite {', '.join(bad)}")
         return metrics
 
-    def _mean_log_var(self, obs_n: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+    def _mean_log_var(self, cond: Cond, chain: torch.Tensor) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
-        for k in range(self.cfg.policy.denoise_steps):
-            _, log_var = self.step_dist(obs_n, chain[:, k], k)
-            total = total + log_var.mean()
-        return total / self.cfg.policy.denoise_steps
+        feat = self.chain.features(cond)
+        for k in range(self.chain.denoise_steps):
+            total = total + self.noise(feat, self.chain.time_features(k, chain.shape[0])).mean()
+        return total / self.chain.denoise_steps
 
-    def _bc_loss(self, obs_n: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
-        """Mean ``|v(x_k, t_k) - v_base(x_k, t_k)|^2`` over the visited chain states."""
+    def _bc_loss(self, cond: Cond, chain: torch.Tensor) -> torch.Tensor:
+        """Mean ``|v(x_k, t_k) - v_base(x_k, t_k)|^2`` over the visited chain states (through the
+        Euler means, which differ from the velocities by the constant ``x_k`` and the step size)."""
         total = torch.zeros((), device=self.device)
-        for k in range(self.cfg.policy.denoise_steps):
+        scale = float(self.chain.denoise_steps)
+        for k in range(self.chain.denoise_steps):
             with torch.no_grad():
-                target = self.base.field(chain[:, k], k, obs_n)
-            total = total + (self.policy.field(chain[:, k], k, obs_n) - target).square().mean()
-        return total / self.cfg.policy.denoise_steps
+                target = self.chain.base_step_mean(cond, chain[:, k], k)
+            total = total + ((self.chain.step_mean(cond, chain[:, k], k) - target) * scale).square().mean()
+        return total / self.chain.denoise_steps
 
     # ------------------------------------------------------------------------ checkpoints
+    def _trainable_state(self) -> dict[str, torch.Tensor]:
+        """The policy's trained tensors (a flow policy: all of it; a VLA: its trained expert parts)."""
+        state = self.policy.state_dict(keep_vars=True)
+        if isinstance(self.policy, FlowPolicy):
+            return {k: v.detach() for k, v in state.items()}
+        trained = {id(p) for p in self.chain.trainable_parameters()}
+        out: dict[str, torch.Tensor] = {}
+        for name, value in state.items():  # a module registered under two names is saved once
+            if id(value) in trained:
+                trained.discard(id(value))
+                out[name] = value.detach()
+        return out
+
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy.state_dict(),
-            "base": self.base.state_dict(),
+        conds = [c for c in self._conds if c is not None]
+        state: dict[str, Any] = {
+            "policy": self._trainable_state(),
             "noise": self.noise.state_dict(),
             "critic": self.critic.state_dict(),
             "actor_opt": self.actor_opt.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
             "generator": self.generator.get_state(),
             "updates": self.updates,
+            "conds": [{k: v.detach().clone() for k, v in c.items()} for c in conds],
+            "chunk": None if self._chunk is None else self._chunk.clone(),
+            "chunk_step": self._chunk_step,
+            "macro": (self._macro_reward.clone(), self._macro_done.clone(), self._macro_discount),
             **self.storage.checkpoint(self._acted),
         }
+        if isinstance(self.chain, PolicyFlowChain):
+            state["base"] = self.chain.base.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.base.load_state_dict(state["base"])
+        missing = set(self._trainable_state()) - set(state["policy"])
+        if missing:
+            raise EmbodiedError(
+                f"reinflow checkpoint lacks {len(missing)} trained tensors of this policy (e.g. {sorted(missing)[0]}); "
+                "it was written with another algo.vla.train setting"
+            )
+        self.policy.load_state_dict(state["policy"], strict=isinstance(self.policy, FlowPolicy))
+        if isinstance(self.chain, PolicyFlowChain) and "base" in state:
+            self.chain.base.load_state_dict(state["base"])
         self.noise.load_state_dict(state["noise"])
         self.critic.load_state_dict(state["critic"])
         self.actor_opt.load_state_dict(state["actor_opt"])
@@ -382,6 +518,15 @@ class ReinFlow:
         self.generator.set_state(state["generator"].cpu())
         self.updates = int(state["updates"])
         self._acted = self.storage.restore(state)
+        conds = list(state.get("conds", []))
+        self._conds = [*conds, *([None] * (self.storage.steps - len(conds)))]
+        self._chunk = state.get("chunk")
+        self._chunk_step = int(state.get("chunk_step", 0))
+        if "macro" in state:
+            reward, done, discount = state["macro"]
+            self._macro_reward.copy_(reward)
+            self._macro_done.copy_(done)
+            self._macro_discount = float(discount)
         self._preloaded = True
 
 

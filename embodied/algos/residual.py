@@ -48,6 +48,8 @@ from embodied.policies.residual import ResidualPolicy, fresh_base_action
 
 BASE_GROUP = "base_action"
 """Replay observation group holding the base's action ``[A]`` at that observation."""
+DEMO_BASE_BATCH = 64
+"""Demonstration observations per call of the base when labelling them with its actions."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ class Residual(FastTD3):
                 )
             now[IMAGE_GROUP] = torch.as_tensor(demos.images, device=dev)
             succ[IMAGE_GROUP] = torch.as_tensor(demos.next_images, device=dev)
-        base_now, base_next = self._base_fn(now), self._base_fn(succ)
+        base_now, base_next = self._base_in_batches(now), self._base_in_batches(succ)
         action = torch.as_tensor(demos.actions, device=dev)
         reward = torch.as_tensor(demos.rewards, device=dev, dtype=torch.float32)
         term = torch.as_tensor(demos.terminations, device=dev)
@@ -201,6 +203,17 @@ class Residual(FastTD3):
         if self.policy.obs_norm is not None:
             self.policy.obs_norm.update(obs)
         return buffer
+
+    def _base_in_batches(self, obs: ObsDict) -> torch.Tensor:
+        """The base's fresh-plan actions ``[M, A]`` for demonstration observations, computed
+        :data:`DEMO_BASE_BATCH` rows at a time (a VLA base's backbone would not fit all at once)."""
+        assert self._base_fn is not None
+        rows = int(obs["policy"].shape[0])
+        parts = [
+            self._base_fn({k: v[i : i + DEMO_BASE_BATCH] for k, v in obs.items()})
+            for i in range(0, rows, DEMO_BASE_BATCH)
+        ]
+        return torch.cat(parts) if parts else torch.zeros(0, self.action_dim, device=self.device)
 
     # --------------------------------------------------------------------------- acting
     def _probe_obs(self, batch: int) -> ObsDict:

@@ -3,7 +3,10 @@
 It measures every installed backend's throughput (``embodied bench sim`` at GPU-scale batch
 sizes) and runs three short trainings with their tasks' ``--preset gpu``: PPO on ``quad-hover``
 (until 95 % success holds), then PPO and FastTD3 on ``go1-flat`` (MuJoCo-Warp when installed);
-then writes ``bench_gpu.json`` and ``bench_gpu.md`` into ``--out``.
+then, where LeRobot is installed (its environment, ``scripts/setup_lerobot.sh``), ReinFlow and
+residual RL on a full-size SmolVLA configuration (:data:`VLA_FINETUNES`,
+``bench/smolvla_finetune.py``: env-steps/s, seconds per update, peak memory; their time boxes are
+added to the budget); then writes ``bench_gpu.json`` and ``bench_gpu.md`` into ``--out``.
 
 Every part runs as its own ``python -m embodied`` process with a time box (:data:`PARTS`,
 :data:`TRAININGS`): a part that overruns gets SIGTERM (a training stops at its next step and
@@ -127,6 +130,26 @@ TRAININGS: tuple[Training, ...] = (
 legged task; each with its task's ``--preset gpu``."""
 
 
+@dataclass(frozen=True)
+class VLAFinetune:
+    """One run of ``bench/smolvla_finetune.py`` (a full-size SmolVLA; ``--size tiny`` under ``--quick``)."""
+
+    algo: str
+    timeout_s: float
+    args: tuple[str, ...] = ()
+
+
+VLA_FINETUNES: tuple[VLAFinetune, ...] = (
+    # 4 envs x 2 chains of 50 actions: 400 env steps per update, two updates
+    VLAFinetune("reinflow", 150.0, ("--num-envs", "4", "--chains", "2", "--updates", "2", "--micro-batch", "4")),
+    # 4 envs x 100 steps with updates from the 50th
+    VLAFinetune("residual", 120.0, ("--num-envs", "4", "--updates", "10")),
+)
+"""Fine-tuning of a pretrained VLA's size, run only where lerobot is importable."""
+
+VLA_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "smolvla_finetune.py"
+
+
 @dataclass
 class Outcome:
     """What one part or training produced; ``status`` is ok, timeout, failed or skipped."""
@@ -174,12 +197,11 @@ def check_device(device: str, quick: bool) -> None:
         raise ConfigError(f"bench gpu: --device must be cpu or cuda[:N], got {device!r}")
 
 
-def _run(words: list[str], timeout_s: float) -> tuple[str, str, float, str]:
-    """Run ``python -m embodied WORDS``; ``(status, stdout, seconds, stderr tail)``."""
+def _run(words: list[str], timeout_s: float, command: list[str] | None = None) -> tuple[str, str, float, str]:
+    """Run ``python -m embodied WORDS`` (or ``command + WORDS``); ``(status, stdout, seconds, stderr tail)``."""
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "embodied", *words], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    argv = [*(command or [sys.executable, "-m", "embodied"]), *words]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     status = "ok"
     try:
         out, err = proc.communicate(timeout=timeout_s)
@@ -248,6 +270,17 @@ def _training_result(run_dir: Path) -> dict[str, Any]:
     return result
 
 
+def _measure(outcome: Outcome, words: list[str], timeout_s: float, command: list[str] | None = None) -> None:
+    """Run a measuring process (:func:`_run`) and record its JSON result or why it has none."""
+    outcome.status, out, outcome.seconds, err = _run(words, timeout_s, command)
+    if outcome.status == "ok":
+        outcome.result = _last_json(out)
+    elif outcome.status == "timeout":
+        outcome.error = f"stopped after {timeout_s:.0f} s"
+    else:
+        outcome.error = _last_line(err, outcome.status)
+
+
 def _budget_left(deadline: float, timeout_s: float) -> float:
     return min(timeout_s, deadline - time.perf_counter())
 
@@ -271,13 +304,7 @@ def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: 
         words += ["--repeats", str(repeats), "--device", device, "--json"]
         if part.backend == "quadrotor":
             words.append("--no-compile")
-        outcome.status, out, outcome.seconds, err = _run(words, timeout_s)
-        if outcome.status == "ok":
-            outcome.result = _last_json(out)
-        elif outcome.status == "timeout":
-            outcome.error = f"stopped after {timeout_s:.0f} s"
-        else:
-            outcome.error = _last_line(err, outcome.status)
+        _measure(outcome, words, timeout_s)
         log.info("bench gpu: %s at %d envs: %s", part.target, n, outcome.status)
     return outcomes
 
@@ -312,6 +339,36 @@ def run_trainings(
             outcome.error = f"no progress logged in {timeout_s:.0f} s"
         elif outcome.status != "ok":
             outcome.error = _last_line(err, outcome.status)
+        log.info("bench gpu: %s: %s", outcome.name, outcome.status)
+    return outcomes
+
+
+def lerobot_installed() -> bool:
+    """Whether lerobot imports here (the VLA fine-tuning items need it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("lerobot") is not None
+
+
+def run_vla_finetunes(args: argparse.Namespace, device: str, deadline: float) -> list[Outcome]:
+    """ReinFlow and residual on a SmolVLA (full size; tiny under ``--quick``), each in its time box."""
+    outcomes = []
+    for item in VLA_FINETUNES:
+        outcome = Outcome(f"{item.algo} smolvla", "arm-push", int(item.args[1]) if not args.quick else 2)
+        outcomes.append(outcome)
+        if not lerobot_installed():
+            outcome.error = "lerobot not installed (scripts/setup_lerobot.sh)"
+            continue
+        if not VLA_SCRIPT.is_file():
+            outcome.error = f"{VLA_SCRIPT} not found (run from a source checkout)"
+            continue
+        timeout_s = _budget_left(deadline, item.timeout_s)
+        if timeout_s < 10:
+            outcome.error = "time budget spent"
+            continue
+        words = ["--algo", item.algo, "--device", device]
+        words += ["--size", "tiny", "--num-envs", "2", "--updates", "1"] if args.quick else list(item.args)
+        _measure(outcome, words, timeout_s, [sys.executable, str(VLA_SCRIPT)])
         log.info("bench gpu: %s: %s", outcome.name, outcome.status)
     return outcomes
 
@@ -372,6 +429,19 @@ def markdown(report: dict[str, Any]) -> str:
         cells = [_cell(r, "env_steps", ","), _cell(r, "last_train_return", ".2f"), _cell(r, "eval/success_rate", ".3f")]
         cells += [_cell(r, "target_train_time_s", ".2f"), _cell(r, "target_env_steps", ","), f"{row['seconds']:.0f}"]
         lines.append(_table_row([row["name"], row["backend"], row["num_envs"], _status(row), *cells]))
+    lines += [
+        "",
+        "| VLA fine-tuning | num_envs | status | params M | trainable M | env-steps/s | s per update "
+        "| peak GPU GiB | peak RSS GiB | seconds |",
+        "|---|---:|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for row in report.get("vla", []):
+        r = row["result"]
+        rate = r.get("env_steps_per_s", r.get("env_steps_per_s_acting"))
+        cells = [_cell(r, "params_m", ".1f"), _cell(r, "trainable_m", ".1f"), "" if rate is None else f"{rate:.2f}"]
+        cells += [" ".join(str(v) for v in r.get("s_per_update", [])), _cell(r, "peak_cuda_gib", ".2f")]
+        cells += [_cell(r, "peak_rss_gib", ".2f"), f"{row['seconds']:.0f}"]
+        lines.append(_table_row([row["name"], row["num_envs"], _status(row), *cells]))
     return "\n".join(lines) + "\n"
 
 
@@ -403,6 +473,9 @@ def run(args: argparse.Namespace) -> int:
     reserved_s = sum(t.timeout_s for t in TRAININGS)
     throughput = run_parts(args, device, deadline - reserved_s, backends)
     training = run_trainings(args, device, deadline, backends, out)
+    # the VLA items' boxes come on top of the budget, and only where LeRobot is installed
+    vla_s = sum(v.timeout_s for v in VLA_FINETUNES) if lerobot_installed() else 0.0
+    vla = run_vla_finetunes(args, device, max(deadline, time.perf_counter()) + vla_s)
     report = {
         "started": started.isoformat(timespec="seconds"),
         "device": device,
@@ -412,6 +485,7 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine(device),
         "throughput": [asdict(o) for o in throughput],
         "training": [asdict(o) for o in training],
+        "vla": [asdict(o) for o in vla],
     }
     (out / "bench_gpu.json").write_text(json.dumps(report, indent=1))
     (out / "bench_gpu.md").write_text(markdown(report))

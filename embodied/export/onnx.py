@@ -30,6 +30,7 @@ from embodied.export.onnx_nodes import activation_nodes
 from embodied.export.policy_io import FORMAT_VERSIONS, ONNX_FILENAME, read_policy_io
 from embodied.io_spec import IOSpec
 from embodied.policy_io import check_session_hash, graph_sha256
+from embodied.residual_graph import ResidualGraph
 
 log = logging.getLogger(__name__)
 
@@ -259,9 +260,19 @@ def load_onnx_policy(run_dir: Path, env: Any) -> Callable[[ObsDict], torch.Tenso
 
     # a chunked policy returns [N, H, A]: its actions run receding-horizon, as in deployment
     executor = ChunkExecutor(plan, policy_io.chunk)
+    residual = (
+        None
+        if policy_io.residual_step is None
+        else ResidualGraph(
+            export_dir, policy_io, lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+        )
+    )
 
     def act(obs: ObsDict) -> torch.Tensor:
-        x = obs["policy"].detach().to("cpu", torch.float32).numpy()
-        return torch.from_numpy(np.ascontiguousarray(executor(x))).to(device)
+        x = np.ascontiguousarray(obs["policy"].detach().to("cpu", torch.float32).numpy())
+        action = np.ascontiguousarray(executor(x), dtype=np.float32)
+        if residual is not None:  # policy.onnx planned the base's chunks; the residual corrects each step
+            action = np.ascontiguousarray(residual(x, action))
+        return torch.from_numpy(action).to(device)
 
     return act

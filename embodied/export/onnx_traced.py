@@ -66,16 +66,20 @@ def traced_model(module: nn.Module, examples: Mapping[str, torch.Tensor]) -> Any
 
 
 def export_traced_inputs(
-    module: nn.Module, examples: Mapping[str, torch.Tensor], export_dir: Path, probes: Mapping[str, np.ndarray]
+    module: nn.Module,
+    examples: Mapping[str, torch.Tensor],
+    export_dir: Path,
+    probes: Mapping[str, np.ndarray],
+    filename: str = ONNX_FILENAME,
 ) -> OnnxExport:
-    """Trace ``module`` (:func:`traced_model`) to ``export_dir/policy.onnx``, its
+    """Trace ``module`` (:func:`traced_model`) to ``export_dir/filename``, its
     :func:`graph_sha256` in the metadata; check onnxruntime against torch on ``probes`` (name ->
     ``[N, ...]``)."""
     import onnx
 
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
-    path = export_dir / ONNX_FILENAME
+    path = export_dir / filename
     tmp = path.with_suffix(".onnx.tmp")
     model = traced_model(module, examples)
     sha = graph_sha256(model.graph)

@@ -1,0 +1,157 @@
+"""ReinFlow on a pretrained flow-matching VLA: a tiny SmolVLA (lerobot 0.4.4's real architecture,
+random weights, a tiny local SmolVLM backbone config and tokenizer) saved with ``save_pretrained``
+and loaded through ``--base lerobot:PATH``. The action expert's chain is LeRobot's own sampler,
+the backbone runs once per observation, the first importance ratio is 1 on every update, only
+the configured expert parts move, and the trainer runs it like any other algorithm.
+
+Runs in the LeRobot environment (``bash scripts/setup_lerobot.sh``); skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from env_support import fill_rollout
+from lerobot_support import save_policy
+from test_lerobot_base import arm_push_env
+
+from embodied.algo import PreloadSource
+from embodied.algos.reinflow import RATIO_TOL, ReinFlow, ReinFlowCfg, VLAFineTuneCfg, check_first_ratio
+from embodied.cli import main
+from embodied.policies.vla import LeRobotPolicy, actions_to_unit, lerobot_batch
+from embodied.training.lerobot_base import load_lerobot_policy
+from embodied.training.run import CHECKPOINT_FILE, load_run
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lerobot") is None,
+    reason="lerobot is not installed here; its environment comes from bash scripts/setup_lerobot.sh",
+)
+
+SMALL: dict[str, Any] = {
+    "num_steps_per_env": 3,
+    "num_epochs": 2,
+    "num_minibatches": 2,
+    "critic_warmup_updates": 0,
+    "critic_hidden": (32, 32),
+    "noise_hidden": (32,),
+    "actor_lr": 1e-3,
+}
+
+
+@pytest.fixture(scope="module")
+def smolvla(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("smolvla")
+    argv = ["collect", "scripted:arm-push", "--episodes", "3", "--num-envs", "3", "--images", "--camera", "top"]
+    assert main([*argv, "--format", "lerobot", "--out", str(root / "demos")]) == 0
+    return save_policy("smolvla", root / "demos", root / "smolvla")
+
+
+def reinflow(path: Path, env: Any, **kw: Any) -> ReinFlow:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    base = load_lerobot_policy(f"lerobot:{path}", "arm-push", env.obs_spec, env.action_dim, "top")
+    algo = ReinFlow(ReinFlowCfg(**(SMALL | kw)), env)
+    algo.preload(PreloadSource(base_run=path, base_policy=base))
+    return algo
+
+
+def test_noise_free_chain_is_lerobots_sampler(smolvla: Path) -> None:
+    """Without the learned noise the chain's steps reproduce SmolVLA's own sample_actions."""
+    env = arm_push_env(2)
+    algo = reinflow(smolvla, env, vla=VLAFineTuneCfg(bf16=False))  # LeRobot's sampler runs float32
+    chain = algo.chain
+    obs = env.reset(seed=0)
+    cond = chain.encode(obs)
+    x0 = torch.randn(2, chain.flat_dim, generator=torch.Generator().manual_seed(1))
+    x = x0
+    with torch.no_grad():
+        for k in range(chain.denoise_steps):
+            x = chain.step_mean(cond, x, k)
+    lerobot = algo.policy.lerobot
+    policy = algo.policy
+    assert isinstance(policy, LeRobotPolicy)
+    batch = policy.preprocessor(lerobot_batch(obs, policy.instruction, policy.cameras, policy.state_group))
+    noise = x0.reshape(2, lerobot.config.chunk_size, lerobot.config.max_action_dim)
+    with torch.no_grad():
+        want = lerobot.predict_action_chunk(batch, noise=noise)
+    got = chain.actions(x)
+    want_unit = actions_to_unit(policy.postprocessor(want).float(), policy.action_low, policy.action_high)
+    torch.testing.assert_close(got, want_unit, atol=1e-5, rtol=0)
+    env.close()
+
+
+def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = arm_push_env(2)
+    algo = reinflow(smolvla, env, vla=VLAFineTuneCfg(train="last_layers", last_layers=1, backbone_micro_batch=1))
+    import embodied.algos.reinflow as mod
+
+    seen: list[float] = []
+
+    def spy(ratio: torch.Tensor, update: int) -> None:
+        seen.append(float((ratio.detach() - 1).abs().max()))
+        check_first_ratio(ratio, update)
+
+    monkeypatch.setattr(mod, "check_first_ratio", spy)
+    lerobot = algo.policy.lerobot
+    before = {name: p.detach().clone() for name, p in lerobot.named_parameters()}
+    trained = {id(p) for p in algo.chain.trainable_parameters()}
+    backbone_calls = []
+    encode = algo.chain._encode  # type: ignore[attr-defined]
+
+    def counting(obs: Any) -> Any:
+        backbone_calls.append(int(next(iter(obs.values())).shape[0]))
+        return encode(obs)
+
+    algo.chain._encode = counting  # type: ignore[attr-defined]
+    obs = env.reset(seed=0)
+    for _ in range(2):
+        obs = fill_rollout(algo, env, obs)
+        calls = len(backbone_calls)
+        metrics = algo.update()
+        assert len(backbone_calls) == calls  # the update reuses the cached backbone features
+        assert math.isfinite(metrics["policy_loss"])
+    # one micro-batch of 1 per env per chain, plus the bootstrap value of each rollout's last observation
+    assert backbone_calls.count(1) >= 2 * 3 * 2
+    assert seen and max(seen) <= RATIO_TOL
+    changed = {name for name, p in lerobot.named_parameters() if not torch.equal(p, before[name])}
+    names = {name for name, p in lerobot.named_parameters() if id(p) in trained}
+    assert changed and changed <= names
+    assert not any("vlm.model" in name for name in changed)  # the backbone stays frozen
+    last = len(algo.chain.model.vlm_with_expert.lm_expert.layers) - 1  # type: ignore[attr-defined]
+    assert all("lm_expert.layers" not in n or f"layers.{last}." in n for n in changed)
+    env.close()
+
+
+@pytest.mark.slow  # the whole trainer, resume and export (minutes on a loaded 2-core CPU)
+def test_trainer_fine_tunes_and_rebuilds_a_smolvla_run(smolvla: Path, tmp_path: Path) -> None:
+    run = tmp_path / "rf"
+    argv = ["train", "arm-push", "--algo", "reinflow", "--base", f"lerobot:{smolvla}", "--run-dir", str(run)]
+    argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.eval_episodes=2"]
+    argv += ["trainer.torch_threads=1", "trainer.total_env_steps=24", "algo.num_steps_per_env=3"]
+    argv += ["algo.num_minibatches=2", "algo.num_epochs=1", "algo.critic_hidden=[32,32]", "algo.micro_batch=2"]
+    assert main(argv) == 0
+    assert (run / CHECKPOINT_FILE).is_file()
+    checkpoint = torch.load(run / CHECKPOINT_FILE, weights_only=False)
+    saved = checkpoint["algo"]["policy"]
+    assert saved and not any("vlm.model" in name for name in saved)  # the frozen backbone is not copied
+    loaded = load_run(run)  # the base comes from lerobot:PATH again, the expert from the checkpoint
+    params = dict(loaded.policy.named_parameters())
+    for name, value in saved.items():
+        torch.testing.assert_close(params[name], value, rtol=0, atol=0)
+    assert main(["train", "--resume", str(run), "trainer.total_env_steps=36", "--no-progress"]) == 0
+
+    # back to LeRobot: its own from_pretrained loads the fine-tuned expert, and the export checked
+    # the loaded policy's chunks against the run's (same sampling seed) to 1e-5
+    assert main(["export", str(run), "--format", "onnx"]) == 2  # refused, naming --format lerobot
+    assert main(["export", str(run), "--format", "lerobot"]) == 0
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+    exported = SmolVLAPolicy.from_pretrained(run / "export" / "lerobot")
+    fine_tuned = dict(load_run(run).policy.lerobot.named_parameters())
+    for name, value in exported.named_parameters():
+        torch.testing.assert_close(value, fine_tuned[name], rtol=0, atol=0)
