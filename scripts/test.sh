@@ -49,5 +49,5 @@ fi
 # EMBODIED_LEROBOT=0 skips both (in the core environment those tests skip with a reason).
 if [ "${EMBODIED_LEROBOT-1}" = 1 ]; then
   bash scripts/setup_lerobot.sh
-  HF_HUB_OFFLINE=1 .venv-lerobot/bin/python -m pytest -q tests/test_vla_lerobot.py tests/test_lerobot_dataset.py tests/test_lerobot_base.py tests/test_lerobot_export.py "$@"
+  HF_HUB_OFFLINE=1 .venv-lerobot/bin/python -m pytest -q tests/test_vla_lerobot.py tests/test_lerobot_dataset.py tests/test_lerobot_base.py tests/test_lerobot_export.py tests/test_reinflow_smolvla.py tests/test_o2o_residual_lerobot.py "$@"
 fi
