@@ -74,6 +74,11 @@ class Backend:
     docs/backends.md "Images"); the quadrotor's videos are drawn from its state by ``play``, not rendered."""
     exact_resume: bool = True
     """Whether ``load_state_dict`` restores the simulator bit-exactly (:class:`embodied.env.ResumeReport`)."""
+    status_modules: tuple[str, ...] = ()
+    """Modules ``embodied list`` also imports to call the backend installed, beyond ``modules``
+    (those the backend's own code imports when it builds an env, e.g. Isaac Lab's)."""
+    checks: tuple[str, ...] = ()
+    """Device checks ``embodied list`` runs (``embodied.sim.capabilities.CHECKS``: ``vulkan``, ``gl``)."""
 
     def missing(self) -> list[str]:
         """Modules of ``modules`` that are not installed (found without importing them)."""
@@ -224,6 +229,7 @@ BACKENDS: dict[str, Backend] = {
         modules=("mujoco", "gymnasium"),
         devices=("cpu", "cuda"),
         renders=True,
+        checks=("gl",),
     ),
     "mjwarp": Backend(
         "MuJoCo-Warp: batched worlds as warp kernels, zero-copy torch tensors (warp's CPU device works, slowly)",
@@ -239,9 +245,13 @@ BACKENDS: dict[str, Backend] = {
         devices=("cpu", "cuda"),
     ),
     "isaaclab": Backend(
-        "Isaac Lab ManagerBasedRLEnv / DirectRLEnv (sim/isaaclab.py adapts an env you create)",
-        # checked when sim/isaaclab.py builds the env (a wrapped or stand-in env needs none)
-        install="Isaac Lab's own installation (docs/backends.md)",
+        "Isaac Lab 3 ManagerBasedRLEnv / DirectRLEnv, kit-less on Newton (warp CPU or CUDA) or with Isaac Sim",
+        install=(
+            "bash scripts/setup_isaaclab.sh, then run .venv-isaaclab/bin/embodied "
+            "(Isaac Lab 3 needs Python 3.12: its own environment; docs/backends.md)"
+        ),
+        # imported when sim/isaaclab.py builds a registered task (a wrapped env needs none)
+        status_modules=("isaaclab", "isaaclab_tasks", "newton", "warp"),
         devices=("cpu", "cuda"),
         exact_resume=False,
     ),
@@ -253,6 +263,7 @@ BACKENDS: dict[str, Backend] = {
         devices=("cpu", "cuda"),
         renders=True,
         exact_resume=False,
+        checks=("vulkan",),
     ),
     "robosuite": Backend(
         "robosuite (Lift, Stack, Door with a Panda), one env per slot stepped in a loop; its own environment",
@@ -264,6 +275,7 @@ BACKENDS: dict[str, Backend] = {
         devices=("cpu", "cuda"),
         renders=True,
         exact_resume=False,
+        checks=("gl",),
     ),
 }
 

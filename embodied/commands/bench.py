@@ -35,6 +35,8 @@ Time simulator throughput in env-steps per second (envs x steps / seconds), the 
                                                         BACKEND:TASK: the task's full step on that
                                                         backend against its raw physics step
                                                         (ratio_vs_raw; target >= 0.9)
+  embodied bench sim gym:Pendulum-v1 --num-envs 16    a gymnasium env id (gymnasium:Pendulum-v1 alike)
+                                                        against the gymnasium vector env's own step
   embodied bench sim maniskill:PushCube-v1 --num-envs 8 --steps 50 --json
                                                         a ManiSkill3 task (physx CPU, one scene per
                                                         env) against ManiSkill's own env.step loop
@@ -116,7 +118,9 @@ def _bench_fn(kind: str, name: str) -> Any:
             parse_target(name)  # a named error before anything is built
             return lambda num_envs, device, steps, **kwargs: bench_backend_task(name, num_envs, device, steps, **kwargs)
         if name not in SIM_BENCHES:
-            raise ConfigError(unknown_choice_message("sim bench", name, SIM_BENCHES))
+            from embodied.backend_bench import TARGET_FORMS
+
+            raise ConfigError(f"{unknown_choice_message('sim bench', name, SIM_BENCHES)}; or a target: {TARGET_FORMS}")
         return _load(SIM_BENCHES[name])
     task_entry(name)  # validates the task name with closest-match suggestions
     return lambda num_envs, device, steps, **kw: bench_task_env(name, num_envs, device, steps, **kw)
