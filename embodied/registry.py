@@ -158,8 +158,12 @@ TASKS: dict[str, Entry] = {
     "arm-push": Entry(
         "embodied.tasks.arm_push:ArmPush",
         "embodied.tasks.arm_push:ArmPushCfg",
-        "planar 3-link arm pushes a block to a goal; sparse or dense reward, scripted expert (MuJoCo batch)",
+        "planar 3-link arm pushes a block to a goal; sparse or dense reward, scripted expert",
         backend="mujoco",
+        backends=(
+            ("mujoco", "embodied.tasks.arm_push:ArmPush"),
+            ("mjwarp", "embodied.tasks.arm_push:ArmPushWarp"),
+        ),
     ),
 }
 

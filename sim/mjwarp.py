@@ -303,6 +303,7 @@ class MjwarpVecEnv(ABC):
         self.episode_step += 1
         truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
         obs = self._observe().clone()
+        success = self.success().to(torch.bool)
         final_obs = obs
         done = torch.nonzero(terminated | truncated).flatten()
         if len(done):
@@ -312,8 +313,7 @@ class MjwarpVecEnv(ABC):
         info: dict[str, Any] = {
             "final_obs": {"policy": final_obs},
             "reward_terms": terms,
-            # locomotion has no success notion: all False
-            "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device),
+            "success": success,
         }
         return {"policy": obs}, reward, terminated, truncated, info
 

@@ -105,10 +105,12 @@ def test_without_isaac_lab_the_error_names_its_install() -> None:
         pass
     else:
         pytest.skip("Isaac Lab is installed here")
-    with pytest.raises(MissingDependencyError, match="Isaac Lab's own installation"):
-        make_isaaclab_env(IsaacLabCfg(task_id="Isaac-Cartpole-v0"), 2, torch.device("cpu"), 0)
+    with pytest.raises(MissingDependencyError, match=r"scripts/setup_isaaclab\.sh"):
+        make_isaaclab_env(IsaacLabCfg(task_id="Isaac-Cartpole-Direct"), 2, torch.device("cpu"), 0)
     with pytest.raises(MissingDependencyError, match=r"docs/backends\.md"):
-        registry.make_env("isaaclab:Isaac-Cartpole-v0", registry.task_cfg("isaaclab:Isaac-Cartpole-v0"), 2, "cpu", 0)
+        registry.make_env(
+            "isaaclab:Isaac-Cartpole-Direct", registry.task_cfg("isaaclab:Isaac-Cartpole-Direct"), 2, "cpu", 0
+        )
 
 
 def test_trains_through_the_shared_trainer_on_the_standin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
