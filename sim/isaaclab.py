@@ -95,17 +95,18 @@ class IsaacLabCfg:
     """Where Isaac Lab loads its assets from (``ISAACSIM_ASSET_ROOT``): empty keeps Isaac Lab's
     (NVIDIA's asset server, a download), ``builtin`` the Cartpole assets shipped here (no
     download), or a folder laid out like NVIDIA's (``<root>/Isaac/IsaacLab/...``)."""
-    presets: tuple[str, ...] = ()
-    """Isaac Lab config overrides, as its scripts take them (e.g. ``presets=newton_mjwarp``)."""
+    overrides: tuple[str, ...] = ()
+    """Isaac Lab's own Hydra-style config overrides, as its scripts take them, e.g.
+    ``presets=newton_mjwarp`` or ``env.episode_length_s=2.0``."""
 
     def __post_init__(self) -> None:
         if not self.task_id and not self.factory:
             raise ConfigError(
                 "isaaclab: task_id is empty; use the task name isaaclab:<TaskId>, e.g. isaaclab:Isaac-Cartpole-Direct"
             )
-        bad = [p for p in self.presets if "=" not in p]
+        bad = [p for p in self.overrides if "=" not in p]
         if bad:
-            raise ConfigError(f"env.presets: each entry is key=value (e.g. presets=newton_mjwarp), got {bad}")
+            raise ConfigError(f"env.overrides: each entry is key=value (e.g. env.episode_length_s=2.0), got {bad}")
         if self.asset_root not in ("", BUILTIN_ASSETS) and not Path(self.asset_root).is_dir():
             raise ConfigError(f"env.asset_root: {self.asset_root!r} is not a folder (or use 'builtin' or '')")
 
@@ -146,7 +147,7 @@ def make_isaaclab_env(cfg: IsaacLabCfg, num_envs: int, device: torch.device, see
             f"isaaclab: unknown task {cfg.task_id!r}; closest: {', '.join(closest(cfg.task_id, ids, 5))} "
             f"({len(ids)} registered by isaaclab_tasks)"
         )
-    env_cfg = parse.parse_env_cfg(cfg.task_id, device=str(device), num_envs=num_envs, overrides=list(cfg.presets))
+    env_cfg = parse.parse_env_cfg(cfg.task_id, device=str(device), num_envs=num_envs, overrides=list(cfg.overrides))
     env_cfg.seed = seed
     if hasattr(env_cfg, "compute_final_obs"):
         env_cfg.compute_final_obs = True  # Isaac Lab's opt-in for extras["final_obs"]
@@ -283,6 +284,11 @@ class IsaacLabVecEnv:
             "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device),
         }
         return obs, reward, terminated, truncated, info
+
+    def raw_step(self, action: torch.Tensor) -> None:
+        """Isaac Lab's own ``step`` on ``action`` [N, A] as the env expects it (already on its device):
+        ``embodied bench sim isaaclab:<TaskId>``'s reference for the adapter's cost (``ratio_vs_raw``)."""
+        self.env.step(action)
 
     def io_spec(self) -> IOSpec:
         dim = self.obs_spec["policy"][0]
