@@ -23,7 +23,12 @@ RSL-RL (``isaaclab_rl.rsl_rl``)                        embodied
 ``actor.distribution_cfg.init_std``                    ``algo.init_std``
 ``actor.obs_normalization``                            ``algo.normalize_obs``
 ``scene.num_envs`` of the env config                   ``num_envs`` (``--num-envs`` wins)
+(none: one simulation per process)                     ``trainer.eval_episodes = 0``
 =====================================================  =======================================
+
+Isaac Lab refuses a second simulation in a process ("Simulation context already exists"), so
+the trainer cannot build its evaluation env beside the training env: evaluations are off and
+``embodied eval RUN_DIR`` evaluates the run afterwards (a new process).
 
 Not carried over (logged when set): RSL-RL's symmetry and RND extensions, recurrent or CNN
 models, a state-dependent std and ``clip_actions`` (embodied's actions are always in [-1, 1]).
@@ -121,4 +126,8 @@ def agent_overrides(task_id: str, num_envs: int | None) -> dict[str, Any] | None
     if num_envs is None:
         env_cfg = parse.load_cfg_from_registry(task_id, "env_cfg_entry_point")
         num_envs = int(env_cfg.scene.num_envs)
-    return {"num_envs": num_envs, **translate(agent_cfg, num_envs)}
+    overrides = {"num_envs": num_envs, **translate(agent_cfg, num_envs)}
+    # Isaac Lab holds one simulation per process: the trainer's evaluation env cannot be built
+    # beside the training env, so evaluate afterwards with `embodied eval RUN_DIR`
+    overrides["trainer"]["eval_episodes"] = 0
+    return overrides
