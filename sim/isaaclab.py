@@ -111,7 +111,7 @@ class IsaacLabCfg:
             raise ConfigError(f"env.asset_root: {self.asset_root!r} is not a folder (or use 'builtin' or '')")
 
 
-def _set_asset_root(asset_root: str) -> None:
+def set_asset_root(asset_root: str) -> None:
     """Point Isaac Lab at ``asset_root`` (``ISAACSIM_ASSET_ROOT``) before it reads the variable.
 
     Isaac Lab reads it once, when ``isaaclab.utils.assets`` is first imported."""
@@ -134,7 +134,7 @@ def make_isaaclab_env(cfg: IsaacLabCfg, num_envs: int, device: torch.device, see
     Kit-less tasks (Newton) start nothing; a task that needs Isaac Sim starts it through Isaac
     Lab's ``launch_simulation``, held open until the env closes. Needs Isaac Lab; on a machine
     without it this raises a named :class:`~embodied.errors.MissingDependencyError`."""
-    _set_asset_root(cfg.asset_root)
+    set_asset_root(cfg.asset_root)
     app = import_optional("isaaclab.app", "the isaaclab backend", INSTALL)
     gymnasium = import_optional("gymnasium", "the isaaclab backend", INSTALL)
     import_optional("isaaclab_tasks", "the isaaclab backend", INSTALL)  # registers the Isaac-* ids

@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.preset is not None:
             preset = preset_file(task, algo, args.preset)
             config_file = preset if args.config is None else _merged_yaml(preset, args.config, Path(tmp))
-        agent = _isaaclab_agent_yaml(task, algo, args.num_envs, Path(tmp))
+        agent = _isaaclab_agent_yaml(task, algo, args.num_envs, overrides, Path(tmp))
         if agent is not None:  # a layer under the preset, the config file and the command line
             config_file = agent if config_file is None else _merged_yaml(agent, config_file, Path(tmp))
         cfgs = [
@@ -297,10 +297,15 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _isaaclab_agent_yaml(task: str, algo: str, num_envs: int | None, out_dir: Path) -> Path | None:
+def _isaaclab_agent_yaml(
+    task: str, algo: str, num_envs: int | None, overrides: list[str], out_dir: Path
+) -> Path | None:
     """Isaac Lab's own RSL-RL agent config of an ``isaaclab:<TaskId>`` task, translated to embodied's
     PPO keys (``embodied.sim.isaaclab_agent``) and written to ``out_dir``; None for any other task,
-    algorithm, a task that registers none, or where Isaac Lab is not installed."""
+    algorithm, a task that registers none, or where Isaac Lab is not installed.
+
+    Reading it imports Isaac Lab, which fixes its asset root: an ``env.asset_root=`` on the command
+    line is applied first."""
     import importlib.util
 
     from embodied.registry import ISAACLAB_PREFIX
@@ -309,8 +314,12 @@ def _isaaclab_agent_yaml(task: str, algo: str, num_envs: int | None, out_dir: Pa
         return None
     import yaml
 
+    from embodied.sim.isaaclab import set_asset_root
     from embodied.sim.isaaclab_agent import agent_overrides
 
+    for word in overrides:
+        if word.startswith("env.asset_root="):
+            set_asset_root(word.split("=", 1)[1].strip("\"'"))
     task_id = task[len(ISAACLAB_PREFIX) :]
     overrides = agent_overrides(task_id, num_envs)
     if overrides is None:
