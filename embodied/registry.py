@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import Field, dataclass
@@ -26,7 +25,7 @@ import torch
 from embodied.algo import Algorithm, Preloadable
 from embodied.config import ConfigError, apply_overrides, unknown_choice_message
 from embodied.env import VecEnv
-from embodied.errors import EmbodiedError, import_optional
+from embodied.errors import EmbodiedError, absent_modules, import_optional
 
 log = logging.getLogger("embodied.registry")
 
@@ -82,15 +81,7 @@ class Backend:
 
     def missing(self) -> list[str]:
         """Modules of ``modules`` that are not installed (found without importing them)."""
-        out = []
-        for module in self.modules:
-            try:
-                found = importlib.util.find_spec(module) is not None
-            except (ImportError, ValueError):  # a parent package absent, or a module set to None
-                found = False
-            if not found:
-                out.append(module)
-        return out
+        return absent_modules(self.modules)
 
 
 def _load(ref: str) -> Callable[..., object]:

@@ -21,13 +21,15 @@ in its own process.
 from __future__ import annotations
 
 import glob
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from embodied.errors import absent_modules
 
 VULKAN_ICD_GLOBS = ("/usr/share/vulkan/icd.d/*.json", "/etc/vulkan/icd.d/*.json")
 """Where Vulkan loaders look for installable client drivers (any one is a Vulkan device to try)."""
@@ -70,18 +72,6 @@ class BackendStatus:
         if self.state == "unusable":
             return f"installed but unusable here: {self.detail}"
         return f"installed; cameras unusable here: {self.detail}" if self.detail else "installed"
-
-
-def _absent(modules: Sequence[str]) -> list[str]:
-    out = []
-    for module in modules:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package absent, or a module set to None
-            found = False
-        if not found:
-            out.append(module)
-    return out
 
 
 def _vulkan_precheck() -> str:
@@ -185,7 +175,7 @@ def backend_statuses(specs: Mapping[str, ProbeSpec]) -> dict[str, BackendStatus]
     out: dict[str, BackendStatus] = {}
     running: dict[str, subprocess.Popen[str]] = {}
     for name, spec in specs.items():
-        absent = _absent(spec.modules)
+        absent = absent_modules(spec.modules)
         early = [reason for check in spec.checks if check in PRECHECKS and (reason := PRECHECKS[check]())]
         if absent:
             out[name] = BackendStatus("not installed", spec.install)
