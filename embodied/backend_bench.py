@@ -59,9 +59,9 @@ def parse_target(text: str) -> tuple[str, str]:
             f"in {text!r}: unknown backend {backend!r}; backends: {', '.join(registry.BACKENDS)}, "
             f"task prefixes: {', '.join(registry.PREFIXED)}"
         )
-    prefix = _prefix_of(backend)
-    if prefix is not None:
-        task = task if task.startswith(prefix) else prefix + task
+    backend_prefix = _prefix_of(backend)
+    if backend_prefix is not None:
+        task = task if task.startswith(backend_prefix) else backend_prefix + task
     registry.check_backend(task, backend)
     return backend, task
 

@@ -197,6 +197,11 @@ class MjwarpVecEnv(ABC):
     @abstractmethod
     def io_spec(self) -> IOSpec: ...
 
+    def success(self) -> torch.Tensor:
+        """``[N]`` bool: whether each world's task is solved now (read before any auto-reset, as on
+        the MuJoCo backend). Tasks without a success notion keep False."""
+        return torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+
     # ------------------------------------------------------------------------------ physics
     def zeros(self, *shape: int) -> torch.Tensor:
         """A float scratch buffer for the hooks, on the simulator's device."""

@@ -321,12 +321,12 @@ def _isaaclab_agent_yaml(
         if word.startswith("env.asset_root="):
             set_asset_root(word.split("=", 1)[1].strip("\"'"))
     task_id = task[len(ISAACLAB_PREFIX) :]
-    overrides = agent_overrides(task_id, num_envs)
-    if overrides is None:
+    translated = agent_overrides(task_id, num_envs)
+    if translated is None:
         return None
     logging.getLogger("embodied").info("%s: PPO settings from Isaac Lab's RSL-RL agent config of %s", task, task_id)
     path = out_dir / "isaaclab_agent.yaml"
-    path.write_text(yaml.safe_dump(overrides))
+    path.write_text(yaml.safe_dump(translated))
     return path
 
 
