@@ -77,7 +77,7 @@ class Backend:
     """Modules ``embodied list`` also imports to call the backend installed, beyond ``modules``
     (those the backend's own code imports when it builds an env, e.g. Isaac Lab's)."""
     checks: tuple[str, ...] = ()
-    """Device checks ``embodied list`` runs (``embodied.sim.capabilities.CHECKS``: ``vulkan``, ``gl``)."""
+    """Checks ``embodied list`` runs (``embodied.sim.capabilities.CHECKS``: ``batch``, ``vulkan``, ``gl``)."""
 
     def missing(self) -> list[str]:
         """Modules of ``modules`` that are not installed (found without importing them)."""
@@ -224,7 +224,7 @@ BACKENDS: dict[str, Backend] = {
         modules=("mujoco", "gymnasium"),
         devices=("cpu", "cuda"),
         renders=True,
-        checks=("gl",),
+        checks=("batch", "gl"),
     ),
     "mjwarp": Backend(
         "MuJoCo-Warp: batched worlds as warp kernels, zero-copy torch tensors (warp's CPU device works, slowly)",

@@ -38,6 +38,7 @@ PROBE_TIMEOUT_S = 120.0
 """How long one backend's probe may take (importing ManiSkill or warp cold takes seconds)."""
 
 CHECKS: dict[str, str] = {
+    "batch": "MuJoCo's native batch API (mjb_*, mujoco >= 4.0)",
     "vulkan": "a Vulkan device (SAPIEN opens its render system)",
     "gl": "an offscreen OpenGL context for MuJoCo cameras (EGL or OSMesa)",
 }
@@ -91,6 +92,12 @@ def _check_vulkan() -> None:
     sapien.render.RenderSystem()  # raises "failed to find a rendering device" without a usable driver
 
 
+def _check_batch() -> None:
+    from embodied.sim.mujoco_native import _library
+
+    _library()  # raises ImportError naming the mujoco version without mjb_*
+
+
 def _check_gl() -> None:
     from embodied.sim.offscreen_gl import default_mujoco_gl, gl_install_hint
 
@@ -115,7 +122,7 @@ def probe(modules: Sequence[str], checks: Sequence[str]) -> dict[str, str]:
         except Exception as err:  # any failure makes the backend unusable: report it
             failures["import"] = f"import {module} failed ({type(err).__name__}: {err})"
             return failures
-    run = {"vulkan": _check_vulkan, "gl": _check_gl}
+    run = {"batch": _check_batch, "vulkan": _check_vulkan, "gl": _check_gl}
     for check in checks:
         try:
             run[check]()

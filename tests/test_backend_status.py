@@ -111,3 +111,15 @@ def test_mujoco_cameras_render_where_a_gl_library_exists() -> None:
         pytest.skip("no EGL or OSMesa library here")
     spec = capabilities.ProbeSpec(("mujoco",), ("gl",), "pip install mujoco")
     assert capabilities.backend_statuses({"mujoco": spec})["mujoco"].line() == "installed"
+
+
+def test_the_mujoco_backend_checks_for_the_batch_api() -> None:
+    """mujoco < 4.0 (e.g. the 3.12 that Isaac Lab's Newton pins) imports but has no mjb_* batch API:
+    the mujoco backend then says unusable; with mujoco 4.0 the check passes."""
+    assert "batch" in registry.BACKENDS["mujoco"].checks
+    mujoco = pytest.importorskip("mujoco")
+    failures = capabilities.probe([], ["batch"])
+    if int(mujoco.__version__.split(".")[0]) >= 4:
+        assert failures == {}
+    else:
+        assert "mujoco >= 4.0" in failures["batch"]
