@@ -210,10 +210,10 @@ def test_ppo_learns_the_direct_cartpole(tmp_path: Path, capsys: pytest.CaptureFi
     """PPO through embodied's trainer on Isaac Lab's direct Cartpole with Isaac Lab's own agent
     config (120 of its iterations at 64 envs), then ``embodied eval`` (Isaac Lab holds one
     simulation per process, so the evaluation env is built after training closed its env): the
-    policy balances the pole for most of the 5 s episode, which random actions never do."""
+    policy balances the pole for most of the 5 s episode and earns a return random actions do not
+    (random pushes often keep the pole up too, but at cart and pole speeds the reward penalizes)."""
     _close_live()
     random_return, random_length = _random_policy_return()
-    assert random_length < 100  # random pushes end an episode within ~1.5 s
     run_dir = tmp_path / "run"
     code = main([
         "train", "isaaclab:Isaac-Cartpole-Direct", "--num-envs", "64", "--device", "cpu", "--no-progress",
@@ -224,7 +224,7 @@ def test_ppo_learns_the_direct_cartpole(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["eval", str(run_dir), "--episodes", "16", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["mean_episode_length"] > 250, result  # of 300 steps
-    assert result["mean_return"] > random_return + 2.0, (result, random_return)
+    assert result["mean_return"] > random_return + 2.0, (result, random_return, random_length)
 
 
 def _random_policy_return() -> tuple[float, float]:
