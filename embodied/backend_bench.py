@@ -28,18 +28,40 @@ class RawStepper(Protocol):
         ...
 
 
-def parse_target(text: str) -> tuple[str, str]:
-    """``"mjwarp:halfcheetah"`` -> ``("mjwarp", "halfcheetah")``, both checked against the registry.
+TARGET_FORMS = (
+    "BACKEND:TASK for a registered task (mjwarp:halfcheetah, mujoco:arm-push), or a prefixed task name "
+    "(gym:Pendulum-v1, maniskill:PushCube-v1, isaaclab:Isaac-Cartpole-Direct, robosuite:Lift), "
+    "optionally after its backend (gymnasium:Pendulum-v1 = gymnasium:gym:Pendulum-v1 = gym:Pendulum-v1)"
+)
+"""The bench target forms :func:`parse_target` accepts (error messages and ``--help``)."""
 
-    A backend whose task names carry it (``maniskill:PushCube-v1``, a ``registry.PREFIXED`` name)
-    keeps the whole text as the task: ``("maniskill", "maniskill:PushCube-v1")``."""
+
+def _prefix_of(backend: str) -> str | None:
+    """The task-name prefix whose entries run on ``backend`` (``gymnasium`` -> ``gym:``), if any."""
+    return next((p for p, (entry, _) in registry.PREFIXED.items() if entry.backend == backend), None)
+
+
+def parse_target(text: str) -> tuple[str, str]:
+    """``(backend, task)`` for a bench target, both checked against the registry (see :data:`TARGET_FORMS`).
+
+    ``"mjwarp:halfcheetah"`` -> ``("mjwarp", "halfcheetah")``; a prefixed task name keeps its
+    prefix and names its backend: ``"gym:Pendulum-v1"`` and ``"gymnasium:Pendulum-v1"`` ->
+    ``("gymnasium", "gym:Pendulum-v1")``, ``"maniskill:PushCube-v1"`` -> ``("maniskill",
+    "maniskill:PushCube-v1")``."""
+    for prefix, (entry, _) in registry.PREFIXED.items():
+        if text.startswith(prefix) and len(text) > len(prefix):
+            return entry.backend, text
     backend, sep, task = text.partition(":")
     if not sep or not backend or not task:
-        raise ConfigError(f"expected BACKEND:TASK (e.g. mjwarp:halfcheetah), got {text!r}")
+        raise ConfigError(f"bench sim: expected {TARGET_FORMS}; got {text!r}")
     if backend not in registry.BACKENDS:
-        raise ConfigError(f"in {text!r}: unknown backend {backend!r}; backends: {', '.join(registry.BACKENDS)}")
-    if backend + sep in registry.PREFIXED:
-        task = text
+        raise ConfigError(
+            f"in {text!r}: unknown backend {backend!r}; backends: {', '.join(registry.BACKENDS)}, "
+            f"task prefixes: {', '.join(registry.PREFIXED)}"
+        )
+    backend_prefix = _prefix_of(backend)
+    if backend_prefix is not None:
+        task = task if task.startswith(backend_prefix) else backend_prefix + task
     registry.check_backend(task, backend)
     return backend, task
 
@@ -60,8 +82,8 @@ def bench_backend_task(
     try:
         if not isinstance(env, RawStepper):
             raise ConfigError(
-                f"bench sim {target}: the {backend} backend has no raw physics step to compare against; "
-                "`embodied bench --help` lists the other benches (e.g. mujoco-ant, quadrotor)"
+                f"bench sim {target}: the {backend} backend has no raw step to compare against "
+                f"(no raw_step on {type(env).__name__}); `embodied bench --help` lists the other benches"
             )
         gen = torch.Generator().manual_seed(0)
         actions = (torch.rand((steps, num_envs, env.action_dim), generator=gen) * 2 - 1).to(env.device)

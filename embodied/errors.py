@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+from collections.abc import Iterable
 from types import ModuleType
 
 
@@ -32,3 +34,16 @@ def import_optional(module: str, needed_for: str, install: str) -> ModuleType:
         raise MissingDependencyError(
             f"{needed_for} needs the {module!r} package ({err}); install it with: {install}"
         ) from err
+
+
+def absent_modules(modules: Iterable[str]) -> list[str]:
+    """Those of ``modules`` whose files are not found (checked without importing them)."""
+    out = []
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package absent, or a module set to None
+            found = False
+        if not found:
+            out.append(module)
+    return out

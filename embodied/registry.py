@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import Field, dataclass
@@ -26,7 +25,7 @@ import torch
 from embodied.algo import Algorithm, Preloadable
 from embodied.config import ConfigError, apply_overrides, unknown_choice_message
 from embodied.env import VecEnv
-from embodied.errors import EmbodiedError, import_optional
+from embodied.errors import EmbodiedError, absent_modules, import_optional
 
 log = logging.getLogger("embodied.registry")
 
@@ -74,18 +73,15 @@ class Backend:
     docs/backends.md "Images"); the quadrotor's videos are drawn from its state by ``play``, not rendered."""
     exact_resume: bool = True
     """Whether ``load_state_dict`` restores the simulator bit-exactly (:class:`embodied.env.ResumeReport`)."""
+    status_modules: tuple[str, ...] = ()
+    """Modules ``embodied list`` also imports to call the backend installed, beyond ``modules``
+    (those the backend's own code imports when it builds an env, e.g. Isaac Lab's)."""
+    checks: tuple[str, ...] = ()
+    """Checks ``embodied list`` runs (``embodied.sim.capabilities.CHECKS``: ``batch``, ``vulkan``, ``gl``)."""
 
     def missing(self) -> list[str]:
         """Modules of ``modules`` that are not installed (found without importing them)."""
-        out = []
-        for module in self.modules:
-            try:
-                found = importlib.util.find_spec(module) is not None
-            except (ImportError, ValueError):  # a parent package absent, or a module set to None
-                found = False
-            if not found:
-                out.append(module)
-        return out
+        return absent_modules(self.modules)
 
 
 def _load(ref: str) -> Callable[..., object]:
@@ -153,8 +149,12 @@ TASKS: dict[str, Entry] = {
     "arm-push": Entry(
         "embodied.tasks.arm_push:ArmPush",
         "embodied.tasks.arm_push:ArmPushCfg",
-        "planar 3-link arm pushes a block to a goal; sparse or dense reward, scripted expert (MuJoCo batch)",
+        "planar 3-link arm pushes a block to a goal; sparse or dense reward, scripted expert",
         backend="mujoco",
+        backends=(
+            ("mujoco", "embodied.tasks.arm_push:ArmPush"),
+            ("mjwarp", "embodied.tasks.arm_push:ArmPushWarp"),
+        ),
     ),
 }
 
@@ -224,6 +224,7 @@ BACKENDS: dict[str, Backend] = {
         modules=("mujoco", "gymnasium"),
         devices=("cpu", "cuda"),
         renders=True,
+        checks=("batch", "gl"),
     ),
     "mjwarp": Backend(
         "MuJoCo-Warp: batched worlds as warp kernels, zero-copy torch tensors (warp's CPU device works, slowly)",
@@ -239,9 +240,13 @@ BACKENDS: dict[str, Backend] = {
         devices=("cpu", "cuda"),
     ),
     "isaaclab": Backend(
-        "Isaac Lab ManagerBasedRLEnv / DirectRLEnv (sim/isaaclab.py adapts an env you create)",
-        # checked when sim/isaaclab.py builds the env (a wrapped or stand-in env needs none)
-        install="Isaac Lab's own installation (docs/backends.md)",
+        "Isaac Lab 3 ManagerBasedRLEnv / DirectRLEnv, kit-less on Newton (warp CPU or CUDA) or with Isaac Sim",
+        install=(
+            "bash scripts/setup_isaaclab.sh, then run .venv-isaaclab/bin/embodied "
+            "(Isaac Lab 3 needs Python 3.12: its own environment; docs/backends.md)"
+        ),
+        # imported when sim/isaaclab.py builds a registered task (a wrapped env needs none)
+        status_modules=("isaaclab", "isaaclab_tasks", "newton", "warp"),
         devices=("cpu", "cuda"),
         exact_resume=False,
     ),
@@ -253,6 +258,7 @@ BACKENDS: dict[str, Backend] = {
         devices=("cpu", "cuda"),
         renders=True,
         exact_resume=False,
+        checks=("vulkan",),
     ),
     "robosuite": Backend(
         "robosuite (Lift, Stack, Door with a Panda), one env per slot stepped in a loop; its own environment",
@@ -264,6 +270,7 @@ BACKENDS: dict[str, Backend] = {
         devices=("cpu", "cuda"),
         renders=True,
         exact_resume=False,
+        checks=("gl",),
     ),
 }
 

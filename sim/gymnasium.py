@@ -211,6 +211,13 @@ class GymnasiumVecEnv:
             },
         )
 
+    def raw_step(self, action: torch.Tensor) -> None:
+        """The gymnasium vector env's own step on ``action`` [N, A] mapped to its space (``bench sim``'s
+        reference): no observation flattening, final observations, torch tensors or episode counting.
+
+        Meant for benchmarks only: it leaves this adapter's episode counters behind the env's."""
+        self.vec.step(self._gym_action(action))
+
     def io_spec(self) -> IOSpec:
         obs = (ObsField("obs", self.obs_spec["policy"][0], description=f"flattened {self._single_obs}"),)
         actions: tuple[ActionField, ...]

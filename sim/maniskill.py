@@ -34,7 +34,6 @@ download prompt is never shown. ``mani_skill`` is imported only when an env is b
 from __future__ import annotations
 
 import contextlib
-import glob
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from embodied.config import ConfigError, closest
 from embodied.env import IMAGE_GROUP, ObsDict, StepResult, check_image_size_px
 from embodied.errors import EmbodiedError, MissingDependencyError, import_optional
 from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.sim.capabilities import vulkan_drivers
 
 log = logging.getLogger("embodied.sim.maniskill")
 
@@ -61,9 +61,6 @@ VULKAN_HINT = (
     "on Debian 12 install Mesa >= 23 lavapipe from bookworm-backports: "
     "apt-get install -t bookworm-backports mesa-vulkan-drivers (docs/backends.md)"
 )
-
-VULKAN_ICD_GLOBS = ("/usr/share/vulkan/icd.d/*.json", "/etc/vulkan/icd.d/*.json")
-"""Where Vulkan loaders look for installable client drivers (any one is a Vulkan device to try)."""
 
 VULKAN_ERRORS = ("rendering device", "vk::", "vulkan", "ErrorIncompatibleDriver")
 """Fragments of SAPIEN's messages when it finds no usable Vulkan device (matched lower-cased)."""
@@ -112,11 +109,6 @@ class ManiSkillCfg:
             raise ConfigError(f"max_episode_steps must be >= 0 (0: registered limit), got {self.max_episode_steps}")
         if self.reward_mode not in ("normalized_dense", "dense", "sparse", "none"):
             raise ConfigError(f"reward_mode must be normalized_dense, dense, sparse or none, got {self.reward_mode!r}")
-
-
-def vulkan_drivers() -> list[str]:
-    """Vulkan ICD manifest files present on this machine (empty: no Vulkan device)."""
-    return sorted(path for pattern in VULKAN_ICD_GLOBS for path in glob.glob(pattern))
 
 
 def _import_maniskill() -> ModuleType:

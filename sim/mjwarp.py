@@ -197,6 +197,11 @@ class MjwarpVecEnv(ABC):
     @abstractmethod
     def io_spec(self) -> IOSpec: ...
 
+    def success(self) -> torch.Tensor:
+        """``[N]`` bool: whether each world's task is solved now (read before any auto-reset, as on
+        the MuJoCo backend). Tasks without a success notion keep False."""
+        return torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+
     # ------------------------------------------------------------------------------ physics
     def zeros(self, *shape: int) -> torch.Tensor:
         """A float scratch buffer for the hooks, on the simulator's device."""
@@ -303,6 +308,7 @@ class MjwarpVecEnv(ABC):
         self.episode_step += 1
         truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
         obs = self._observe().clone()
+        success = self.success().to(torch.bool)
         final_obs = obs
         done = torch.nonzero(terminated | truncated).flatten()
         if len(done):
@@ -312,8 +318,7 @@ class MjwarpVecEnv(ABC):
         info: dict[str, Any] = {
             "final_obs": {"policy": final_obs},
             "reward_terms": terms,
-            # locomotion has no success notion: all False
-            "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device),
+            "success": success,
         }
         return {"policy": obs}, reward, terminated, truncated, info
 

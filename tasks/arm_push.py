@@ -8,6 +8,10 @@ reference a real arm would report in). Success: the block centre within ``succes
 of the goal; the episode then terminates. Rewards: ``sparse`` gives 1 on the success step
 only; ``dense`` adds shaping on fingertip-to-block and block-to-goal distances.
 
+The terms are written once against ``self.xp`` (numpy on MuJoCo, torch on MuJoCo-Warp), like
+``tasks/mujoco_locomotion.py``: ``ArmPush`` (MuJoCo, default) and ``ArmPushWarp`` (MuJoCo-Warp,
+``embodied train arm-push --backend mjwarp``).
+
 Shapes: ``N`` = ``num_envs``; qpos layout ``[shoulder, elbow, wrist, block_x, block_y,
 goal_x, goal_y]``, qvel the same.
 """
@@ -17,15 +21,15 @@ from __future__ import annotations
 import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import mujoco
 import numpy as np
-import torch
 
 from embodied.config import ConfigError
 from embodied.io_spec import ActionField, IOSpec, ObsField
-from embodied.sim.mujoco import MujocoBackendCfg, MujocoVecEnv
 from embodied.sim.mujoco_model import load_mjcf
+from embodied.tasks.mujoco_locomotion import LocomotionBackendCfg, LocomotionTerms, OnMjwarp, OnMujoco
 
 ASSET = Path(str(importlib.resources.files("embodied.sim") / "assets" / "arm_push.xml"))
 LINK_LENGTHS_M = (0.30, 0.25, 0.10)
@@ -38,9 +42,18 @@ HOME_QPOS = (-0.6, 2.0, 1.2)
 
 def fingertip_pos(q: np.ndarray) -> np.ndarray:
     """Planar forward kinematics: joint angles ``[..., 3]`` -> fingertip ``(x, y)`` ``[..., 2]``."""
-    angles = np.cumsum(q, axis=-1)
-    lengths = np.asarray(LINK_LENGTHS_M)
-    return np.stack([(lengths * np.cos(angles)).sum(-1), (lengths * np.sin(angles)).sum(-1)], axis=-1)
+    return _fingertip(np, q, np.asarray(LINK_LENGTHS_M))
+
+
+def _fingertip(xp: Any, q: Any, lengths: Any) -> Any:
+    """:func:`fingertip_pos` on numpy or torch arrays (``xp`` the module, ``lengths`` ``[3]`` alike)."""
+    angles = q.cumsum(-1)
+    return xp.stack([(lengths * xp.cos(angles)).sum(-1), (lengths * xp.sin(angles)).sum(-1)], -1)
+
+
+def _norm(x: Any) -> Any:
+    """Row norms ``[N]`` of ``x`` ``[N, k]``, numpy or torch."""
+    return ((x * x).sum(1)) ** 0.5
 
 
 def fingertip_jacobian(q: np.ndarray) -> np.ndarray:
@@ -59,7 +72,10 @@ def fingertip_jacobian(q: np.ndarray) -> np.ndarray:
 class ArmPushCfg:
     """Arm-push: push the block to within ``success_radius_m`` of the goal."""
 
-    backend: MujocoBackendCfg = field(default_factory=lambda: MujocoBackendCfg(frame_skip=5, max_episode_steps=100))
+    backend: LocomotionBackendCfg = field(
+        default_factory=lambda: LocomotionBackendCfg(frame_skip=5, max_episode_steps=100)
+    )
+    """Simulator backend (``mujoco`` or ``mjwarp``) and its options."""
     reward: Literal["sparse", "dense"] = "sparse"
     """``sparse``: 1 on the success step, else 0. ``dense``: adds distance shaping (see the weights)."""
     success_radius_m: float = 0.03
@@ -100,57 +116,60 @@ class ArmPushCfg:
             raise ConfigError("env.goal_distance_range_m must reach beyond env.success_radius_m")
 
 
-class ArmPush(MujocoVecEnv):
+class _ArmPushTerms(LocomotionTerms):
     """Observation ``[N, 18]``: joint pos (3), joint vel (3), fingertip (2), block (2), block
     velocity (2), goal (2), block->goal (2), fingertip->block (2); all in the base frame."""
 
     cfg: ArmPushCfg
+    _lengths: Any
 
-    def __init__(self, cfg: ArmPushCfg, num_envs: int, device: torch.device | str, seed: int) -> None:
-        self.cfg = cfg
-        model = load_mjcf(ASSET)
-        super().__init__(model, cfg.backend, num_envs, device, seed)
+    def load_model(self) -> mujoco.MjModel:
+        return load_mjcf(ASSET)
 
     # -------------------------------------------------------------------------- state views
     @property
-    def joint_pos(self) -> np.ndarray:
+    def joint_pos(self) -> Any:
         return self.qpos[:, 0:3]
 
     @property
-    def block_pos(self) -> np.ndarray:
+    def block_pos(self) -> Any:
         return self.qpos[:, 3:5]
 
     @property
-    def goal_pos(self) -> np.ndarray:
+    def goal_pos(self) -> Any:
         return self.qpos[:, 5:7]
 
-    def _block_goal_dist(self) -> np.ndarray:
-        return np.linalg.norm(self.block_pos - self.goal_pos, axis=1)
+    def _tip(self) -> Any:
+        if not hasattr(self, "_lengths"):
+            self._lengths = self.asarray(np.asarray(LINK_LENGTHS_M))
+        return _fingertip(self.xp, self.joint_pos, self._lengths)
+
+    def _block_goal_dist(self) -> Any:
+        return _norm(self.block_pos - self.goal_pos)
 
     # ---------------------------------------------------------------------------- task hooks
     def obs_dim(self) -> int:
         return 18
 
-    def observe(self) -> np.ndarray:
-        tip = fingertip_pos(self.joint_pos)
+    def observe(self) -> Any:
+        tip = self._tip()
         block, goal = self.block_pos, self.goal_pos
         parts = [self.joint_pos, self.qvel[:, 0:3], tip, block, self.qvel[:, 3:5], goal, goal - block, block - tip]
-        return np.concatenate(parts, axis=1, dtype=np.float32)
+        return self.cat(parts)
 
     def before_step(self) -> None:
         pass
 
-    def after_step(self, ctrl: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def after_step(self, ctrl: Any) -> tuple[dict[str, Any], Any]:
         cfg = self.cfg
         solved = self.success()
         terms = {"success": cfg.success_reward * solved}
         if cfg.reward == "dense":
-            reach = np.linalg.norm(fingertip_pos(self.joint_pos) - self.block_pos, axis=1)
-            terms["reach"] = -cfg.reach_weight * reach
+            terms["reach"] = -cfg.reach_weight * _norm(self._tip() - self.block_pos)
             terms["push"] = -cfg.push_weight * self._block_goal_dist()
         return terms, solved
 
-    def success(self) -> np.ndarray:
+    def success(self) -> Any:
         return self._block_goal_dist() < self.cfg.success_radius_m
 
     def sample_reset_state(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -199,3 +218,11 @@ class ArmPush(MujocoVecEnv):
             control_period_s=self.dt,
             conventions={"base_frame": "arm base at the world origin, x forward, z up (planar task: x, y only)"},
         )
+
+
+class ArmPush(_ArmPushTerms, OnMujoco):
+    """Arm-push on the MuJoCo backend."""
+
+
+class ArmPushWarp(_ArmPushTerms, OnMjwarp):
+    """Arm-push on the MuJoCo-Warp backend."""

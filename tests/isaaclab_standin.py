@@ -1,11 +1,12 @@
-"""A stand-in for an Isaac Lab ``ManagerBasedRLEnv`` that runs on the CPU, for the adapter's tests.
+"""A stand-in for an Isaac Lab ``ManagerBasedRLEnv`` that runs in the core environment, for the
+adapter's tests there.
 
-Isaac Lab cannot be imported without Isaac Sim (a GPU machine with NVIDIA's own install), so the
-adapter (``sim/isaaclab.py``) is unit-tested against this model of the behaviour it relies on.
-The real path is exercised by the ``gpu``-marked tests in test_isaaclab_adapter.py.
+Isaac Lab 3 needs Python 3.12 and its own environment (``.venv-isaaclab``, built by
+``scripts/setup_isaaclab.sh``), so the core environment (Python 3.11) cannot import it. There the
+adapter (``sim/isaaclab.py``) is unit-tested against this model; ``tests/test_isaaclab_real.py``
+runs the same checks against the real Isaac Lab 3.0 (kit-less, Newton on warp's CPU device) in
+``.venv-isaaclab``. The behaviours modelled here are the ones that test checked there:
 
-What it models (Isaac Lab 2.x ``ManagerBasedRLEnv``, checked against its documentation and
-source by reading, not by running):
   - ``reset(seed=None) -> (obs, extras)``; ``step(action) -> (obs, reward, terminated,
     time_outs, extras)``; every value a torch tensor ``[N, ...]`` on ``device``;
   - ``obs`` is a dict of observation groups: ``policy`` ``[N, 3]`` and ``critic`` ``[N, 4]``
@@ -16,8 +17,10 @@ source by reading, not by running):
   - time-outs when the episode length reaches ``max_episode_length``, returned as the fourth
     value and (as RSL-RL's wrapper does) in ``extras["time_outs"]``; a termination term that
     fires on the same step stays in ``terminated``;
+  - the terminated, time-out and reward tensors are the same objects every step, overwritten in
+    place (Isaac Lab's ``reset_terminated``, ``reset_time_outs``, reward buffer);
   - ``num_envs``, ``device``, ``step_dt``, ``max_episode_length``, ``single_action_space``
-    (a gymnasium Box: unbounded by default, as Isaac Lab's manager-based envs declare), and a
+    (a gymnasium Box: unbounded by default, as Isaac Lab's Cartpole tasks declare), and a
     gymnasium-style ``unwrapped``.
 
 Its limits: one physics (a 1-D point mass pushed towards the origin), no managers, no
@@ -62,6 +65,9 @@ class StandInRLEnv:
         self.v = torch.zeros(num_envs, device=device)
         self.drag = torch.full((num_envs,), 0.5, device=device)
         self.episode_length_buf = torch.zeros(num_envs, dtype=torch.long, device=device)
+        self.reset_terminated = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        self.reset_time_outs = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        self.reward_buf = torch.zeros(num_envs, device=device)
         self.received_actions: list[torch.Tensor] = []
         self.closed = False
 
@@ -98,9 +104,11 @@ class StandInRLEnv:
         self.v = self.v + self.step_dt * (force - self.drag * self.v)
         self.x = self.x + self.step_dt * self.v
         self.episode_length_buf += 1
-        reward = 1.0 - self.x.abs()
-        terminated = self.x.abs() > 2.0
-        time_outs = self.episode_length_buf >= self.max_episode_length
+        # written in place, as Isaac Lab does with its buffers
+        self.reward_buf[:] = 1.0 - self.x.abs()
+        self.reset_terminated[:] = self.x.abs() > 2.0
+        self.reset_time_outs[:] = self.episode_length_buf >= self.max_episode_length
+        reward, terminated, time_outs = self.reward_buf, self.reset_terminated, self.reset_time_outs
         extras: dict[str, Any] = {"time_outs": time_outs}
         done = torch.nonzero(terminated | time_outs).flatten()
         if len(done):

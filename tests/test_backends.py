@@ -102,11 +102,25 @@ def test_bench_target_is_checked(caplog: pytest.LogCaptureFixture) -> None:
     from embodied.backend_bench import parse_target
 
     assert parse_target("mjwarp:ant") == ("mjwarp", "ant")
+    for form in ("gym:Pendulum-v1", "gymnasium:Pendulum-v1", "gymnasium:gym:Pendulum-v1"):
+        assert parse_target(form) == ("gymnasium", "gym:Pendulum-v1")
+    assert parse_target("isaaclab:Isaac-Cartpole-Direct") == ("isaaclab", "isaaclab:Isaac-Cartpole-Direct")
     for bad, why in [("mjwarp", "BACKEND:TASK"), ("nope:ant", "unknown backend"), ("quadrotor:ant", "runs on")]:
         with pytest.raises(ConfigError, match=why):
             parse_target(bad)
     assert main(["bench", "sim", "mjwarp:quad-hover", "--num-envs", "2"]) == 2
     assert "runs on: quadrotor" in caplog.text
+    assert main(["bench", "sim", "Pendulum-v1", "--num-envs", "2"]) == 2
+    assert "gym:Pendulum-v1" in caplog.text  # the error teaches the target forms
+
+
+def test_bench_sim_measures_gymnasium_against_its_vector_step() -> None:
+    pytest.importorskip("gymnasium")
+    from embodied.backend_bench import bench_backend_task
+
+    result = bench_backend_task("gym:Pendulum-v1", num_envs=4, device="cpu", steps=10, repeats=1)
+    assert result["bench"] == "gym:Pendulum-v1" and result["raw_steps_per_s"] > 0
+    assert result["ratio_vs_raw"] == pytest.approx(result["steps_per_s"] / result["raw_steps_per_s"])
 
 
 def test_maniskill_task_name_sets_the_env_id() -> None:

@@ -46,8 +46,11 @@ def test_quick_cpu_run_writes_the_report(tmp_path: Path, capsys: pytest.CaptureF
     assert set(rows) == {part.target for part in bench_gpu.PARTS}
     assert rows["quadrotor"]["status"] == "ok" and rows["quadrotor"]["result"]["steps_per_s"] > 0
     assert rows["mujoco:go1-flat"]["status"] == "skipped"  # not selected
+    assert rows["isaaclab:Isaac-Cartpole-Direct"]["status"] == "skipped"  # not selected
     trainings = {row["name"]: row for row in report["training"]}
-    assert set(trainings) == {"ppo quad-hover", "ppo go1-flat", "fasttd3 go1-flat"}
+    nccl = trainings.pop("ppo quad-hover x2 (NCCL)")
+    assert nccl["status"] == "skipped" and nccl["error"] == "needs 2 GPUs, 0 here"
+    assert set(trainings) == {"ppo quad-hover", "ppo go1-flat", "fasttd3 go1-flat", "fasttd3 humanoid"}
     for row in trainings.values():
         assert row["status"] == "ok", row["error"]
         assert row["result"]["env_steps"] >= 64

@@ -1,6 +1,7 @@
-"""The Isaac Lab adapter (sim/isaaclab.py) against a CPU stand-in of ManagerBasedRLEnv
-(tests/isaaclab_standin.py, limits written there), and against a real Isaac Lab where one exists
-(``gpu``-marked: needs Isaac Sim; skipped elsewhere)."""
+"""The Isaac Lab adapter (sim/isaaclab.py) against a stand-in of ManagerBasedRLEnv in the core
+environment (tests/isaaclab_standin.py, limits written there). The same behaviours are checked
+against the real Isaac Lab 3.0 in .venv-isaaclab by tests/test_isaaclab_real.py, and on CUDA by
+the ``gpu``-marked test here."""
 
 from __future__ import annotations
 
@@ -93,6 +94,16 @@ def test_actions_are_clipped_then_mapped_onto_a_bounded_space() -> None:
         env.step(torch.zeros(2, 2))
 
 
+def test_outputs_are_copies_of_the_reused_buffers() -> None:
+    standin = StandInRLEnv(N, max_episode_length=2)
+    env = IsaacLabVecEnv.wrap(standin, seed=0)
+    _, reward, terminated, truncated, _ = env.step(torch.zeros(N, 1))
+    kept = (reward.clone(), terminated.clone(), truncated.clone())
+    env.step(torch.zeros(N, 1))  # the time-out step: the stand-in's buffers change in place
+    assert standin.reset_time_outs.all()
+    torch.testing.assert_close((reward, terminated, truncated), kept)
+
+
 def test_missing_group_is_a_named_error() -> None:
     with pytest.raises(EmbodiedError, match=r"no observation group 'actor'.*\['policy', 'critic'\]"):
         IsaacLabVecEnv.wrap(StandInRLEnv(N), IsaacLabCfg(task_id="x", policy_group="actor"))
@@ -105,10 +116,12 @@ def test_without_isaac_lab_the_error_names_its_install() -> None:
         pass
     else:
         pytest.skip("Isaac Lab is installed here")
-    with pytest.raises(MissingDependencyError, match="Isaac Lab's own installation"):
-        make_isaaclab_env(IsaacLabCfg(task_id="Isaac-Cartpole-v0"), 2, torch.device("cpu"), 0)
+    with pytest.raises(MissingDependencyError, match=r"scripts/setup_isaaclab\.sh"):
+        make_isaaclab_env(IsaacLabCfg(task_id="Isaac-Cartpole-Direct"), 2, torch.device("cpu"), 0)
     with pytest.raises(MissingDependencyError, match=r"docs/backends\.md"):
-        registry.make_env("isaaclab:Isaac-Cartpole-v0", registry.task_cfg("isaaclab:Isaac-Cartpole-v0"), 2, "cpu", 0)
+        registry.make_env(
+            "isaaclab:Isaac-Cartpole-Direct", registry.task_cfg("isaaclab:Isaac-Cartpole-Direct"), 2, "cpu", 0
+        )
 
 
 def test_trains_through_the_shared_trainer_on_the_standin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,10 +138,13 @@ def test_trains_through_the_shared_trainer_on_the_standin(tmp_path: Path, capsys
 
 @pytest.mark.gpu
 def test_real_isaac_lab_cartpole_steps_through_the_adapter() -> None:
-    pytest.importorskip("isaaclab", reason="needs Isaac Lab with Isaac Sim (docs/backends.md)")
-    env = registry.make_env(
-        "isaaclab:Isaac-Cartpole-v0", registry.task_cfg("isaaclab:Isaac-Cartpole-v0"), 16, "cuda", seed=0
-    )
+    """Kit-less Isaac Lab 3 (Newton) on CUDA, in .venv-isaaclab."""
+    pytest.importorskip("isaaclab", reason="needs Isaac Lab: bash scripts/setup_isaaclab.sh (docs/backends.md)")
+    from embodied.config import apply_overrides
+
+    name = "isaaclab:Isaac-Cartpole-Direct"
+    cfg = apply_overrides(registry.task_cfg(name), {"asset_root": "builtin"}, "test")
+    env = registry.make_env(name, cfg, 16, "cuda", seed=0)
     try:
         assert isinstance(env, VecEnv) and "policy" in env.obs_spec
         ended = torch.zeros(16, dtype=torch.bool, device=env.device)

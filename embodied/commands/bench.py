@@ -35,14 +35,21 @@ Time simulator throughput in env-steps per second (envs x steps / seconds), the 
                                                         BACKEND:TASK: the task's full step on that
                                                         backend against its raw physics step
                                                         (ratio_vs_raw; target >= 0.9)
+  embodied bench sim gym:Pendulum-v1 --num-envs 16    a gymnasium env id (gymnasium:Pendulum-v1 alike)
+                                                        against the gymnasium vector env's own step
+  embodied bench sim isaaclab:Isaac-Cartpole-Direct --num-envs 64
+                                                        Isaac Lab (in .venv-isaaclab) against its own
+                                                        env.step
   embodied bench sim maniskill:PushCube-v1 --num-envs 8 --steps 50 --json
                                                         a ManiSkill3 task (physx CPU, one scene per
                                                         env) against ManiSkill's own env.step loop
 
   embodied bench gpu                                    on a lent CUDA machine: every installed backend's
-                                                        throughput at GPU-scale sizes, a short PPO and
-                                                        FastTD3 training on go1-flat; JSON + markdown
-                                                        report, under 8 minutes (docs/backends.md)
+                                                        throughput at GPU-scale sizes (Isaac Lab from
+                                                        .venv-isaaclab), short PPO and FastTD3 trainings
+                                                        (go1-flat, humanoid), a 2-GPU NCCL smoke run;
+                                                        JSON + markdown report, under 8 minutes
+                                                        (docs/backends.md)
   embodied bench gpu --device cpu --quick               the same script at tiny sizes (a smoke check)
 
 --compile/--no-compile: run the physics through torch.compile. Default: compile when it pays,
@@ -116,7 +123,9 @@ def _bench_fn(kind: str, name: str) -> Any:
             parse_target(name)  # a named error before anything is built
             return lambda num_envs, device, steps, **kwargs: bench_backend_task(name, num_envs, device, steps, **kwargs)
         if name not in SIM_BENCHES:
-            raise ConfigError(unknown_choice_message("sim bench", name, SIM_BENCHES))
+            from embodied.backend_bench import TARGET_FORMS
+
+            raise ConfigError(f"{unknown_choice_message('sim bench', name, SIM_BENCHES)}; or a target: {TARGET_FORMS}")
         return _load(SIM_BENCHES[name])
     task_entry(name)  # validates the task name with closest-match suggestions
     return lambda num_envs, device, steps, **kw: bench_task_env(name, num_envs, device, steps, **kw)

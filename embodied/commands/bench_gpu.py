@@ -1,12 +1,15 @@
 """``embodied bench gpu``: one command for a lent GPU machine, finished in under 8 minutes.
 
 It measures every installed backend's throughput (``embodied bench sim`` at GPU-scale batch
-sizes) and runs three short trainings with their tasks' ``--preset gpu``: PPO on ``quad-hover``
-(until 95 % success holds), then PPO and FastTD3 on ``go1-flat`` (MuJoCo-Warp when installed);
-then, where LeRobot is installed (its environment, ``scripts/setup_lerobot.sh``), ReinFlow and
-residual RL on a full-size SmolVLA configuration (:data:`VLA_FINETUNES`,
-``bench/smolvla_finetune.py``: env-steps/s, seconds per update, peak memory; their time boxes are
-added to the budget); then writes ``bench_gpu.json`` and ``bench_gpu.md`` into ``--out``.
+sizes: the quadrotor, MuJoCo, MuJoCo-Warp, ManiSkill3 and Isaac Lab's kit-less Cartpole, the
+last in ``.venv-isaaclab`` when that exists) and runs short trainings with their tasks'
+``--preset gpu``: PPO on ``quad-hover`` (until 95 % success holds), PPO and FastTD3 on
+``go1-flat`` and FastTD3 on ``humanoid`` (MuJoCo-Warp when installed), and, where two GPUs exist,
+a 2-process NCCL smoke run (``train quad-hover --nproc 2``); then, where LeRobot is installed (its
+environment, ``scripts/setup_lerobot.sh``), ReinFlow and residual RL on a full-size SmolVLA
+configuration (:data:`VLA_FINETUNES`, ``bench/smolvla_finetune.py``: env-steps/s, seconds per
+update, peak memory; their time boxes are added to the budget); then writes ``bench_gpu.json`` and
+``bench_gpu.md`` into ``--out``.
 
 Every part runs as its own ``python -m embodied`` process with a time box (:data:`PARTS`,
 :data:`TRAININGS`): a part that overruns gets SIGTERM (a training stops at its next step and
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import signal
 import subprocess
@@ -55,6 +59,13 @@ class Part:
     quick_envs: int
     timeout_s: float
     steps: int = 100
+    python: str = ""
+    """Interpreter of the backend's own environment (e.g. ``.venv-isaaclab/bin/python``); empty:
+    this one. The part counts as installed where that interpreter exists."""
+
+
+ISAACLAB_PYTHON = ".venv-isaaclab/bin/python"
+"""Isaac Lab 3 lives in its own environment (Python 3.12, scripts/setup_isaaclab.sh)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,9 @@ class Training:
     preset: str = "gpu"
     on_bench_backend: bool = True
     evaluate: bool = False
+    min_gpus: int = 1
+    """GPUs the training needs (the NCCL smoke run takes 2; skipped where fewer exist)."""
+    nproc: int = 1
 
 
 PARTS: tuple[Part, ...] = (
@@ -83,15 +97,25 @@ PARTS: tuple[Part, ...] = (
     Part("mujoco", "mujoco:go1-flat", 4096, 4, 40.0, steps=50),
     # MuJoCo-Warp compiles its kernels per model on the first run (cached afterwards, also for
     # the trainings that follow)
-    Part("mjwarp", "mjwarp:go1-flat", 8192, 2, 90.0),
-    Part("mjwarp", "mjwarp:humanoid", 8192, 2, 60.0),
+    Part("mjwarp", "mjwarp:go1-flat", 8192, 2, 60.0),
+    Part("mjwarp", "mjwarp:humanoid", 8192, 2, 40.0),
     Part("maniskill", "maniskill:PushCube-v1", 1024, 2, 40.0, steps=50),
+    # Newton's kernels compile on first use too (~4 min on a CPU; cached in warp's kernel cache)
+    Part("isaaclab", "isaaclab:Isaac-Cartpole-Direct", 4096, 2, 45.0, steps=50, python=ISAACLAB_PYTHON),
 )
 """Throughput parts, in order; a part whose backend is not installed is skipped."""
 
 QUICK_EPISODES = ("env.backend.max_episode_steps=16", "trainer.eval_episodes=4")
 """``--quick``: short episodes, so the final evaluation is as small as the training (warp's CPU
 device steps tens of env-steps per second)."""
+
+FASTTD3_QUICK = (
+    "algo.batch_size=32",
+    "algo.learning_starts=8",
+    "algo.buffer_size_per_env=64",
+    "trainer.total_env_steps=64",
+    *QUICK_EPISODES,
+)
 
 TRAININGS: tuple[Training, ...] = (
     # Issue 18's GPU target: >= 95 % hover success in <= 3 s of training at >= 1 M env steps/s.
@@ -109,25 +133,25 @@ TRAININGS: tuple[Training, ...] = (
         "ppo",
         "go1-flat",
         4,
-        80.0,
+        55.0,
         quick_args=("algo.num_steps_per_env=8", "trainer.total_env_steps=64", *QUICK_EPISODES),
     ),
+    Training("fasttd3", "go1-flat", 4, 50.0, quick_args=FASTTD3_QUICK),
+    Training("fasttd3", "humanoid", 2, 50.0, quick_args=FASTTD3_QUICK),
+    # NCCL between two processes, one GPU each (embodied/distributed.py); skipped on one GPU
     Training(
-        "fasttd3",
-        "go1-flat",
-        4,
-        75.0,
-        quick_args=(
-            "algo.batch_size=32",
-            "algo.learning_starts=8",
-            "algo.buffer_size_per_env=64",
-            "trainer.total_env_steps=64",
-            *QUICK_EPISODES,
-        ),
+        "ppo",
+        "quad-hover",
+        64,
+        30.0,
+        quick_args=("trainer.total_env_steps=1024", "trainer.eval_episodes=4"),
+        on_bench_backend=False,
+        min_gpus=2,
+        nproc=2,
     ),
 )
-"""Short trainings after the throughput parts: PPO on quad-hover, then PPO and FastTD3 on the
-legged task; each with its task's ``--preset gpu``."""
+"""Short trainings after the throughput parts: PPO on quad-hover, PPO and FastTD3 on the legged
+task, FastTD3 on the humanoid, each with its task's ``--preset gpu``; then the 2-GPU NCCL smoke run."""
 
 
 @dataclass(frozen=True)
@@ -292,7 +316,7 @@ def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: 
         n = part.quick_envs if args.quick else part.num_envs
         outcome = Outcome(part.target, part.backend, n)
         outcomes.append(outcome)
-        if part.backend not in backends:
+        if part.backend not in backends and not (part.python and _side_env_selected(part, args.backends)):
             outcome.error = "backend not installed or not selected"
             continue
         timeout_s = _budget_left(deadline, part.timeout_s)
@@ -304,7 +328,7 @@ def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: 
         words += ["--repeats", str(repeats), "--device", device, "--json"]
         if part.backend == "quadrotor":
             words.append("--no-compile")
-        _measure(outcome, words, timeout_s)
+        _measure(outcome, words, timeout_s, [part.python, "-m", "embodied"] if part.python else None)
         log.info("bench gpu: %s at %d envs: %s", part.target, n, outcome.status)
     return outcomes
 
@@ -314,18 +338,26 @@ def run_trainings(
 ) -> list[Outcome]:
     """The short trainings on MuJoCo-Warp when it is selected, else on the MuJoCo backend."""
     backend = "mjwarp" if "mjwarp" in backends else "mujoco"
+    gpus = _gpu_count(device)
     outcomes = []
     for training in TRAININGS:
         n = training.quick_envs if args.quick else _preset_num_envs(training)
         train_backend = backend if training.on_bench_backend else None
-        outcome = Outcome(f"{training.algo} {training.task}", train_backend or "own", n)
+        name = f"{training.algo} {training.task}" + (f" x{training.nproc} (NCCL)" if training.nproc > 1 else "")
+        outcome = Outcome(name, train_backend or "own", n)
         outcomes.append(outcome)
+        if training.min_gpus > 1 and gpus < training.min_gpus:
+            outcome.error = f"needs {training.min_gpus} GPUs, {gpus} here"
+            continue
         timeout_s = _budget_left(deadline, training.timeout_s)
         if timeout_s < 10:
             outcome.error = "time budget spent"
             continue
-        run_dir = out / f"train_{training.algo}_{training.task}"
+        run_dir = out / (
+            f"train_{training.algo}_{training.task}" + (f"_x{training.nproc}" if training.nproc > 1 else "")
+        )
         words = ["train", training.task, "--algo", training.algo, "--preset", training.preset, "--device", device]
+        words += ["--nproc", str(training.nproc)] if training.nproc > 1 else []
         words += ["--backend", train_backend] if train_backend else []
         words += ["--run-dir", str(run_dir), "--no-progress"]
         words += ["--num-envs", str(n), *training.quick_args] if args.quick else []
@@ -371,6 +403,19 @@ def run_vla_finetunes(args: argparse.Namespace, device: str, deadline: float) ->
         _measure(outcome, words, timeout_s, [sys.executable, str(VLA_SCRIPT)])
         log.info("bench gpu: %s: %s", outcome.name, outcome.status)
     return outcomes
+
+
+def _gpu_count(device: str) -> int:
+    """CUDA devices visible (0 on a CPU run)."""
+    import torch
+
+    return torch.cuda.device_count() if device.startswith("cuda") else 0
+
+
+def _side_env_selected(part: Part, selected: str | None) -> bool:
+    """Whether a part that runs in its own environment is selected and that environment exists."""
+    wanted = selected is None or part.backend in {s.strip() for s in selected.split(",")}
+    return wanted and Path(part.python).is_file()
 
 
 def machine(device: str) -> dict[str, str]:
@@ -450,6 +495,7 @@ def installed_backends(selected: str | None) -> set[str]:
     from embodied import registry
 
     names = {name for name, backend in registry.BACKENDS.items() if not backend.missing()}
+    names -= {p.backend for p in PARTS if p.python}  # measured in their own environment
     if selected is None:
         return names
     wanted = {s.strip() for s in selected.split(",") if s.strip()}
@@ -463,6 +509,10 @@ def run(args: argparse.Namespace) -> int:
     """``embodied bench gpu``: throughput parts, then trainings; writes the JSON and markdown report."""
     device = args.device or "cuda"
     check_device(device, args.quick)
+    from embodied.sim.isaaclab import builtin_asset_root
+
+    # Isaac Lab's Cartpole from the assets shipped here: a lent machine reaches no asset server
+    os.environ.setdefault("ISAACSIM_ASSET_ROOT", str(builtin_asset_root()))
     backends = installed_backends(args.backends)
     started = datetime.now(timezone.utc)
     out: Path = args.out or Path("runs") / "bench_gpu" / started.strftime("%Y%m%d-%H%M%S")
@@ -470,7 +520,8 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     deadline = start + args.budget_s - GRACE_S  # the last part's SIGTERM grace stays inside the budget
     # the trainings' time boxes are kept free of throughput parts that run long
-    reserved_s = sum(t.timeout_s for t in TRAININGS)
+    gpus = _gpu_count(device)
+    reserved_s = sum(t.timeout_s for t in TRAININGS if t.min_gpus <= max(gpus, 1))
     throughput = run_parts(args, device, deadline - reserved_s, backends)
     training = run_trainings(args, device, deadline, backends, out)
     # the VLA items' boxes come on top of the budget, and only where LeRobot is installed

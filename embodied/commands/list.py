@@ -1,8 +1,17 @@
-"""``embodied list``: registered tasks (with the backends each runs on), algorithms and simulator backends."""
+"""``embodied list``: registered tasks (with the backends each runs on), algorithms and simulator backends.
+
+Each backend's line says whether it works here: ``installed``, ``not installed: run ...`` or
+``installed but unusable here: ...``, from a real import of its packages and its device checks
+(Vulkan, EGL/OSMesa) in a subprocess (``embodied.sim.capabilities``).
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embodied.sim.capabilities import BackendStatus
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,8 +33,20 @@ def run(args: argparse.Namespace) -> int:
     for name, entry in registry.ALGOS.items():
         print(f"  {name:<22} {entry.summary}")
     print("backends:")
-    for name, row in registry.BACKENDS.items():
-        missing = row.missing()
-        state = "installed" if not missing else f"not installed ({row.install})"
-        print(f"  {name:<22} {row.summary}; devices: {', '.join(row.devices)}; {state}")
+    for name, status in backend_statuses().items():
+        row = registry.BACKENDS[name]
+        print(f"  {name:<22} {row.summary}; devices: {', '.join(row.devices)}; {status.line()}")
     return 0
+
+
+def backend_statuses() -> dict[str, BackendStatus]:
+    """Every registered backend's state on this machine (probed in subprocesses)."""
+    from embodied import registry
+    from embodied.sim.capabilities import ProbeSpec
+    from embodied.sim.capabilities import backend_statuses as probe_all
+
+    specs = {
+        name: ProbeSpec(row.modules + row.status_modules, row.checks, row.install)
+        for name, row in registry.BACKENDS.items()
+    }
+    return probe_all(specs)

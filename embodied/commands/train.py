@@ -263,6 +263,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.preset is not None:
             preset = preset_file(task, algo, args.preset)
             config_file = preset if args.config is None else _merged_yaml(preset, args.config, Path(tmp))
+        agent = _isaaclab_agent_yaml(task, algo, args.num_envs, overrides, Path(tmp))
+        if agent is not None:  # a layer under the preset, the config file and the command line
+            config_file = agent if config_file is None else _merged_yaml(agent, config_file, Path(tmp))
         cfgs = [
             resolve_experiment(
                 task,
@@ -309,6 +312,39 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(run_dirs[0])
     return 0
+
+
+def _isaaclab_agent_yaml(
+    task: str, algo: str, num_envs: int | None, overrides: list[str], out_dir: Path
+) -> Path | None:
+    """Isaac Lab's own RSL-RL agent config of an ``isaaclab:<TaskId>`` task, translated to embodied's
+    PPO keys (``embodied.sim.isaaclab_agent``) and written to ``out_dir``; None for any other task,
+    algorithm, a task that registers none, or where Isaac Lab is not installed.
+
+    Reading it imports Isaac Lab, which fixes its asset root: an ``env.asset_root=`` on the command
+    line is applied first."""
+    import importlib.util
+
+    from embodied.registry import ISAACLAB_PREFIX
+
+    if not task.startswith(ISAACLAB_PREFIX) or algo != "ppo" or importlib.util.find_spec("isaaclab_tasks") is None:
+        return None
+    import yaml
+
+    from embodied.sim.isaaclab import set_asset_root
+    from embodied.sim.isaaclab_agent import agent_overrides
+
+    for word in overrides:
+        if word.startswith("env.asset_root="):
+            set_asset_root(word.split("=", 1)[1].strip("\"'"))
+    task_id = task[len(ISAACLAB_PREFIX) :]
+    translated = agent_overrides(task_id, num_envs)
+    if translated is None:
+        return None
+    logging.getLogger("embodied").info("%s: PPO settings from Isaac Lab's RSL-RL agent config of %s", task, task_id)
+    path = out_dir / "isaaclab_agent.yaml"
+    path.write_text(yaml.safe_dump(translated))
+    return path
 
 
 def _select_backend(name: str, backend: str | None, overrides: list[str]) -> tuple[str, list[str]]:
