@@ -115,6 +115,16 @@ def _onnxruntime_session(onnx_path: Path, threads: int, missing: list[str]) -> A
         ) from None
 
 
+def open_session(onnx_path: Path, threads: int, engine: str) -> tuple[Any, str]:
+    """``(session, engine name)`` for one graph: numpy when ``engine`` is ``numpy``, or ``auto``
+    and numpy runs every operator of the graph; else onnxruntime."""
+    model = read_model(onnx_path)
+    missing = unsupported_ops(model)
+    if engine == "numpy" or (engine == "auto" and not missing):
+        return NumpySession(model, onnx_path), "numpy"  # names the operators it lacks
+    return _onnxruntime_session(onnx_path, threads, missing), "onnxruntime"
+
+
 class PolicyRunner:
     """``runner(obs [obs_dim]) -> action [action_dim]`` (float32, each in [-1, 1])."""
 
@@ -127,14 +137,8 @@ class PolicyRunner:
         onnx_path = self.export_dir / ONNX_FILENAME
         if engine not in ENGINES:
             raise EmbodiedError(f"policy engine {engine!r}: expected one of {', '.join(ENGINES)}")
-        model = read_model(onnx_path)
-        missing = unsupported_ops(model)
-        if engine == "numpy" or (engine == "auto" and not missing):
-            self._session: Any = NumpySession(model, onnx_path)  # names the operators it lacks
-            self.engine = "numpy"
-        else:
-            self._session = _onnxruntime_session(onnx_path, threads, missing)
-            self.engine = "onnxruntime"
+        self._session: Any
+        self._session, self.engine = open_session(onnx_path, threads, engine)
         log.info("%s runs on %s", onnx_path, self.engine)
         check_session_hash(self._session, self.policy_io, onnx_path)
         inputs = {i.name: i for i in self._session.get_inputs()}
@@ -195,7 +199,7 @@ class PolicyRunner:
             self._residual = ResidualGraph(
                 self.export_dir,
                 self.policy_io,
-                lambda path: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]),
+                lambda path: open_session(path, threads, engine)[0],
             )
 
     def _check_image_input(
