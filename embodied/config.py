@@ -540,21 +540,47 @@ def describe(cfg: Any, prefix: str = "") -> list[tuple[str, str, str]]:
     return rows
 
 
+def _decimal_flag(text: str) -> float | None:
+    """``text`` as a finite decimal number (:data:`DECIMAL_FLOAT`, at most
+    :data:`MAX_NUMBER_DIGITS` digits), else None: no hex, ``_``, ``inf`` or ``nan``."""
+    if not DECIMAL_FLOAT.fullmatch(text.strip()) or _too_many_digits(text):
+        return None
+    number = float(text)
+    return number if math.isfinite(number) else None
+
+
+def _flag_error(expected: str, text: str) -> argparse.ArgumentTypeError:
+    shown = text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
+    return argparse.ArgumentTypeError(f"expected {expected}, got {shown!r}")
+
+
 def int_in_range(low: int, high: int) -> Callable[[str], int]:
     """An argparse ``type=``: a decimal integer in ``[low, high]`` (``1e3`` accepted; ``0x10``,
     ``1_000`` not), else a one-line usage error."""
 
     def parse(text: str) -> int:
-        value = None
-        if DECIMAL_FLOAT.fullmatch(text.strip()) and not _too_many_digits(text):
-            number = float(text)
-            value = int(number) if math.isfinite(number) and number.is_integer() else None
+        number = _decimal_flag(text)
+        value = int(number) if number is not None and number.is_integer() else None
         if value is None or not low <= value <= high:
-            shown = text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {shown!r}")
+            raise _flag_error(f"an integer in [{low}, {high}]", text)
         return value
 
     parse.__name__ = "integer"
+    return parse
+
+
+def float_in_range(low: float, high: float, unit: str = "") -> Callable[[str], float]:
+    """An argparse ``type=``: a finite decimal number in ``[low, high]`` (``unit`` names it in
+    the error; ``0x10``, ``1_000``, ``inf`` and ``nan`` refused), else a one-line usage error."""
+
+    def parse(text: str) -> float:
+        value = _decimal_flag(text)
+        if value is None or not low <= value <= high:
+            suffix = f" {unit}" if unit else ""
+            raise _flag_error(f"a number in [{_fmt(low)}, {_fmt(high)}]{suffix}", text)
+        return value
+
+    parse.__name__ = "number"
     return parse
 
 

@@ -26,7 +26,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from embodied.config import ConfigError, closest
+from embodied.config import ConfigError, closest, ranged
 from embodied.env import ObsDict, StepResult
 from embodied.errors import EmbodiedError
 from embodied.io_spec import ActionField, IOSpec, ObsField
@@ -42,7 +42,7 @@ class GymnasiumCfg:
     """gymnasium ``make_vec`` mode; ``async`` runs one process per env (slower on few cores)."""
     normalize_action: bool = True
     """Rescale Box actions from [-1, 1] to the space's bounds; False passes them unchanged."""
-    max_episode_steps: int = 0
+    max_episode_steps: int = ranged(0, 0, 10_000_000, "control steps")
     """Time limit override in steps; 0 keeps the id's registered limit."""
 
     def __post_init__(self) -> None:

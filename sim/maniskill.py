@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from embodied.config import ConfigError, closest
+from embodied.config import ConfigError, closest, ranged
 from embodied.env import IMAGE_GROUP, ObsDict, StepResult, check_image_size_px
 from embodied.errors import EmbodiedError, MissingDependencyError, import_optional
 from embodied.io_spec import ActionField, IOSpec, ObsField
@@ -90,7 +90,7 @@ class ManiSkillCfg:
     """ManiSkill controller, e.g. ``pd_ee_delta_pos`` (end-effector moves); empty: the task's default."""
     reward_mode: str = "normalized_dense"
     """``normalized_dense`` (per-step reward in [0, 1]), ``dense``, ``sparse`` or ``none``."""
-    max_episode_steps: int = 0
+    max_episode_steps: int = ranged(0, 0, 10_000_000, "control steps")
     """Time limit in control steps; 0 keeps the limit registered for the task."""
     terminate_on_success: bool = True
     """ManiSkill ends an episode on success (or failure); False ends episodes only at the time limit

@@ -39,7 +39,7 @@ import mujoco
 import numpy as np
 import torch
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.env import ObsDict, StepResult
 from embodied.errors import import_optional
 from embodied.io_spec import IOSpec
@@ -77,9 +77,9 @@ def warp_modules() -> tuple[ModuleType, ModuleType]:
 class MjwarpCfg:
     """Options of the MuJoCo-Warp backend (buffer sizes are per world)."""
 
-    contacts_per_world: int = 64
+    contacts_per_world: int = ranged(64, 1, 100_000, "contacts")
     """Contact buffer per world (MuJoCo-Warp's ``naconmax`` is this times the world count)."""
-    constraints_per_world: int = 256
+    constraints_per_world: int = ranged(256, 1, 1_000_000, "rows")
     """Constraint rows per world (``njmax``)."""
 
     def __post_init__(self) -> None:

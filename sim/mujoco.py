@@ -26,7 +26,7 @@ import mujoco
 import numpy as np
 import torch
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.env import IMAGE_GROUP, ObsDict, StepResult, check_image_size_px
 from embodied.io_spec import IOSpec
 from embodied.sim.mujoco_camera import BatchCamera
@@ -39,9 +39,9 @@ class MujocoRandomizationCfg:
 
     enabled: bool = False
     """Draw per-env body masses and geom friction; False keeps the nominal model everywhere."""
-    body_mass_scale: tuple[float, float] = (0.8, 1.2)
+    body_mass_scale: tuple[float, float] = ranged((0.8, 1.2), 0.1, 10.0, "x nominal")
     """Uniform range of the factor applied to every body's nominal mass (inertia scales with it)."""
-    friction_scale: tuple[float, float] = (0.5, 1.5)
+    friction_scale: tuple[float, float] = ranged((0.5, 1.5), 0.01, 10.0, "x nominal")
     """Uniform range of the factor applied to every geom's nominal sliding friction."""
 
     def __post_init__(self) -> None:
@@ -55,11 +55,11 @@ class MujocoRandomizationCfg:
 class MujocoBackendCfg:
     """Options of the batched MuJoCo backend shared by every MuJoCo task."""
 
-    frame_skip: int = 5
+    frame_skip: int = ranged(5, 1, 1000, "physics steps")
     """Physics substeps per control step (gymnasium v5 default 5): dt = timestep * frame_skip."""
-    max_episode_steps: int = 1000
+    max_episode_steps: int = ranged(1000, 1, 10_000_000, "control steps")
     """Time limit in control steps; reaching it truncates (not terminates) the episode."""
-    nthread: int = 0
+    nthread: int = ranged(0, 0, 1024, "threads")
     """C threads stepping the batch; 0 uses one per logical CPU."""
     randomization: MujocoRandomizationCfg = field(default_factory=MujocoRandomizationCfg)
     camera: str = ""

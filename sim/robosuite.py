@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.env import IMAGE_GROUP, ObsDict, StepResult, check_image_size_px
 from embodied.errors import MissingDependencyError, import_optional
 from embodied.io_spec import IOSpec, ObsField, affine_action_fields
@@ -97,11 +97,11 @@ class RobosuiteCfg:
     """robosuite robot name."""
     reward_shaping: bool = True
     """Dense (shaped) reward; False: robosuite's sparse success reward."""
-    reward_scale: float = 1.0
+    reward_scale: float = ranged(1.0, 1e-6, 1e6)
     """robosuite's reward scale (the largest per-step reward)."""
-    horizon: int = 500
+    horizon: int = ranged(500, 1, 10_000_000, "control steps")
     """Episode length in control steps; the episode is truncated there."""
-    control_freq: int = 20
+    control_freq: int = ranged(20, 1, 1000, "Hz")
     """Control steps per second (robosuite's ``control_freq``; dt = 1 / control_freq)."""
     terminate_on_success: bool = False
     """End the episode (``terminated``) at the first step where the task succeeds."""

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import mujoco
 import numpy as np
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.sim.mujoco_model import load_mjcf
 from embodied.tasks.mujoco_locomotion import LocomotionBackendCfg, LocomotionTerms, OnMjwarp, OnMujoco
@@ -78,25 +78,25 @@ class ArmPushCfg:
     """Simulator backend (``mujoco`` or ``mjwarp``) and its options."""
     reward: Literal["sparse", "dense"] = "sparse"
     """``sparse``: 1 on the success step, else 0. ``dense``: adds distance shaping (see the weights)."""
-    success_radius_m: float = 0.03
+    success_radius_m: float = ranged(0.03, 1e-3, 0.5, "m")
     """Block centre to goal distance that counts as solved (m)."""
-    reach_weight: float = 0.5
+    reach_weight: float = ranged(0.5, 0.0, 1000.0)
     """Dense only: weight of ``-|fingertip - block|`` per step (m)."""
-    push_weight: float = 1.0
+    push_weight: float = ranged(1.0, 0.0, 1000.0)
     """Dense only: weight of ``-|block - goal|`` per step (m)."""
-    success_reward: float = 1.0
+    success_reward: float = ranged(1.0, 0.0, 1000.0)
     """Reward on the step the block reaches the goal (both variants)."""
-    block_x_range_m: tuple[float, float] = (0.30, 0.45)
+    block_x_range_m: tuple[float, float] = ranged((0.30, 0.45), -1.5, 1.5, "m")
     """Initial block x in the base frame (m), uniform."""
-    block_y_range_m: tuple[float, float] = (-0.15, 0.15)
+    block_y_range_m: tuple[float, float] = ranged((-0.15, 0.15), -1.5, 1.5, "m")
     """Initial block y (m), uniform."""
-    goal_x_range_m: tuple[float, float] = (0.28, 0.50)
+    goal_x_range_m: tuple[float, float] = ranged((0.28, 0.50), -1.5, 1.5, "m")
     """Goal x (m), uniform."""
-    goal_y_range_m: tuple[float, float] = (-0.20, 0.20)
+    goal_y_range_m: tuple[float, float] = ranged((-0.20, 0.20), -1.5, 1.5, "m")
     """Goal y (m), uniform."""
-    goal_distance_range_m: tuple[float, float] = (0.08, 0.22)
+    goal_distance_range_m: tuple[float, float] = ranged((0.08, 0.22), 0.0, 3.0, "m")
     """Initial block-to-goal distance (m): goals outside are redrawn."""
-    home_noise_rad: float = 0.05
+    home_noise_rad: float = ranged(0.05, 0.0, 0.5, "rad")
     """Arm joints start at ``HOME_QPOS + U(-s, s)``."""
 
     def __post_init__(self) -> None:

@@ -32,7 +32,7 @@ import mujoco
 import numpy as np
 import torch
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.io_spec import IOSpec
 from embodied.sim.mujoco_model import load_mjcf
 from embodied.tasks.mujoco_locomotion import (
@@ -84,33 +84,33 @@ class Go1FlatCfg:
 
     backend: LocomotionBackendCfg = field(default_factory=lambda: LocomotionBackendCfg(frame_skip=4))
     """Simulator; 4 substeps of 0.005 s: a 0.02 s (50 Hz) policy, as legged_gym's Go1."""
-    action_scale_rad: float = 0.25
+    action_scale_rad: float = ranged(0.25, 0.0, 3.15, "rad")
     """Joint angle offset (rad) commanded by an action of 1 (legged_gym: 0.25)."""
-    command_vx_range: tuple[float, float] = (0.0, 1.0)
+    command_vx_range: tuple[float, float] = ranged((0.0, 1.0), -5.0, 5.0, "m/s")
     """Commanded forward speed (m/s, body frame), drawn uniformly per episode."""
-    command_vy_range: tuple[float, float] = (0.0, 0.0)
+    command_vy_range: tuple[float, float] = ranged((0.0, 0.0), -5.0, 5.0, "m/s")
     """Commanded lateral speed (m/s, body frame)."""
-    command_yaw_rate_range: tuple[float, float] = (0.0, 0.0)
+    command_yaw_rate_range: tuple[float, float] = ranged((0.0, 0.0), -10.0, 10.0, "rad/s")
     """Commanded yaw rate (rad/s)."""
-    tracking_sigma: float = 0.25
+    tracking_sigma: float = ranged(0.25, 1e-4, 100.0, "(m/s)^2")
     """Width of the tracking kernel ``exp(-err^2 / sigma)`` (m^2/s^2 or rad^2/s^2)."""
-    track_lin_vel_weight: float = 1.0
+    track_lin_vel_weight: float = ranged(1.0, 0.0, 1000.0)
     """Reward for the planar velocity tracking kernel."""
-    track_ang_vel_weight: float = 0.5
+    track_ang_vel_weight: float = ranged(0.5, 0.0, 1000.0)
     """Reward for the yaw-rate tracking kernel."""
-    lin_vel_z_weight: float = 2.0
+    lin_vel_z_weight: float = ranged(2.0, 0.0, 1000.0)
     """Cost of the squared vertical trunk speed (m^2/s^2)."""
-    ang_vel_xy_weight: float = 0.05
+    ang_vel_xy_weight: float = ranged(0.05, 0.0, 1000.0)
     """Cost of the squared roll and pitch rates (rad^2/s^2)."""
-    orientation_weight: float = 1.0
+    orientation_weight: float = ranged(1.0, 0.0, 1000.0)
     """Cost of the squared horizontal components of gravity seen from the trunk (tilt)."""
-    torque_weight: float = 2e-4
+    torque_weight: float = ranged(2e-4, 0.0, 1000.0)
     """Cost of the squared joint torques (N^2 m^2)."""
-    action_rate_weight: float = 0.01
+    action_rate_weight: float = ranged(0.01, 0.0, 1000.0)
     """Cost of the squared change of the action between steps."""
-    termination_contact_force_n: float = 1.0
+    termination_contact_force_n: float = ranged(1.0, 0.0, 100_000.0, "N")
     """A trunk or hip contact force above this (N) ends the episode."""
-    reset_noise_scale: float = 0.1
+    reset_noise_scale: float = ranged(0.1, 0.0, 10.0)
     """Joint angles += U(-s, s) rad, all velocities U(-s, s) at reset."""
 
     def __post_init__(self) -> None:

@@ -29,7 +29,7 @@ import mujoco
 import numpy as np
 import torch
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, ranged
 from embodied.io_spec import ActionField, IOSpec, ObsField
 from embodied.sim.mjwarp import MjwarpCfg, MjwarpVecEnv
 from embodied.sim.mujoco import MujocoBackendCfg, MujocoVecEnv, gymnasium_asset
@@ -197,11 +197,11 @@ class HalfCheetahCfg:
     """HalfCheetah-v5: run forward along +x; never terminates."""
 
     backend: LocomotionBackendCfg = field(default_factory=LocomotionBackendCfg)
-    forward_reward_weight: float = 1.0
+    forward_reward_weight: float = ranged(1.0, 0.0, 1000.0)
     """Weight of the forward velocity of the root (m/s)."""
-    ctrl_cost_weight: float = 0.1
+    ctrl_cost_weight: float = ranged(0.1, 0.0, 1000.0)
     """Weight of the squared control norm (a cost)."""
-    reset_noise_scale: float = 0.1
+    reset_noise_scale: float = ranged(0.1, 0.0, 10.0)
     """qpos += U(-s, s), qvel += s * N(0, 1) at reset."""
 
     def __post_init__(self) -> None:
@@ -256,21 +256,21 @@ class AntCfg:
     """Ant-v5: run forward along +x; terminates when the torso leaves the healthy height range."""
 
     backend: LocomotionBackendCfg = field(default_factory=LocomotionBackendCfg)
-    forward_reward_weight: float = 1.0
+    forward_reward_weight: float = ranged(1.0, 0.0, 1000.0)
     """Weight of the torso's forward velocity (m/s)."""
-    ctrl_cost_weight: float = 0.5
+    ctrl_cost_weight: float = ranged(0.5, 0.0, 1000.0)
     """Weight of the squared control norm (a cost)."""
-    contact_cost_weight: float = 5e-4
+    contact_cost_weight: float = ranged(5e-4, 0.0, 1000.0)
     """Weight of the squared, clipped external contact forces (a cost)."""
-    healthy_reward: float = 1.0
+    healthy_reward: float = ranged(1.0, 0.0, 1000.0)
     """Reward per step while healthy."""
     terminate_when_unhealthy: bool = True
     """End the episode (terminated) when unhealthy."""
-    healthy_z_range: tuple[float, float] = (0.2, 1.0)
+    healthy_z_range: tuple[float, float] = ranged((0.2, 1.0), 0.0, 10.0, "m")
     """Healthy torso height (m), inclusive; the state must also be finite."""
-    contact_force_range: tuple[float, float] = (-1.0, 1.0)
+    contact_force_range: tuple[float, float] = ranged((-1.0, 1.0), -10_000.0, 10_000.0)
     """Clip range of ``cfrc_ext`` in the observation and the contact cost."""
-    reset_noise_scale: float = 0.1
+    reset_noise_scale: float = ranged(0.1, 0.0, 10.0)
     """qpos += U(-s, s), qvel += s * N(0, 1) at reset."""
 
     def __post_init__(self) -> None:
@@ -340,21 +340,21 @@ class HumanoidCfg:
     """Humanoid-v5: walk forward along +x; terminates when the torso leaves (1, 2) m height."""
 
     backend: LocomotionBackendCfg = field(default_factory=LocomotionBackendCfg)
-    forward_reward_weight: float = 1.25
+    forward_reward_weight: float = ranged(1.25, 0.0, 1000.0)
     """Weight of the centre-of-mass forward velocity (m/s)."""
-    ctrl_cost_weight: float = 0.1
+    ctrl_cost_weight: float = ranged(0.1, 0.0, 1000.0)
     """Weight of the squared control norm (a cost)."""
-    contact_cost_weight: float = 5e-7
+    contact_cost_weight: float = ranged(5e-7, 0.0, 1000.0)
     """Weight of the squared external contact forces (a cost)."""
-    contact_cost_max: float = 10.0
+    contact_cost_max: float = ranged(10.0, 0.0, 1e6)
     """Upper clip of the contact cost."""
-    healthy_reward: float = 5.0
+    healthy_reward: float = ranged(5.0, 0.0, 1000.0)
     """Reward per step while healthy."""
     terminate_when_unhealthy: bool = True
     """End the episode (terminated) when unhealthy."""
-    healthy_z_range: tuple[float, float] = (1.0, 2.0)
+    healthy_z_range: tuple[float, float] = ranged((1.0, 2.0), 0.0, 10.0, "m")
     """Healthy torso height (m), exclusive bounds."""
-    reset_noise_scale: float = 1e-2
+    reset_noise_scale: float = ranged(1e-2, 0.0, 10.0)
     """qpos += U(-s, s), qvel += U(-s, s) at reset."""
 
     def __post_init__(self) -> None:

@@ -442,8 +442,21 @@ FLAG_CASES: list[tuple[list[str], bool, tuple[str, ...]]] = [
     (["export", "{dir}/afile"], True, ("afile",)),
     (["export", "{dir}/absent"], True, ("absent",)),
     (["nosuchcommand"], True, ("nosuchcommand",)),
+    (["verify", "{run}", "--episodes", "1_000"], True, ("--episodes",)),
+    (["verify", "{run}", "--threads", "0x10"], True, ("--threads",)),
+    (["sim-robot", "quad-hover", "--seconds", "inf"], True, ("--seconds",)),
+    (["sim-robot", "quad-hover", "--seed", "-1"], True, ("--seed",)),
+    (["deploy", "{run}", "--duration", "nan"], True, ("--duration",)),
+    (["collect", "scripted:arm-push", "--episodes", "2", "--noise", "1_0"], True, ("--noise",)),
+    (["bench", "sim", "quadrotor", "--num-envs", "4,0x10"], True, ("--num-envs",)),
+    (["bench", "sim", "quadrotor", "--steps", "1e400"], True, ("--steps",)),
+    (["sweep", "{dir}/absent.yaml", "--workers", "1_0"], True, ("--workers",)),
 ]
 """Flags with values that must be refused, and the names the refusal must mention."""
+
+
+FLAG_COMMANDS = ("train", "eval", "play", "export", "verify", "sim-robot", "deploy", "collect", "bench", "sweep")
+"""Commands named in a flag case's family label."""
 
 
 def _flag_case(rng: np.random.Generator) -> Case:
@@ -453,7 +466,7 @@ def _flag_case(rng: np.random.Generator) -> Case:
         (case_dir / "afile").write_text("not a folder\n")
 
     return Case(
-        family="flag:" + " ".join(a for a in argv if a.startswith("--") or a in ("train", "eval", "play", "export")),
+        family="flag:" + " ".join(a for a in argv if a.startswith("--") or a in FLAG_COMMANDS),
         argv=list(argv),
         must_reject=must,
         names=names,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from embodied.cli import main
-from embodied.config import ConfigError
+from embodied.config import UNPHYSICAL, ConfigError, load_yaml
+from embodied.experiment import load_experiment
 from embodied.sweeps.engines import finished_result, job_argv, run_dir_of
 from embodied.sweeps.report import table, target_points
 from embodied.sweeps.spec import Job, load_spec
@@ -127,3 +128,20 @@ def test_ray_engine_runs_the_same_job_on_a_local_ray(tmp_path: Path) -> None:
     (result,) = run_ray(tmp_path, [job], address=None, cores_per_run=1)
     assert result["returncode"] == 0 and len(result["evals"]) >= 2
     assert finished_result(tmp_path, job) == result
+
+
+def test_allow_unphysical_reaches_every_run_and_its_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    heavy = [*TINY, "env.sim.params.mass_kg=80"]  # outside the quadrotor's plausible mass range
+    spec = _write(tmp_path, f"task: quad-hover\nseeds: [0]\noverrides: {json.dumps(heavy)}\nconfigs: [{{name: h}}]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--dry-run"]) == 0
+    assert "--allow-unphysical" not in capsys.readouterr().out
+    assert main(["sweep", str(spec), "--out", str(out), "--workers", "1"]) == 1  # refused: the range holds
+    assert "mass_kg" in (out / "runs" / "h_s0.log").read_text()
+    (out / "status" / "h_s0.json").unlink()
+    assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--allow-unphysical"]) == 0
+    status = json.loads((out / "status" / "h_s0.json").read_text())
+    assert "--allow-unphysical" in status["argv"] and status["returncode"] == 0
+    config = run_dir_of(out, load_spec(spec).jobs[0]) / "config.yaml"
+    assert UNPHYSICAL in load_yaml(config)["i_know_what_im_doing"]  # so eval, play and --resume load it
+    assert load_experiment(config).env.sim.params.mass_kg == 80.0

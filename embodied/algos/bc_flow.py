@@ -43,7 +43,7 @@ class BCFlowCfg:
     """AdamW weight decay."""
     max_grad_norm: float = ranged(1.0, 0.0, 1e6)
     """Global gradient-norm clip (<= 0 disables)."""
-    ema_decay: float = 0.995
+    ema_decay: float = ranged(0.995, 0.0, 1.0)
     """Per-gradient-step decay of the weight average that acts, is evaluated and exported (0: no
     averaging). Single flow-matching iterates swing widely in closed-loop success; the average does not."""
 

@@ -41,15 +41,15 @@ class FastTD3Cfg(OffPolicyCfg):
     critic_hidden: tuple[int, ...] = (1024, 512, 256)
     num_atoms: int = 101
     weight_decay: float = ranged(0.1, 0.0, 10.0)
-    std_min: float = 0.001
+    std_min: float = ranged(0.001, 0.0, 10.0)
     """Smallest per-env exploration noise std (actions are in [-1, 1])."""
-    std_max: float = 0.4
+    std_max: float = ranged(0.4, 0.0, 10.0)
     """Largest per-env exploration noise std."""
-    policy_noise: float = 0.001
+    policy_noise: float = ranged(0.001, 0.0, 10.0)
     """Std of the target-policy smoothing noise."""
-    noise_clip: float = 0.5
+    noise_clip: float = ranged(0.5, 0.0, 10.0)
     """Clip of the target-policy smoothing noise."""
-    actor_out_init_std: float = 0.01
+    actor_out_init_std: float = ranged(0.01, 0.0, 10.0)
     """Std of the actor's last-layer initial weights."""
     critic_subset: int = 0
     """Target critics the Bellman target takes the min over, a fresh random subset per step

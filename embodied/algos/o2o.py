@@ -59,7 +59,7 @@ class O2OCfg(SACCfg):
     actor_q: Literal["min", "mean"] = "mean"
     actor_lr: float = ranged(1e-4, 1e-9, 1.0)
     learning_starts: int = 0
-    init_alpha: float = 0.1
+    init_alpha: float = ranged(0.1, 1e-9, 1e3)
     backup_entropy: bool = False
     """Add SAC's entropy bonus ``-alpha log pi`` to the Bellman target. Off (Cal-QL's default):
     Q then estimates the return alone, the quantity the Monte-Carlo bound is a bound of; with
@@ -72,19 +72,19 @@ class O2OCfg(SACCfg):
     offline_updates_per_step: int = 100
     """Offline gradient steps per trainer step (the offline phase lasts
     ``offline_steps / offline_updates_per_step`` env steps per env)."""
-    cql_alpha: float = 1.0
+    cql_alpha: float = ranged(1.0, 0.0, 1e4)
     """Weight of the conservative penalty in the offline critic loss (0: plain SAC offline)."""
     cql_num_actions: int = 10
     """Uniform and policy actions sampled per state for the penalty's soft maximum."""
-    cql_temperature: float = 1.0
+    cql_temperature: float = ranged(1.0, 1e-6, 1e3)
     """Temperature of the penalty's soft maximum (logsumexp)."""
     calql_bound: bool = True
     """Clip the pushed-down policy Q-values from below by the dataset's Monte-Carlo return (Cal-QL);
     false: plain CQL."""
-    online_cql_alpha: float = 0.0
+    online_cql_alpha: float = ranged(0.0, 0.0, 1e4)
     """``rlpd``: weight of the conservative penalty online as well (Cal-QL's own fine-tuning keeps
     it; RLPD has none: 0). Online rows have no Monte-Carlo return, so their bound is off."""
-    offline_fraction: float = 0.5
+    offline_fraction: float = ranged(0.5, 0.0, 1.0)
     """``rlpd``: share of every online batch drawn from the dataset."""
     wsrl_warmup_steps: int = 5_000
     """``wsrl``: transitions (summed over envs) the pretrained policy collects before online updates."""

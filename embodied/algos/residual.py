@@ -56,9 +56,9 @@ DEMO_BASE_BATCH = 64
 class ResidualCfg(FastTD3Cfg):
     """Residual TD3 defaults after ResFiT (scalar critics, 10-critic ensemble, min of a random pair)."""
 
-    residual_scale: float = 0.2
+    residual_scale: float = ranged(0.2, 0.0, 10.0)
     """Largest change the residual makes to each base action component (actions are in [-1, 1])."""
-    demo_fraction: float = 0.5
+    demo_fraction: float = ranged(0.5, 0.0, 1.0)
     """Share of each batch drawn from the ``--dataset`` demonstrations (ignored without one)."""
     critic_warmup_updates: int = 1_000
     """Critic gradient steps before the first actor (residual) step."""
@@ -74,12 +74,12 @@ class ResidualCfg(FastTD3Cfg):
     critic_layer_norm: bool = True
     num_atoms: int = 0
     weight_decay: float = ranged(0.0, 0.0, 10.0)
-    std_min: float = 0.05
+    std_min: float = ranged(0.05, 0.0, 10.0)
     """Smallest per-env exploration noise std on the combined action."""
-    std_max: float = 0.2
+    std_max: float = ranged(0.2, 0.0, 10.0)
     """Largest per-env exploration noise std on the combined action."""
-    policy_noise: float = 0.1
-    noise_clip: float = 0.2
+    policy_noise: float = ranged(0.1, 0.0, 10.0)
+    noise_clip: float = ranged(0.2, 0.0, 10.0)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -41,6 +41,7 @@ from embodied.algo import PreloadSource, Transition
 from embodied.algos.o2o import PHASES, add_penalty, calql_penalty, check_offline_phase, raise_first_failed
 from embodied.algos.offpolicy import TrainBatch
 from embodied.algos.residual import Residual, ResidualCfg
+from embodied.config import ranged
 from embodied.data.demos import Demonstrations
 from embodied.data.offline import mc_returns
 from embodied.data.replay import ReplayBatch
@@ -58,14 +59,14 @@ class ResidualO2OCfg(ResidualCfg):
     """Gradient steps of the offline phase (dataset only)."""
     offline_updates_per_step: int = 50
     """Offline gradient steps per trainer step (the env meanwhile runs the current policy)."""
-    cql_alpha: float = 5.0
+    cql_alpha: float = ranged(5.0, 0.0, 1e4)
     """Weight of the conservative penalty offline."""
-    online_cql_alpha: float = 0.0
+    online_cql_alpha: float = ranged(0.0, 0.0, 1e4)
     """Weight of the penalty online (0: none, as in RLPD)."""
     cql_num_actions: int = 10
     """Policy and uniform actions per state in the penalty's soft maximum."""
-    cql_temperature: float = 1.0
-    cql_policy_std: float = 0.2
+    cql_temperature: float = ranged(1.0, 1e-6, 1e3)
+    cql_policy_std: float = ranged(0.2, 1e-6, 10.0)
     """Std of the Gaussian around the combined action that the penalty samples as policy actions."""
     calql_bound: bool = True
     """Clip the policy actions' Q-values from below by the dataset's Monte-Carlo return (Cal-QL)."""

@@ -35,7 +35,7 @@ class SACCfg(OffPolicyCfg):
     """Target critics the Bellman target takes the min over (a fresh random subset per step)."""
     actor_q: Literal["min", "mean"] = "min"
     """How the actor reduces the critics' Q-values: ``min`` (SAC) or ``mean`` (RLPD/REDQ)."""
-    init_alpha: float = 1.0
+    init_alpha: float = ranged(1.0, 1e-9, 1e3)
     """Initial entropy temperature."""
     autotune_alpha: bool = True
     """Tune alpha towards ``target_entropy``; False keeps ``init_alpha``."""
@@ -43,9 +43,9 @@ class SACCfg(OffPolicyCfg):
     """Target policy entropy in nats; None: ``-action_dim``."""
     alpha_lr: float = ranged(3e-4, 1e-9, 1.0)
     """Learning rate of log(alpha)."""
-    log_std_min: float = -5.0
+    log_std_min: float = ranged(-5.0, -20.0, 10.0)
     """Lower bound of the actor's pre-squash log std."""
-    log_std_max: float = 2.0
+    log_std_max: float = ranged(2.0, -20.0, 10.0)
     """Upper bound of the actor's pre-squash log std."""
 
     def __post_init__(self) -> None:

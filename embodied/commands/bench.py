@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from embodied.commands import bench_gpu
+from embodied.config import int_in_range
 
 SIM_BENCHES: dict[str, str] = {
     "quadrotor": "embodied.sim.quadrotor_bench:bench_quadrotor",
@@ -58,14 +59,15 @@ With --json each size prints one JSON object (a list for several sizes), key ste
 """
 
 
+NUM_ENVS_FLAG = int_in_range(1, 262_144)
+"""One ``--num-envs`` size (the config's ``num_envs`` range)."""
+
+
 def _parse_sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--num-envs expects integers separated by commas, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"--num-envs needs positive sizes, got {text!r}")
-    return sizes
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"--num-envs expects integers separated by commas, got {text!r}")
+    return [NUM_ENVS_FLAG(part) for part in parts]
 
 
 def register(subparsers: Any) -> None:
@@ -92,8 +94,10 @@ def register(subparsers: Any) -> None:
         metavar="N[,N...]",
         help="batch size(s), e.g. 4096 or 1,64,1024,4096,16384 (default: 4096)",
     )
-    p.add_argument("--steps", type=int, default=200, help="steps per timed repeat (default: 200)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported (default: 5)")
+    p.add_argument("--steps", type=int_in_range(1, 10**7), default=200, help="steps per timed repeat (default: 200)")
+    p.add_argument(
+        "--repeats", type=int_in_range(1, 10_000), default=5, help="timed repeats; the median is reported (default: 5)"
+    )
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cpu; gpu: cuda)")
     p.add_argument(
         "--compile",
@@ -103,7 +107,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=int_in_range(1, 1024),
         default=None,
         help="torch CPU threads (default: torch's choice; 1 avoids thread-pool stalls on a busy machine)",
     )
@@ -141,11 +145,7 @@ def run(args: argparse.Namespace) -> int:
         return bench_gpu.run(args)
     if args.name is None:
         raise ConfigError(f"bench {args.kind} needs a name: a sim bench or BACKEND:TASK (sim), a task (env)")
-    if args.steps < 1 or args.repeats < 1:
-        raise ConfigError("--steps and --repeats must be >= 1")
     if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {args.threads}")
         import torch
 
         torch.set_num_threads(args.threads)

@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from embodied.config import ConfigError
+from embodied.config import ConfigError, float_in_range
 
 log = logging.getLogger("embodied.bench_gpu")
 
@@ -195,7 +195,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=None, help="gpu: folder for bench_gpu.json/.md (default: runs/bench_gpu/<stamp>)"
     )
     group.add_argument(
-        "--budget-s", type=float, default=BUDGET_S, help=f"gpu: total time box in seconds (default: {BUDGET_S:.0f})"
+        "--budget-s",
+        type=float_in_range(1.0, 86_400, "s"),
+        default=BUDGET_S,
+        help=f"gpu: total time box in seconds (default: {BUDGET_S:.0f})",
     )
     group.add_argument(
         "--backends", default=None, help="gpu: comma-separated backends to measure (default: every installed one)"

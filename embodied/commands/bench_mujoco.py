@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from embodied import registry
+from embodied.config import int_in_range
 from embodied.sim.mujoco import MujocoVecEnv
 
 _GYM_IDS = {"mujoco-halfcheetah": "HalfCheetah-v5", "mujoco-ant": "Ant-v5", "mujoco-humanoid": "Humanoid-v5"}
@@ -153,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("task", choices=sorted(_GYM_IDS))
-    parser.add_argument("--num-envs", type=int, default=1024)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-envs", type=int_in_range(1, 262_144), default=1024)
+    parser.add_argument("--steps", type=int_in_range(1, 10**7), default=20)
+    parser.add_argument("--repeats", type=int_in_range(1, 10_000), default=3)
     args = parser.parse_args(argv)
     result = bench_task(args.task, args.num_envs, "cpu", args.steps, repeats=args.repeats)
     print(json.dumps(result, indent=2))

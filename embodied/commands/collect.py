@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from embodied.config import ConfigError, int_in_range
+from embodied.config import ConfigError, float_in_range, int_in_range
 
 SCRIPTED_PREFIX = "scripted:"
 
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int_in_range(1, 10_000_000), required=True, help="episodes to record")
     p.add_argument(
         "--noise",
-        type=float,
+        type=float_in_range(0.0, 100.0),
         default=0.0,
         metavar="S",
         help="std of Gaussian noise added to every action before clipping (recorded as executed; default 0)",
@@ -91,8 +91,6 @@ def run(args: argparse.Namespace) -> int:
     from embodied.data.demos import write_dataset
     from embodied.env import IMAGE_GROUP, ObsDict
 
-    if not args.noise >= 0.0:
-        raise ConfigError(f"--noise must be >= 0, got {args.noise}")
     if args.format == "lerobot":  # before the rollout: fail fast outside the LeRobot environment
         from embodied.data.lerobot_writer import require_lerobot
 

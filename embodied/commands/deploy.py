@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from embodied.config import int_in_range
+from embodied.config import float_in_range, int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,9 @@ def register(subparsers: Any) -> None:
         f"0 for normal scheduling (default {RT_PRIORITY}; needs root, an rtprio limit or CAP_SYS_NICE, "
         "else it logs once and runs normally)",
     )
-    p.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
+    p.add_argument(
+        "--duration", type=float_in_range(0.001, 1e7, "s"), default=None, metavar="S", help="stop after S seconds"
+    )
     p.add_argument("--no-live", action="store_true", help="no live status line (log a status every 5 s)")
     p.add_argument("--print-launch", action="store_true", help="print the ros2 launch line and exit")
     p.set_defaults(func=run)

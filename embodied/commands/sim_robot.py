@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embodied.config import int_in_range
+from embodied.config import float_in_range, int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 if TYPE_CHECKING:
@@ -94,8 +94,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("task", metavar="TASK", help="task name: quad-hover, quad-track or arm-push")
     p.add_argument("--robot", default="crazyflie_sim", help="robot config: built-in name or YAML path")
     p.add_argument("--transport", choices=("dds",), default="dds", help="middleware (Cyclone DDS)")
-    p.add_argument("--episodes", type=int, default=None, help="stop after N finished episodes")
-    p.add_argument("--seconds", type=float, default=None, help="stop after S seconds of wall time")
+    p.add_argument("--episodes", type=int_in_range(1, 10_000_000), default=None, help="stop after N finished episodes")
+    p.add_argument(
+        "--seconds", type=float_in_range(0.001, 1e7, "s"), default=None, help="stop after S seconds of wall time"
+    )
     p.add_argument(
         "--run", default=None, metavar="RUN_DIR", help="take the task config from this run (as it was trained)"
     )
@@ -106,7 +108,7 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="task config override, e.g. --env obs_noise_std=[0,0,0,0] (repeatable)",
     )
-    p.add_argument("--seed", type=int, default=0, help="env seed")
+    p.add_argument("--seed", type=int_in_range(0, 2**31 - 1), default=0, help="env seed")
     p.add_argument(
         "--handover-starts",
         action="store_true",
@@ -123,10 +125,16 @@ def register(subparsers: Any) -> None:
         "(default 10; 0 for normal scheduling; needs root, an rtprio limit or CAP_SYS_NICE)",
     )
     add_middleware_arguments(p)
-    p.add_argument("--arm-timeout", type=float, default=30.0, metavar="S", help="wait at most S s for the node")
+    p.add_argument(
+        "--arm-timeout",
+        type=float_in_range(0.001, 86_400, "s"),
+        default=30.0,
+        metavar="S",
+        help="wait at most S s for the node",
+    )
     p.add_argument(
         "--command-timeout",
-        type=float,
+        type=float_in_range(0.001, 3600, "s"),
         default=None,
         metavar="S",
         help="lockstep: wall time to wait for the answer to each state before the step counts as a period "

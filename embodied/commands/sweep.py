@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -26,6 +27,7 @@ examples:
   embodied sweep hover.yaml --engine ray              # a local Ray instance
   embodied sweep hover.yaml --engine ray --ray-address auto   # the cluster of `ray start`
   embodied sweep hover.yaml --dry-run                 # print the runs, start nothing
+  embodied sweep mass.yaml --allow-unphysical         # every run: embodied train --allow-unphysical
 
 Writes OUT/runs/<config>_s<seed>/ (ordinary run directories), OUT/status/, and the report:
 OUT/results.md (one row per configuration: seeds that held the target, env steps and training
@@ -62,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--ray-address", default=None, help="Ray engine: cluster address ('auto' for `ray start`); default a local Ray"
     )
     p.add_argument("--dry-run", action="store_true", help="print the runs and their commands, start nothing")
+    p.add_argument(
+        "--allow-unphysical",
+        action="store_true",
+        help="start every run with `embodied train --allow-unphysical`: values outside the plausible physical "
+        "ranges are accepted for a deliberate experiment and recorded in each run's config.yaml",
+    )
     p.set_defaults(func=run)
 
 
@@ -71,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     from embodied.sweeps.spec import load_spec
 
     spec = load_spec(args.spec)
+    if args.allow_unphysical:
+        spec = dataclasses.replace(
+            spec, jobs=tuple(dataclasses.replace(job, allow_unphysical=True) for job in spec.jobs)
+        )
     out_dir: Path = args.out if args.out is not None else Path("runs") / "sweeps" / spec.name
     if args.engine == "ray" and args.workers is not None:
         raise ConfigError("--workers is for --engine local; Ray places runs by --cores-per-run on its own")

@@ -43,6 +43,9 @@ is refused naming the key, the value and the range, unless --allow-unphysical (e
 Exit codes: 0 done, 2 bad input (one line naming the key, file or flag), 130 Ctrl-C, 143
 SIGTERM (both after writing a checkpoint; continue with --resume)."""
 
+SEED_FLAG = int_in_range(0, 2**31 - 1)
+"""``--seed`` and each of ``--seeds``: the config's ``seed`` range."""
+
 
 def preset_file(task_name: str, algo_name: str, preset: str) -> Path:
     """``configs/<task>/<algo>.<preset>.yaml``; a :class:`ConfigError` lists the presets there are."""
@@ -109,9 +112,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="simulator backend for the task, e.g. mujoco or mjwarp (default: the task's own; "
         "`embodied list` shows each task's backends, the default first)",
     )
-    p.add_argument(
-        "--seed", type=int_in_range(0, 2**31 - 1), default=None, help="random seed (default: from config, 0)"
-    )
+    p.add_argument("--seed", type=SEED_FLAG, default=None, help="random seed (default: from config, 0)")
     p.add_argument("--seeds", default=None, help="comma-separated seeds: run each, then aggregate (e.g. 0,1,2)")
     p.add_argument("--device", type=device_flag, default=None, help="cpu or cuda[:N] (default: cpu)")
     p.add_argument(
@@ -445,9 +446,9 @@ def _no_progress(cfg: ExperimentCfg) -> ExperimentCfg:
 
 def _parse_seeds(text: str) -> list[int]:
     try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--seeds expects comma-separated integers like 0,1,2, got {text!r}") from None
+        seeds = [SEED_FLAG(s) for s in text.split(",") if s.strip()]
+    except argparse.ArgumentTypeError as err:
+        raise ConfigError(f"--seeds expects comma-separated integers like 0,1,2: {err}") from None
     if not seeds:
         raise ConfigError("--seeds is empty")
     return seeds

@@ -7,6 +7,8 @@ import json
 import textwrap
 from pathlib import Path
 
+from embodied.config import int_in_range
+
 EPILOG = """\
 checks (each a success rate in verify.json):
   torch      the run's own task, torch policy (what `embodied eval` reports)
@@ -48,10 +50,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a quad-hover run printed by `embodied train`")
     p.add_argument(
-        "--episodes", type=int, default=1000, help="episodes of the torch, MuJoCo and firmware checks (default: 1000)"
+        "--episodes",
+        type=int_in_range(1, 1_000_000),
+        default=1000,
+        help="episodes of the torch, MuJoCo and firmware checks (default: 1000)",
     )
-    p.add_argument("--sweep-episodes", type=int, default=100, help="episodes per perturbation point (default: 100)")
-    p.add_argument("--seed", type=int, default=12345, help="evaluation seed (default: 12345)")
+    p.add_argument(
+        "--sweep-episodes",
+        type=int_in_range(1, 1_000_000),
+        default=100,
+        help="episodes per perturbation point (default: 100)",
+    )
+    p.add_argument("--seed", type=int_in_range(0, 2**31 - 1), default=12345, help="evaluation seed (default: 12345)")
     p.add_argument("--gate", action="append", default=[], metavar="NAME=VALUE", help="override one gate (repeatable)")
     p.add_argument("--gates", type=Path, metavar="FILE", help="YAML mapping of gate name -> threshold")
     p.add_argument(
@@ -61,8 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KNOB=V1,V2",
         help="replace a knob's sweep values (empty: drop it)",
     )
-    p.add_argument("--substeps", type=int, default=2, help="MuJoCo steps per control period (default: 2)")
-    p.add_argument("--threads", type=int, default=2, help="MuJoCo rollout threads (default: 2)")
+    p.add_argument(
+        "--substeps", type=int_in_range(1, 1000), default=2, help="MuJoCo steps per control period (default: 2)"
+    )
+    p.add_argument("--threads", type=int_in_range(1, 1024), default=2, help="MuJoCo rollout threads (default: 2)")
     p.add_argument("--no-plot", action="store_true", help="skip verify.png and the torch-vs-MuJoCo trajectories")
     p.add_argument("--json", action="store_true", help="print verify.json to stdout instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")

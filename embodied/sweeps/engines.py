@@ -75,9 +75,11 @@ def job_argv(out_dir: Path, job: Job, threads: int) -> list[str]:
         log.warning("%s had no checkpoint; moved to %s and starting it again", run_dir, aside.name)
     # Evaluations stay in the run's own process: a background evaluator would use a core outside
     # the run's share (Ray places runs by --cores-per-run without pinning them).
+    flags = ["--allow-unphysical"] if job.allow_unphysical else []
     return [
         *base, job.task, "--algo", job.algo, "--seed", str(job.seed), "--run-dir", str(run_dir),
-        "--no-progress", f"trainer.torch_threads={threads}", "trainer.background_eval=false", *job.overrides,
+        "--no-progress", *flags, f"trainer.torch_threads={threads}", "trainer.background_eval=false",
+        *job.overrides,
     ]  # fmt: skip
 
 

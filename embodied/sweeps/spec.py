@@ -48,6 +48,9 @@ class Job:
     seed: int
     overrides: tuple[str, ...]
     timeout_s: float
+    allow_unphysical: bool = False
+    """``embodied sweep --allow-unphysical``: the run is started with ``--allow-unphysical`` (and
+    records it in its config.yaml, so its ``--resume`` accepts the same values)."""
 
     @property
     def run_name(self) -> str:
