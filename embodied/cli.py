@@ -53,7 +53,21 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_module(argv: Sequence[str]) -> str | None:
+    """The command module ``argv`` names (``sim-robot`` -> ``sim_robot``), or None when its first
+    word is an option or no known command (then every command is registered, so ``--help`` and the
+    "invalid choice" error list them all)."""
+    words = [w for w in argv if w not in ("-v", "--verbose")]
+    if not words or words[0].startswith("-"):
+        return None
+    name = words[0].replace("-", "_")
+    return name if name in COMMAND_MODULES else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or only of the module ``only``: registering a command can
+    import what its flags need (``export``'s format table imports torch), and a command such as
+    ``flash`` with no radio must answer within seconds."""
     parser = OneLineErrorParser(
         prog="embodied",
         description="Sim-to-real reinforcement learning: train, evaluate, export and deploy robot policies.",
@@ -61,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if only is None else (only,):
         importlib.import_module(f"embodied.commands.{name}").register(subparsers)
     return parser
 
@@ -105,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(command_module(words))
     # key=value overrides may come after options (``--seed 1 algo.lr=3e-4``); argparse stops
     # collecting a positional list at the first option, so gather the stragglers here.
     args, extras = parser.parse_known_args(argv)

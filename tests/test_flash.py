@@ -182,3 +182,18 @@ def test_flash_enable_wiring(
     assert flash.run(_flash_args(tmp_path, crazyflie_base=tmp_path, python=str(fake))) == 0
     assert len(calls.read_text().splitlines()) == 2
     assert "cfclient" in capsys.readouterr().out
+
+
+def test_the_cli_reaches_the_radio_check_without_importing_torch(tmp_path: Path) -> None:
+    """`embodied flash` registers only its own parser, so the radio check comes before any heavy
+    import (`export`'s format table imports torch, which alone takes seconds on a busy machine)."""
+    import subprocess
+
+    probe = (
+        "import sys\n"
+        "from embodied.cli import main\n"
+        f"code = main(['flash', {str(tmp_path / 'no_run')!r}])\n"
+        "print('torch' in sys.modules, code)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "2"], out.stderr
