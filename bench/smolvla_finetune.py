@@ -26,6 +26,7 @@ import argparse
 import json
 import platform
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -148,7 +149,12 @@ def build_policy(backbone: Path, env: Any, device: str, size: str) -> Any:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", choices=["reinflow", "residual"], default="reinflow")
+    parser.add_argument(
+        "--algo",
+        choices=["reinflow", "residual", "forward"],
+        default="reinflow",
+        help="forward: only the base's chunk predictions (--updates of them), no training",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: a check of the script")
     parser.add_argument("--num-envs", type=int, default=2)
@@ -194,7 +200,20 @@ def main() -> int:
             sys.exit(3)
 
     obs = env.reset(seed=0)
-    if args.algo == "reinflow":
+    if args.algo == "forward":
+        # one chunk prediction per call: the backbone on the camera image and instruction, then
+        # the action expert's denoising steps (no gradient)
+        plan_s = []
+        with torch.no_grad():
+            for _ in range(args.updates):
+                base.reset_plan()
+                t0 = time.perf_counter()
+                base.plan(obs)
+                plan_s.append(time.perf_counter() - t0)
+                guard()
+        result["s_per_chunk_prediction"] = [round(s, 2) for s in plan_s]
+        result["median_s_per_chunk_prediction"] = round(statistics.median(plan_s), 2)
+    elif args.algo == "reinflow":
         from embodied.algos.reinflow import ReinFlow, ReinFlowCfg, VLAFineTuneCfg
 
         cfg = ReinFlowCfg(
