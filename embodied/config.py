@@ -146,6 +146,7 @@ for _tag in ("timestamp", "binary", "omap", "pairs", "set"):
 
 def load_yaml_text(text: str) -> Any:
     """Parse ``text`` with :class:`StrictYamlLoader`; raises ``yaml.YAMLError``."""
+    # StrictYamlLoader derives from yaml.SafeLoader: no !!python tag can construct an object
     return yaml.load(text, Loader=StrictYamlLoader)
 
 

@@ -211,6 +211,7 @@ def test_a_payload_in_a_snapshot_in_flight_is_refused_unrun(
         save_sealed(state, run / "ckpt" / "latest.pt")
         for command in COMMANDS:
             _refuses([a.replace("{run}", str(run)) for a in command], caplog, marker, "latest.pt")
+        assert not marker.exists(), f"the payload in pending_eval.{field} ran"
 
 
 def test_a_pickled_module_of_an_older_version_is_skipped_never_loaded(
@@ -264,3 +265,4 @@ def test_python_tags_in_a_config_are_refused_unrun(
         config.write_text(body)
         _refuses(["train", "quad-hover", "--print-config", "--config", str(config)], caplog, marker, "my.yaml")
     _refuses(["train", "quad-hover", "--print-config", f"seed={tag}"], caplog, marker, "seed")
+    assert not marker.exists(), "a !!python tag ran"

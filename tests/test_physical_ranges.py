@@ -72,12 +72,13 @@ def _shipped_configs() -> list[Path]:
 def test_every_shipped_config_resolves_inside_the_ranges(path: Path) -> None:
     if path.parent.name == "vehicles":  # a vehicle preset, given to a quadrotor task with --config
         for task in ("quad-hover", "quad-track"):
-            resolve_experiment(task, "ppo", path)
+            assert resolve_experiment(task, "ppo", path).env.sim.params.variant == path.stem
         return
     names = [*registry.TASKS, *PREFIXED_TASKS]
     task = next(t for t in names if config_key(registry.canonical_task(t)[0]) == path.parent.name)
     algo, _, preset = path.stem.partition(".")
-    resolve_experiment(task, algo, path if preset else None)
+    cfg = resolve_experiment(task, algo, path if preset else None)
+    assert (cfg.task_name, cfg.algo_name) == (task, algo)
 
 
 ISSUE_VALUES = [
