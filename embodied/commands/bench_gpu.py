@@ -308,8 +308,18 @@ def _measure(outcome: Outcome, words: list[str], timeout_s: float, command: list
         outcome.error = _last_line(err, outcome.status)
 
 
-def _budget_left(deadline: float, timeout_s: float) -> float:
-    return min(timeout_s, deadline - time.perf_counter())
+MIN_BOX_S = 10.0
+"""A part or training with less time than this left in the budget is skipped."""
+
+
+def _time_box(outcome: Outcome, deadline: float, timeout_s: float) -> float | None:
+    """The seconds ``outcome``'s run may take (its own box, cut to the budget left), or None
+    after recording why it is skipped when less than :data:`MIN_BOX_S` is left."""
+    box_s = min(timeout_s, deadline - time.perf_counter())
+    if box_s < MIN_BOX_S:
+        outcome.error = "time budget spent"
+        return None
+    return box_s
 
 
 def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: set[str]) -> list[Outcome]:
@@ -322,9 +332,8 @@ def run_parts(args: argparse.Namespace, device: str, deadline: float, backends: 
         if part.backend not in backends and not (part.python and _side_env_selected(part, args.backends)):
             outcome.error = "backend not installed or not selected"
             continue
-        timeout_s = _budget_left(deadline, part.timeout_s)
-        if timeout_s < 10:
-            outcome.error = "time budget spent"
+        timeout_s = _time_box(outcome, deadline, part.timeout_s)
+        if timeout_s is None:
             continue
         steps, repeats = (3, 1) if args.quick else (part.steps, 3)
         words = ["bench", "sim", part.target, "--num-envs", str(n), "--steps", str(steps)]
@@ -352,9 +361,8 @@ def run_trainings(
         if training.min_gpus > 1 and gpus < training.min_gpus:
             outcome.error = f"needs {training.min_gpus} GPUs, {gpus} here"
             continue
-        timeout_s = _budget_left(deadline, training.timeout_s)
-        if timeout_s < 10:
-            outcome.error = "time budget spent"
+        timeout_s = _time_box(outcome, deadline, training.timeout_s)
+        if timeout_s is None:
             continue
         run_dir = out / (
             f"train_{training.algo}_{training.task}" + (f"_x{training.nproc}" if training.nproc > 1 else "")
@@ -397,9 +405,8 @@ def run_vla_finetunes(args: argparse.Namespace, device: str, deadline: float) ->
         if not VLA_SCRIPT.is_file():
             outcome.error = f"{VLA_SCRIPT} not found (run from a source checkout)"
             continue
-        timeout_s = _budget_left(deadline, item.timeout_s)
-        if timeout_s < 10:
-            outcome.error = "time budget spent"
+        timeout_s = _time_box(outcome, deadline, item.timeout_s)
+        if timeout_s is None:
             continue
         words = ["--algo", item.algo, "--device", device]
         words += ["--size", "tiny", "--num-envs", "2", "--updates", "1"] if args.quick else list(item.args)
