@@ -28,6 +28,39 @@ class ObsField:
 
 
 @dataclass(frozen=True)
+class ObsTerm:
+    """One named slice of a task's policy observation, as the task defines it: what
+    ``policy_io.json`` records (:meth:`field`) plus the noise group the simulator draws for it.
+
+    Every task lists its observation as a tuple of these; :func:`obs_fields` and
+    :func:`terms_dim` turn the tuple into the interface and its size, so names and sizes are
+    written once.
+    """
+
+    name: str
+    size: int
+    units: str = ""
+    frame: str = ""
+    description: str = ""
+    noise_group: int | None = None
+    """Index into the task's observation-noise σ table; None: never noised."""
+
+    def field(self) -> ObsField:
+        """The ``policy_io.json`` field of this term (scale 1)."""
+        return ObsField(self.name, self.size, self.units, self.frame, description=self.description)
+
+
+def terms_dim(terms: Sequence[ObsTerm]) -> int:
+    """Total size of ``terms``."""
+    return sum(t.size for t in terms)
+
+
+def obs_fields(terms: Sequence[ObsTerm]) -> tuple[ObsField, ...]:
+    """``policy_io.json`` observation fields of ``terms``, in order."""
+    return tuple(t.field() for t in terms)
+
+
+@dataclass(frozen=True)
 class ActionField:
     """One contiguous slice of the action vector. Physical command = ``action * scale + offset``."""
 

@@ -27,7 +27,7 @@ import mujoco
 import numpy as np
 
 from embodied.config import ConfigError, ranged
-from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.io_spec import ActionField, IOSpec, ObsTerm, obs_fields, terms_dim
 from embodied.sim.mujoco_model import load_mjcf
 from embodied.tasks.mujoco_locomotion import LocomotionBackendCfg, LocomotionTerms, OnMjwarp, OnMujoco
 
@@ -38,6 +38,18 @@ BLOCK_RADIUS_M = 0.03
 FINGERTIP_RADIUS_M = 0.015
 HOME_QPOS = (-0.6, 2.0, 1.2)
 """Arm joint angles at reset (rad): the fingertip tucked near (0.13, 0.07), away from blocks."""
+
+OBS_TERMS: tuple[ObsTerm, ...] = (
+    ObsTerm("joint_pos", 3, "rad"),
+    ObsTerm("joint_vel", 3, "rad/s"),
+    ObsTerm("fingertip_pos_b", 2, "m", "base"),
+    ObsTerm("block_pos_b", 2, "m", "base"),
+    ObsTerm("block_vel_b", 2, "m/s", "base"),
+    ObsTerm("goal_pos_b", 2, "m", "base"),
+    ObsTerm("block_to_goal_b", 2, "m", "base"),
+    ObsTerm("fingertip_to_block_b", 2, "m", "base"),
+)
+"""The policy observation in order (:meth:`_ArmPushTerms.observe` concatenates them so)."""
 
 
 def fingertip_pos(q: np.ndarray) -> np.ndarray:
@@ -149,7 +161,7 @@ class _ArmPushTerms(LocomotionTerms):
 
     # ---------------------------------------------------------------------------- task hooks
     def obs_dim(self) -> int:
-        return 18
+        return terms_dim(OBS_TERMS)
 
     def observe(self) -> Any:
         tip = self._tip()
@@ -202,18 +214,8 @@ class _ArmPushTerms(LocomotionTerms):
             )
             for i, name in enumerate(names)
         )
-        obs = (
-            ObsField("joint_pos", 3, "rad"),
-            ObsField("joint_vel", 3, "rad/s"),
-            ObsField("fingertip_pos_b", 2, "m", "base"),
-            ObsField("block_pos_b", 2, "m", "base"),
-            ObsField("block_vel_b", 2, "m/s", "base"),
-            ObsField("goal_pos_b", 2, "m", "base"),
-            ObsField("block_to_goal_b", 2, "m", "base"),
-            ObsField("fingertip_to_block_b", 2, "m", "base"),
-        )
         return IOSpec(
-            obs_fields=obs,
+            obs_fields=obs_fields(OBS_TERMS),
             action_fields=actions,
             control_period_s=self.dt,
             conventions={"base_frame": "arm base at the world origin, x forward, z up (planar task: x, y only)"},

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from embodied.config import ConfigError, ranged
-from embodied.io_spec import IOSpec
+from embodied.io_spec import IOSpec, ObsTerm, terms_dim
 from embodied.sim.mujoco_model import load_mjcf
 from embodied.tasks.mujoco_locomotion import (
     LocomotionBackendCfg,
@@ -43,7 +43,6 @@ from embodied.tasks.mujoco_locomotion import (
     actuator_fields,
     validate_cfg,
 )
-from embodied.tasks.quad_terms import ObsTerm, obs_fields, terms_dim
 
 JOINTS = 12
 """Actuated joints: hip, thigh, calf of the legs FR, FL, RR, RL (the model's actuator order)."""
@@ -223,7 +222,7 @@ class _Go1FlatTerms(LocomotionTerms):
             np.full(JOINTS, self.cfg.action_scale_rad),
             description="joint angle target of the PD servo (kp 35 N m/rad, kd 0.5 N m s/rad, effort-limited)",
         )
-        return self._spec(obs_fields(OBS_TERMS), actions)
+        return self._spec(OBS_TERMS, actions)
 
 
 class Go1Flat(_Go1FlatTerms, OnMujoco):

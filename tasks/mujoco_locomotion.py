@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from embodied.config import ConfigError, ranged
-from embodied.io_spec import ActionField, IOSpec, ObsField
+from embodied.io_spec import ActionField, IOSpec, ObsTerm, obs_fields
 from embodied.sim.mjwarp import MjwarpCfg, MjwarpVecEnv
 from embodied.sim.mujoco import MujocoBackendCfg, MujocoVecEnv, gymnasium_asset
 from embodied.sim.mujoco_model import load_mjcf
@@ -78,16 +78,16 @@ def validate_cfg(cfg: object) -> None:
             raise ConfigError(f"{name} must be (low, high) with low <= high, got {value}")
 
 
-def _free_root_fields(model: mujoco.MjModel) -> tuple[ObsField, ...]:
-    """Observation fields of qpos without x, y followed by qvel, for a free-floating root."""
+def _free_root_fields(model: mujoco.MjModel) -> tuple[ObsTerm, ...]:
+    """Observation terms of qpos without x, y followed by qvel, for a free-floating root."""
     joints = model.nq - 7
     return (
-        ObsField("root_pos_z", 1, "m", "world"),
-        ObsField("root_quat_wxyz", 4, "", "body->world"),
-        ObsField("joint_pos", joints, "rad"),
-        ObsField("root_lin_vel_w", 3, "m/s", "world"),
-        ObsField("root_ang_vel_b", 3, "rad/s", "body"),
-        ObsField("joint_vel", joints, "rad/s"),
+        ObsTerm("root_pos_z", 1, "m", "world"),
+        ObsTerm("root_quat_wxyz", 4, "", "body->world"),
+        ObsTerm("joint_pos", joints, "rad"),
+        ObsTerm("root_lin_vel_w", 3, "m/s", "world"),
+        ObsTerm("root_ang_vel_b", 3, "rad/s", "body"),
+        ObsTerm("joint_vel", joints, "rad/s"),
     )
 
 
@@ -129,10 +129,10 @@ class LocomotionTerms:
         """qpos0 + U(-scale, scale), ``[n, nq]``."""
         return self.model.qpos0 + self.rng.uniform(-scale, scale, size=(n, self.model.nq))
 
-    def _spec(self, obs_fields: tuple[ObsField, ...], actions: tuple[ActionField, ...] = ()) -> IOSpec:
+    def _spec(self, obs_terms: tuple[ObsTerm, ...], actions: tuple[ActionField, ...] = ()) -> IOSpec:
         """The task's IOSpec; ``actions`` default to the actuators' control ranges."""
         return IOSpec(
-            obs_fields=obs_fields,
+            obs_fields=obs_fields(obs_terms),
             action_fields=actions or _actions(self.model, "ctrl"),
             control_period_s=self.dt,
             conventions=_CONVENTIONS,
@@ -240,12 +240,12 @@ class _HalfCheetahTerms(LocomotionTerms):
         joints = self.model.nq - 3
         return self._spec(
             (
-                ObsField("root_pos_z", 1, "m", "world"),
-                ObsField("root_angle_y", 1, "rad", "world"),
-                ObsField("joint_pos", joints, "rad"),
-                ObsField("root_lin_vel_xz_w", 2, "m/s", "world"),
-                ObsField("root_ang_vel_y", 1, "rad/s", "world"),
-                ObsField("joint_vel", joints, "rad/s"),
+                ObsTerm("root_pos_z", 1, "m", "world"),
+                ObsTerm("root_angle_y", 1, "rad", "world"),
+                ObsTerm("joint_pos", joints, "rad"),
+                ObsTerm("root_lin_vel_xz_w", 2, "m/s", "world"),
+                ObsTerm("root_ang_vel_y", 1, "rad/s", "world"),
+                ObsTerm("joint_vel", joints, "rad/s"),
             )
         )
 
@@ -324,7 +324,7 @@ class _AntTerms(LocomotionTerms):
 
     def io_spec(self) -> IOSpec:
         lo, hi = self.cfg.contact_force_range
-        contact = ObsField(
+        contact = ObsTerm(
             "contact_force_com",
             6 * (self.model.nbody - 1),
             "N·m, N",
@@ -421,10 +421,10 @@ class _HumanoidTerms(LocomotionTerms):
         return self._spec(
             (
                 *_free_root_fields(m),
-                ObsField("body_inertia_com", 10 * bodies, "kg, kg·m, kg·m²", "com-based", description="cinert"),
-                ObsField("body_vel_com", 6 * bodies, "rad/s, m/s", "com-based", description="cvel"),
-                ObsField("joint_actuator_torque", m.nv - 6, "N·m", description="qfrc_actuator"),
-                ObsField("contact_force_com", 6 * bodies, "N·m, N", "com-based", description="cfrc_ext"),
+                ObsTerm("body_inertia_com", 10 * bodies, "kg, kg·m, kg·m²", "com-based", description="cinert"),
+                ObsTerm("body_vel_com", 6 * bodies, "rad/s, m/s", "com-based", description="cvel"),
+                ObsTerm("joint_actuator_torque", m.nv - 6, "N·m", description="qfrc_actuator"),
+                ObsTerm("contact_force_com", 6 * bodies, "N·m, N", "com-based", description="cfrc_ext"),
             )
         )
 

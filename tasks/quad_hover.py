@@ -35,7 +35,7 @@ import torch
 
 from embodied.config import ConfigError, ranged, to_plain
 from embodied.env import ObsDict, StepResult
-from embodied.io_spec import ActionField, IOSpec
+from embodied.io_spec import ActionField, IOSpec, obs_fields, terms_dim
 from embodied.sim.counter_normal import stream_key
 from embodied.sim.quadrotor import (
     ANG_VEL,
@@ -68,9 +68,7 @@ from embodied.tasks.quad_terms import (
     STATE_DIM,
     heading_cos_sin,
     noise_std_row,
-    obs_fields,
     policy_terms,
-    terms_dim,
     yaw_flip_action,
     yaw_flip_obs,
     yaw_symmetry_tables,

@@ -1,8 +1,11 @@
 """Observation terms and the heading frame shared by the quadrotor tasks.
 
 The policy observation layout is written once, in :data:`STATE_TERMS` and :func:`policy_terms`:
-the same table gives the tensor (:func:`assemble`), its size (:func:`terms_dim`) and the
-``policy_io.json`` fields (:func:`obs_fields`), which the firmware and the ROS 2 node read.
+the same table gives the tensor (:func:`assemble`), its size and the ``policy_io.json`` fields
+(``embodied.io_spec.terms_dim`` / ``obs_fields``), which the firmware and the ROS 2 node read.
+:data:`ALL_TERMS` lists every term a quadrotor task can emit; ``tests/test_obs_term_counterparts.py``
+holds each second implementation (the compiled step's rows, the firmware C, the numpy assembly of
+``embodied verify`` and the ROS 2 robot configs) to it, term by term.
 
 Heading frame ``h`` (docs/conventions.md): the world frame rotated about z by the setpoint yaw
 ``yaw_sp_rad``, ``R_wh = Rz(yaw_sp_rad)``. Vectors are expressed in it with ``R_whᵀ``; a policy
@@ -17,26 +20,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from embodied.io_spec import ObsField
-
-
-@dataclass(frozen=True)
-class ObsTerm:
-    """One named slice of the policy observation."""
-
-    name: str
-    size: int
-    units: str
-    frame: str
-    description: str = ""
-    noise_group: int | None = None
-    """Index into the task's ``obs_noise_std`` (pos, rot, lin_vel, ang_vel); None: never noised."""
-
+from embodied.io_spec import ObsTerm
 
 STATE_TERMS: tuple[ObsTerm, ...] = (
     ObsTerm("pos_err_h", 3, "m", "heading", "R_wh^T (position_w - setpoint_w), R_wh = Rz(yaw_sp_rad)", 0),
@@ -105,14 +93,10 @@ def policy_terms(integral: bool, history: int, tracking: bool = False) -> tuple[
     return terms + ((history_term(history),) if history > 0 else ())
 
 
-def terms_dim(terms: tuple[ObsTerm, ...]) -> int:
-    """Total size of ``terms``."""
-    return sum(t.size for t in terms)
-
-
-def obs_fields(terms: tuple[ObsTerm, ...]) -> tuple[ObsField, ...]:
-    """``policy_io.json`` observation fields of ``terms``."""
-    return tuple(ObsField(t.name, t.size, t.units, t.frame, description=t.description) for t in terms)
+ALL_TERMS: tuple[ObsTerm, ...] = tuple(
+    {t.name: t for t in (*policy_terms(True, 1), *policy_terms(True, 1, tracking=True))}.values()
+)
+"""Every term a quadrotor task can emit, once each (``prev_actions`` at a history of one action)."""
 
 
 def noise_std_row(terms: tuple[ObsTerm, ...], obs_noise_std: tuple[float, ...]) -> list[float]:
@@ -126,7 +110,7 @@ def noise_std_row(terms: tuple[ObsTerm, ...], obs_noise_std: tuple[float, ...]) 
 
 
 def assemble(terms: tuple[ObsTerm, ...], values: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``[N, terms_dim(terms)]``: the ``[N, size]`` value of every term, in table order."""
+    """``[N, sum of sizes]``: the ``[N, size]`` value of every term, in table order."""
     parts = [values[t.name] for t in terms]
     return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
 
