@@ -99,6 +99,16 @@ ALL_TERMS: tuple[ObsTerm, ...] = tuple(
 """Every term a quadrotor task can emit, once each (``prev_actions`` at a history of one action)."""
 
 
+WORLD_FRAME_TERMS: tuple[ObsTerm, ...] = (
+    ObsTerm("pos_err_w", 3, "m", "world", "position_w - setpoint_w", 0),
+    ObsTerm("rot_wb", 9, "", "body->world", "R_wb, row-major", 1),
+    ObsTerm("lin_vel_w", 3, "m/s", "world", "lin_vel_w", 2),
+    ObsTerm("pos_err_int_w", 3, "m*s", "world", "leaky clamped integral of pos_err_w; no noise"),
+)
+"""The world-frame forms of the state terms that policies trained before the heading frame
+take; no task emits them now, ``embodied verify`` still assembles them for such run directories."""
+
+
 def noise_std_row(terms: tuple[ObsTerm, ...], obs_noise_std: tuple[float, ...]) -> list[float]:
     """Per-entry σ of the noised terms (which must lead the observation): ``[STATE_DIM]`` values."""
     row: list[float] = []

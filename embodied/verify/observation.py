@@ -26,16 +26,14 @@ import numpy as np
 
 from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
+from embodied.tasks.quad_terms import ALL_TERMS, FEEDFORWARD_TERM, WORLD_FRAME_TERMS
+
+TERM_SIZES: dict[str, int] = {t.name: t.size for t in (*ALL_TERMS, *WORLD_FRAME_TERMS)}
+"""Every field this module assembles -> its size, from the quadrotor term table
+(``tasks/quad_terms.py``; ``prev_actions`` is 4 per action of history)."""
 
 STATE_FIELDS: dict[str, tuple[int, int]] = {
-    "pos_err_w": (3, 0),
-    "pos_err_h": (3, 0),
-    "rot_wb": (9, 1),
-    "rot_hb": (9, 1),
-    "lin_vel_w": (3, 2),
-    "lin_vel_h": (3, 2),
-    "lin_vel_err_h": (3, 2),
-    "ang_vel_b": (3, 3),
+    t.name: (t.size, t.noise_group) for t in (*ALL_TERMS, *WORLD_FRAME_TERMS) if t.noise_group is not None
 }
 """State fields: name -> (size, index of its noise group in ``extra.obs_noise_std``)."""
 
@@ -43,8 +41,8 @@ INTEGRAL_FIELDS: dict[str, str] = {"pos_err_int_w": "pos_err_w", "pos_err_int_h"
 """Integral fields: name -> the error they integrate."""
 
 HISTORY_FIELD = "prev_actions"
-FEEDFORWARD_FIELD = "acc_sp_h"
-KNOWN_FIELDS = (*STATE_FIELDS, *INTEGRAL_FIELDS, FEEDFORWARD_FIELD, HISTORY_FIELD)
+FEEDFORWARD_FIELD = FEEDFORWARD_TERM.name
+KNOWN_FIELDS = tuple(TERM_SIZES)
 
 
 def rot_z(yaw_rad: np.ndarray) -> np.ndarray:
@@ -116,7 +114,7 @@ class ObservationLayout:
         self.integral_field: str | None = None
         for f in spec.obs_fields:
             if f.name in STATE_FIELDS or f.name in INTEGRAL_FIELDS or f.name == FEEDFORWARD_FIELD:
-                want = STATE_FIELDS[f.name][0] if f.name in STATE_FIELDS else 3
+                want = TERM_SIZES[f.name]
                 if f.size != want:
                     raise EmbodiedError(f"{source}: obs field {f.name!r} has size {f.size}, expected {want}")
                 if f.name in INTEGRAL_FIELDS:
