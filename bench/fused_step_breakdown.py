@@ -38,7 +38,7 @@ import torch
 from embodied.commands.bench_gpu import machine
 from embodied.config import apply_overrides
 from embodied.registry import make_env, task_cfg
-from embodied.tasks import quad_hover_fused
+from embodied.tasks.quadrotor import hover_fused as quad_hover_fused
 
 EDITS = {
     "no_scan": (
@@ -54,7 +54,7 @@ EDITS = {
         "policy, new_flip = final.policy, yaw_flip[:, 0]\n    after = final",
     ),
 }
-"""Source edits of :func:`~embodied.tasks.quad_hover_fused.fused_step` that size one part of it
+"""Source edits of :func:`~embodied.tasks.quadrotor.hover_fused.fused_step` that size one part of it
 (their results differ from the shipped step's): ``no_scan`` takes each ended env's pool row by
 env index; ``no_final_obs`` returns the observation after the resets as the final one, so the final
 observation rows are neither computed nor written; ``no_second_obs`` returns the observation
@@ -117,7 +117,7 @@ def step_split(num_envs: int, steps: int, repeats: int) -> dict[str, float]:
 
 
 def edited_step(edit: str) -> Callable[..., Any]:
-    """:func:`~embodied.tasks.quad_hover_fused.fused_step` with one of :data:`EDITS`, compiled
+    """:func:`~embodied.tasks.quadrotor.hover_fused.fused_step` with one of :data:`EDITS`, compiled
     with the same options through ``torch.compile``."""
     old, new = EDITS[edit]
     source = Path(quad_hover_fused.__file__).read_text()

@@ -95,14 +95,14 @@ def _load(ref: str) -> Callable[..., object]:
 
 TASKS: dict[str, Entry] = {
     "quad-hover": Entry(
-        "embodied.tasks.quad_hover:QuadHover",
-        "embodied.tasks.quad_hover:QuadHoverCfg",
+        "embodied.tasks.quadrotor.hover:QuadHover",
+        "embodied.tasks.quadrotor.hover:QuadHoverCfg",
         "Crazyflie-class quadrotor: reach and hold a setpoint from random initial states",
         backend="quadrotor",
     ),
     "quad-track": Entry(
-        "embodied.tasks.quad_track:QuadTrack",
-        "embodied.tasks.quad_track:QuadTrackCfg",
+        "embodied.tasks.quadrotor.track:QuadTrack",
+        "embodied.tasks.quadrotor.track:QuadTrackCfg",
         "Crazyflie-class quadrotor: follow a moving setpoint (figure-eight, circle, random smooth paths)",
         backend="quadrotor",
     ),

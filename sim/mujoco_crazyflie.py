@@ -30,7 +30,7 @@ import numpy as np
 
 from embodied.config import ConfigError
 from embodied.sim.mujoco_model import load_mjcf
-from embodied.sim.vehicle_variants import VARIANTS
+from embodied.sim.vehicle_variants import NOMINAL, VARIANTS
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +49,24 @@ ROTOR_SPIN_CF2 = (-1.0, 1.0, -1.0, 1.0)
 class CrazyflieParams:
     """The vehicle: rigid body (the model file's nominal values) and the rotor command chain.
 
-    Defaults are the published Crazyflie 2.x numbers (sources in ``docs/verify.md``);
+    Defaults are the default variant's (``embodied.sim.vehicle_variants.NOMINAL``, sources in docs/conventions.md);
     :meth:`from_policy_extra` takes the command-chain values a policy was trained with.
     """
 
-    mass_kg: float = 0.027
-    inertia_kgm2: tuple[float, float, float] = (1.66e-5, 1.66e-5, 2.93e-5)
+    mass_kg: float = NOMINAL.mass_kg
+    inertia_kgm2: tuple[float, float, float] = NOMINAL.inertia_kgm2
     gravity_mps2: float = 9.81
-    thrust_coef_n_per_rpm2: float = 3.16e-10
+    thrust_coef_n_per_rpm2: float = NOMINAL.thrust_coef_n_per_rpm2
     """Rotor thrust = coef * rpm^2 (N)."""
-    torque_to_thrust_m: float = 0.005964
+    torque_to_thrust_m: float = NOMINAL.torque_to_thrust_m
     """Rotor drag torque about its axis per newton of thrust (m)."""
-    motor_tau_s: float = 0.05
+    motor_tau_s: float = NOMINAL.motor_tau_s
     """First-order time constant of the rotor speed."""
-    max_rpm: float = 21702.0
+    max_rpm: float = NOMINAL.max_rpm
     """Motor speed limit; setpoints above it are clamped."""
-    max_thrust_per_motor_n: float = 0.1125
+    max_thrust_per_motor_n: float = NOMINAL.max_thrust_per_motor_n
     """Thrust command at action +1 (firmware THRUST_MAX, the lowest accepted version's)."""
-    min_thrust_per_motor_n: float = 0.02
+    min_thrust_per_motor_n: float = NOMINAL.min_thrust_per_motor_n
     """Commands below this produce no thrust (firmware THRUST_MIN cut)."""
     rotor_spin: tuple[float, float, float, float] = ROTOR_SPIN_CF2
     """Reaction-torque sign about body z, M1..M4."""

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import torch
 
 from embodied.config import ConfigError, ranged
-from embodied.sim.vehicle_variants import DEFAULT_VARIANT, VARIANTS
+from embodied.sim.vehicle_variants import DEFAULT_VARIANT, NOMINAL, VARIANTS
 
 log = logging.getLogger(__name__)
 
@@ -69,25 +69,25 @@ class QuadrotorParams:
     """The Crazyflie this trains (crazyflie-2.1, crazyflie-2.1-plus, crazyflie-2.1-brushless):
     written into policy_io.json, it picks the firmware platform `flash` builds and the vehicle
     `verify` flies. The values below must fit that variant's firmware thrust limits."""
-    mass_kg: float = ranged(0.027, 0.005, 50.0, "kg")
+    mass_kg: float = ranged(NOMINAL.mass_kg, 0.005, 50.0, "kg")
     """Take-off mass including battery."""
-    inertia_kgm2: tuple[float, float, float] = ranged((1.66e-5, 1.66e-5, 2.93e-5), 1e-7, 10.0, "kg m^2")
+    inertia_kgm2: tuple[float, float, float] = ranged(NOMINAL.inertia_kgm2, 1e-7, 10.0, "kg m^2")
     """Principal moments of inertia about body x, y, z."""
-    arm_length_m: float = ranged(0.046, 0.01, 2.0, "m")
+    arm_length_m: float = ranged(NOMINAL.arm_length_m, 0.01, 2.0, "m")
     """Centre of mass to rotor axis; each rotor sits at arm/sqrt(2) along body x and y."""
-    thrust_coef_n_per_rpm2: float = ranged(3.16e-10, 1e-13, 1e-5, "N/rpm^2")
+    thrust_coef_n_per_rpm2: float = ranged(NOMINAL.thrust_coef_n_per_rpm2, 1e-13, 1e-5, "N/rpm^2")
     """Rotor thrust = coef * rpm^2 (N)."""
-    torque_to_thrust_m: float = ranged(0.005964, 1e-4, 0.1, "m")
+    torque_to_thrust_m: float = ranged(NOMINAL.torque_to_thrust_m, 1e-4, 0.1, "m")
     """Rotor drag (yaw) torque = ratio * thrust (N m per N), sign per rotor from ROTOR_SPIN."""
-    max_rpm: float = ranged(21702.0, 1000.0, 200_000.0, "rpm")
+    max_rpm: float = ranged(NOMINAL.max_rpm, 1000.0, 200_000.0, "rpm")
     """Motor speed limit; ``thrust_coef * max_rpm^2`` (0.149 N) must reach ``max_thrust_per_motor_n``."""
-    max_thrust_per_motor_n: float = ranged(0.1125, 0.01, 500.0, "N")
+    max_thrust_per_motor_n: float = ranged(NOMINAL.max_thrust_per_motor_n, 0.01, 500.0, "N")
     """Thrust command at action +1 (the firmware's THRUST_MAX; the smallest of the accepted
     firmware versions, docs/conventions.md)."""
-    min_thrust_per_motor_n: float = ranged(0.02, 0.0, 100.0, "N")
+    min_thrust_per_motor_n: float = ranged(NOMINAL.min_thrust_per_motor_n, 0.0, 100.0, "N")
     """Thrust commands below this produce no thrust (the firmware's THRUST_MIN cut in its
     battery compensation; the largest of the accepted firmware versions)."""
-    motor_tau_s: float = ranged(0.05, 1e-3, 1.0, "s")
+    motor_tau_s: float = ranged(NOMINAL.motor_tau_s, 1e-3, 1.0, "s")
     """First-order motor time constant. L2F's code uses 0.15 s, which is deliberately slow;
     the Crazyflie's brushed 7 mm coreless motors with 45 mm propellers spin up in a few tens of
     milliseconds, so 0.05 s sits between the two and domain randomization can widen it."""

@@ -17,6 +17,7 @@ import torch
 
 from embodied.errors import EmbodiedError
 from embodied.sim.quadrotor import quat_to_rot
+from embodied.sim.vehicle_variants import NOMINAL
 
 # OpenCV colours are BGR.
 _RED, _GREEN, _BLUE = (40, 40, 220), (40, 170, 40), (220, 90, 30)
@@ -79,7 +80,7 @@ def render_frame(
     quat_wb: np.ndarray,
     setpoint_w: np.ndarray,
     camera: Camera | None = None,
-    arm_length_m: float = 0.046,
+    arm_length_m: float = NOMINAL.arm_length_m,
     drone_scale: float = 3.0,
     ground_z_m: float = 0.0,
     trail_w: np.ndarray | None = None,

@@ -106,6 +106,10 @@ VARIANTS: dict[str, VehicleVariant] = {
 DEFAULT_VARIANT = "crazyflie-2.1"
 """What quad-hover and quad-track train unless told otherwise (27 g, legacy propellers)."""
 
+NOMINAL = VARIANTS[DEFAULT_VARIANT]
+"""The default variant's values: the defaults of the simulators' parameter classes
+(``QuadrotorParams``, the MuJoCo ``CrazyflieParams``) and of the renderer's arm length."""
+
 
 def variant(name: str) -> VehicleVariant:
     """The variant called ``name``; ``KeyError`` naming the known ones otherwise."""

@@ -40,7 +40,7 @@ class HalfAnEnv:
 
 
 def test_registry_rejects_a_target_that_is_not_a_vecenv(monkeypatch: pytest.MonkeyPatch) -> None:
-    entry = registry.Entry(f"{__name__}:HalfAnEnv", "embodied.tasks.quad_hover:QuadHoverCfg", "not an env")
+    entry = registry.Entry(f"{__name__}:HalfAnEnv", "embodied.tasks.quadrotor.hover:QuadHoverCfg", "not an env")
     monkeypatch.setitem(registry.TASKS, "not-an-env", entry)
     with pytest.raises(EmbodiedError, match=r"HalfAnEnv built a HalfAnEnv that does not implement VecEnv"):
         registry.make_env("not-an-env", registry.task_cfg("not-an-env"), 1, "cpu", seed=0)

@@ -18,7 +18,7 @@ from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.policies.mlp import ExportedPolicy
 from embodied.sim.quadrotor import quat_to_rot
-from embodied.tasks.quad_terms import heading_cos_sin, rot_wb_to_hb, vec_w_to_h
+from embodied.tasks.quadrotor.terms import heading_cos_sin, rot_wb_to_hb, vec_w_to_h
 
 HISTORY = 32
 
@@ -214,7 +214,7 @@ def test_c_observation_equals_the_quad_hover_task(tmp_path: Path) -> None:
     """Same raw states in the task and in the firmware's C: identical policy observations
     (heading frame of every env's own setpoint yaw)."""
     from embodied.crazyflie.sil import packed_state
-    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+    from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
 
     cfg = QuadHoverCfg(action_history=3, yaw_symmetry=False)
     env = QuadHover(cfg, num_envs=32, device=torch.device("cpu"), seed=0)
@@ -250,7 +250,7 @@ def test_c_pos_err_integral_equals_the_task_in_closed_loop(tmp_path: Path) -> No
     rollout flown by the C controller (episodes end and restart), every observation it feeds
     the network equals the task's, the integral bit for bit."""
     from embodied.crazyflie.sil import packed_state
-    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+    from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
 
     n = 16
     # Short episodes so that restarts (and the firmware's resets) are part of the comparison.

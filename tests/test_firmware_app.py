@@ -378,7 +378,7 @@ def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) 
     network's output on the task's own observation (units, frames, decimation, history); an
     episode end re-arms the app (a fresh engagement, history reset like the task's)."""
     from embodied.crazyflie.sil import packed_state
-    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+    from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
 
     cfg = QuadHoverCfg(
         action_history=4, obs_noise_std=(0.0,) * 4, episode_steps=40, init_level_fraction=1.0, yaw_symmetry=False

@@ -183,7 +183,7 @@ def _random_state(n: int, seed: int) -> dict[str, np.ndarray]:
 def test_observation_assembly_equals_the_torch_task() -> None:
     """Heading-frame fields for random setpoint yaws, with the position-error integral and two
     actions of history."""
-    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+    from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
 
     n = 8
     task = QuadHover(

@@ -1,13 +1,13 @@
 """Every quadrotor observation term against its second implementations, term by term.
 
-The single definition of a term is its entry in ``tasks/quad_terms.py`` (name, size, units,
+The single definition of a term is its entry in ``tasks/quadrotor/terms.py`` (name, size, units,
 frame, noise group) and the eager observation the tasks compute from it. Four other places
 assemble the same terms, kept for speed or for a runtime without torch:
 
 =============  ==========================================  ===================================
 counterpart    where                                       checked here
 =============  ==========================================  ===================================
-fused rows     ``tasks/quad_hover_fused.py`` observe_rows   values, hover terms (the tracking
+fused rows     ``tasks/quadrotor/hover_fused.py`` observe_rows   values, hover terms (the tracking
                                                            task has no fused step)
 numpy          ``embodied/verify/observation.py``          values, every term
 C              ``firmware/common/quad_ctrl.c``             the term's ``POLICY_OBS_*`` slot;
@@ -33,10 +33,10 @@ import yaml
 
 from embodied.io_spec import ObsTerm
 from embodied.sim.quadrotor import quat_to_rot
-from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
-from embodied.tasks.quad_hover_fused import observe_rows, rows_of
-from embodied.tasks.quad_terms import ALL_TERMS
-from embodied.tasks.quad_track import QuadTrack, QuadTrackCfg
+from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
+from embodied.tasks.quadrotor.hover_fused import observe_rows, rows_of
+from embodied.tasks.quadrotor.terms import ALL_TERMS
+from embodied.tasks.quadrotor.track import QuadTrack, QuadTrackCfg
 from embodied.verify.observation import ObservationLayout, state_terms
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def fused_rows(env: QuadHover) -> Values:
 
 COMPUTED: dict[str, tuple[Callable[[QuadHover], Values], str, tuple[str, ...]]] = {
     "numpy": (numpy_verify, "embodied/verify/observation.py (state_terms, TERM_SIZES)", ("hover", "track")),
-    "fused": (fused_rows, "tasks/quad_hover_fused.py (observe_rows)", ("hover",)),
+    "fused": (fused_rows, "tasks/quadrotor/hover_fused.py (observe_rows)", ("hover",)),
 }
 """Counterparts compared by value: (builder, file to edit, task kinds it serves)."""
 

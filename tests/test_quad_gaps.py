@@ -11,8 +11,8 @@ import torch
 from embodied.config import ConfigError
 from embodied.experiment import resolve_experiment
 from embodied.sim.quadrotor import RandomizationCfg
-from embodied.tasks.quad_gaps import QuadGapCfg
-from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+from embodied.tasks.quadrotor.gaps import QuadGapCfg
+from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
 
 CPU = torch.device("cpu")
 REST = {"quat_wb": [1.0, 0.0, 0.0, 0.0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}

@@ -1,4 +1,4 @@
-"""The fused quad-hover step (``tasks/quad_hover_fused.py``) against the eager step, and its
+"""The fused quad-hover step (``tasks/quadrotor/hover_fused.py``) against the eager step, and its
 counter-based observation noise (``sim/counter_normal.py``).
 
 The logic is checked eagerly (``fused_step`` run without compiling it, fast); the compiled
@@ -14,8 +14,8 @@ import torch
 
 from embodied.config import apply_overrides
 from embodied.sim.counter_normal import GOLDEN, MIX, UNIFORM_SCALE, counter_normal, stream_key
-from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
-from embodied.tasks.quad_hover_fused import CompiledFusedStep, fused_step
+from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
+from embodied.tasks.quadrotor.hover_fused import CompiledFusedStep, fused_step
 
 CPU = torch.device("cpu")
 

@@ -15,8 +15,8 @@ from embodied.env import VecEnv
 from embodied.io_spec import IOSpec
 from embodied.registry import make_env, task_cfg
 from embodied.sim.quadrotor import RandomizationCfg
-from embodied.tasks.quad_hover import CRITIC_DIM, QuadHover, QuadHoverCfg
-from embodied.tasks.quad_terms import heading_cos_sin, vec_w_to_h
+from embodied.tasks.quadrotor.hover import CRITIC_DIM, QuadHover, QuadHoverCfg
+from embodied.tasks.quadrotor.terms import heading_cos_sin, vec_w_to_h
 
 CPU = torch.device("cpu")
 

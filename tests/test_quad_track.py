@@ -12,8 +12,8 @@ import torch
 
 from embodied.config import ConfigError
 from embodied.registry import make_env, task_cfg
-from embodied.tasks.quad_terms import heading_cos_sin, vec_w_to_h
-from embodied.tasks.quad_track import (
+from embodied.tasks.quadrotor.terms import heading_cos_sin, vec_w_to_h
+from embodied.tasks.quadrotor.track import (
     Paths,
     QuadTrack,
     QuadTrackCfg,

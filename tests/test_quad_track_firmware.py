@@ -16,9 +16,9 @@ from embodied.crazyflie.sil import packed_state
 from embodied.export.c_header import generate_c
 from embodied.export.host_lib import HostPolicyLib
 from embodied.policies.mlp import ExportedPolicy
-from embodied.tasks.quad_hover import QuadHover
-from embodied.tasks.quad_terms import heading_cos_sin, vec_w_to_h
-from embodied.tasks.quad_track import QuadTrack, QuadTrackCfg
+from embodied.tasks.quadrotor.hover import QuadHover
+from embodied.tasks.quadrotor.terms import heading_cos_sin, vec_w_to_h
+from embodied.tasks.quadrotor.track import QuadTrack, QuadTrackCfg
 
 CPU = torch.device("cpu")
 
@@ -78,7 +78,7 @@ def test_c_tracking_observation_equals_the_task_in_closed_loop(tmp_path: Path) -
 def test_hover_policy_ignores_the_feed_forward(tmp_path: Path) -> None:
     """A hover policy (lin_vel_h) built from the same quad_ctrl.c reads only position and yaw of a
     moving setpoint: the feed-forward changes nothing."""
-    from embodied.tasks.quad_hover import QuadHoverCfg
+    from embodied.tasks.quadrotor.hover import QuadHoverCfg
 
     env = QuadHover(QuadHoverCfg(action_history=1), num_envs=4, device=CPU, seed=0)
     spec = env.io_spec()

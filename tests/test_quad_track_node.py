@@ -18,7 +18,7 @@ from embodied.config import ConfigError
 from embodied.real import messages
 from embodied.real.observation import ObservationBuilder, ObservationError, quat_to_rotmat
 from embodied.real.robot_config import ROBOTS_DIR, load_robot
-from embodied.tasks.quad_track import QuadTrack, QuadTrackCfg
+from embodied.tasks.quadrotor.track import QuadTrack, QuadTrackCfg
 
 TRACK_ROBOT = ROBOTS_DIR / "crazyflie_track.yaml"
 

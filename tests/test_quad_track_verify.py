@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from embodied.sim.quadrotor import quat_to_rot
-from embodied.tasks.quad_track import QuadTrack, QuadTrackCfg
+from embodied.tasks.quadrotor.track import QuadTrack, QuadTrackCfg
 from embodied.verify.episodes import EpisodeRules, Reference, run_episodes
 from embodied.verify.observation import ObservationLayout, state_terms
 

@@ -19,8 +19,8 @@ from embodied.export.host_lib import HostPolicyLib
 from embodied.export.layers import mlp_arrays, with_io_symmetry
 from embodied.export.onnx import export_onnx, probe_observations
 from embodied.policies.mlp import ExportedPolicy
-from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg, quat_multiply
-from embodied.tasks.quad_terms import MOTOR_FLIP, policy_terms, yaw_cost, yaw_cost_mod_pi, yaw_symmetry_tables
+from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg, quat_multiply
+from embodied.tasks.quadrotor.terms import MOTOR_FLIP, policy_terms, yaw_cost, yaw_cost_mod_pi, yaw_symmetry_tables
 
 CPU = torch.device("cpu")
 QUAT_Z_PI = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
@@ -245,7 +245,7 @@ def test_firmware_controller_on_physical_state_equals_the_task_policy(
     canonical observation, relabelled back where the task flipped. Closed loop, physical actions.
     The robust preset's layout adds the position-error integral and four previous actions."""
     from embodied.crazyflie.sil import packed_state
-    from embodied.tasks.quad_terms import yaw_flip_action
+    from embodied.tasks.quadrotor.terms import yaw_flip_action
 
     n = 32
     options = robust_preset_layout() if layout == "robust" else layout

@@ -188,7 +188,7 @@ def test_integrate_op_follows_the_recurrence_and_resets_with_the_history() -> No
 
 def test_integrate_op_matches_the_task_in_closed_loop() -> None:
     """Odometry of the task's own states through crazyflie_sim.yaml gives the task's observation."""
-    from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
+    from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
 
     # A fixed, non-zero setpoint yaw: the node's heading frame is a parameter of the deployment.
     cfg = QuadHoverCfg(

@@ -28,7 +28,7 @@ def test_each_preset_file_trains_its_variant_and_policy_io_names_it(name: str) -
     cfg = resolve_experiment("quad-hover", "ppo", path, seed=0, num_envs=4)
     params = cfg.env.sim.params
     assert params.variant == name and params.mass_kg == VARIANTS[name].mass_kg
-    from embodied.tasks.quad_hover import QuadHover
+    from embodied.tasks.quadrotor.hover import QuadHover
 
     extra = QuadHover(cfg.env, num_envs=4, device=torch.device("cpu"), seed=0).io_spec().extra
     assert extra["vehicle_variant"] == name

@@ -257,7 +257,7 @@ def _symmetry(module: nn.Module) -> SymmetryArrays | None:
 
 
 SYMMETRY_EXTRA_KEY = "yaw_symmetry"
-"""``policy_io.json`` ``extra`` key of a task's symmetry tables (``tasks/quad_terms.py``)."""
+"""``policy_io.json`` ``extra`` key of a task's symmetry tables (``tasks/quadrotor/terms.py``)."""
 
 
 def with_io_symmetry(module: nn.Module, io_spec: IOSpec) -> nn.Module:

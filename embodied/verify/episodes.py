@@ -8,7 +8,7 @@ With a heading-frame policy the setpoint yaw is drawn over ±180° and the initi
 ``init_yaw_range_rad`` of it.
 
 Tracking policies (``extra.tracking``, quad-track) fly a moving setpoint: the task's reference paths
-(``tasks/quad_track.draw_paths`` with the run's path settings) give the position, feed-forward
+(``draw_paths`` of ``tasks/quadrotor/track.py`` with the run's path settings) give the position, feed-forward
 velocity and acceleration at every control step, starts move with the path, and success is a
 full-length episode with RMS position error below ``success_rms_m``.
 """
@@ -181,7 +181,7 @@ class Reference:
 
             import torch
 
-            from embodied.tasks.quad_track import PATH_CFG_KEYS, QuadTrackCfg, draw_paths
+            from embodied.tasks.quadrotor.track import PATH_CFG_KEYS, QuadTrackCfg, draw_paths
 
             task_cfg = spec.extra.get("task_cfg") or {}
             values: dict[str, Any] = {

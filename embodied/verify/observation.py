@@ -26,11 +26,11 @@ import numpy as np
 
 from embodied.errors import EmbodiedError
 from embodied.io_spec import IOSpec
-from embodied.tasks.quad_terms import ALL_TERMS, FEEDFORWARD_TERM, WORLD_FRAME_TERMS
+from embodied.tasks.quadrotor.terms import ALL_TERMS, FEEDFORWARD_TERM, WORLD_FRAME_TERMS
 
 TERM_SIZES: dict[str, int] = {t.name: t.size for t in (*ALL_TERMS, *WORLD_FRAME_TERMS)}
 """Every field this module assembles -> its size, from the quadrotor term table
-(``tasks/quad_terms.py``; ``prev_actions`` is 4 per action of history)."""
+(``tasks/quadrotor/terms.py``; ``prev_actions`` is 4 per action of history)."""
 
 STATE_FIELDS: dict[str, tuple[int, int]] = {
     t.name: (t.size, t.noise_group) for t in (*ALL_TERMS, *WORLD_FRAME_TERMS) if t.noise_group is not None

@@ -39,8 +39,8 @@ import torch
 from embodied.config import ConfigError, ranged
 from embodied.io_spec import IOSpec
 from embodied.sim.quadrotor import LIN_VEL, require_finite
-from embodied.tasks.quad_hover import QuadHover, QuadHoverCfg
-from embodied.tasks.quad_terms import FEEDFORWARD_TERM, STATE_DIM, policy_terms
+from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
+from embodied.tasks.quadrotor.terms import FEEDFORWARD_TERM, STATE_DIM, policy_terms
 
 PATH_KINDS = ("figure8", "circle", "random")
 """Reference path generators; ``mix`` draws one of them per env."""
@@ -144,7 +144,7 @@ class QuadTrackCfg(QuadHoverCfg):
 
     @property
     def policy_terms(self) -> tuple[Any, ...]:
-        """Tracking terms (``quad_terms.policy_terms(..., tracking=True)``), in order."""
+        """Tracking terms (``quadrotor.terms.policy_terms(..., tracking=True)``), in order."""
         return policy_terms(self.pos_err_integral, self.action_history, tracking=True)
 
     @property

@@ -2,7 +2,7 @@
 simulator does not. Each model is switchable and off by default; ranges are drawn per episode.
 
 Sources and values are in docs/conventions.md ("Reality-gap models"). The models act around the
-task's pure step function (``quad_hover.step_core``):
+task's pure step function (``quadrotor.hover.step_core``):
 
 * before the physics: motor command delay (whole control steps), per-motor thrust mismatch
   and battery sag (both as a scale and a cap on the rotor-speed setpoint: thrust = k_f rpm²),

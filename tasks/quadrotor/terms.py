@@ -203,7 +203,7 @@ def _term_flip(term: ObsTerm) -> tuple[list[int], list[float]]:
         return [0, 1, 2], [-1.0, -1.0, 1.0]  # ω_b' = Rz(π)ᵀ ω_b
     if term.name == "prev_actions":
         return [4 * (i // 4) + MOTOR_FLIP[i % 4] for i in range(n)], [1.0] * n
-    raise ValueError(f"observation term {term.name!r} has no 180° yaw-symmetry rule (quad_terms._term_flip)")
+    raise ValueError(f"observation term {term.name!r} has no 180° yaw-symmetry rule (quadrotor.terms._term_flip)")
 
 
 def yaw_symmetry_tables(terms: tuple[ObsTerm, ...]) -> dict[str, Any]:
@@ -245,7 +245,7 @@ def yaw_flip_obs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``obs [N, D]`` -> (canonical ``[N, D]``, flip ``[N, 1]`` bool) by :func:`yaw_symmetry_tables`
     (``source [D]`` long, ``sign [D]``). The compiled step has its own form on rows
-    (``quad_hover_fused.flip_rows``)."""
+    (``quadrotor.hover_fused.flip_rows``)."""
     flip = obs[:, select : select + 1] < 0.0
     return torch.where(flip, obs[:, source] * sign, obs), flip
 

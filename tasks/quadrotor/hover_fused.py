@@ -1,6 +1,6 @@
 """The whole quad-hover step as one pure function, so ``torch.compile`` fuses all of it.
 
-The compiled :func:`~embodied.tasks.quad_hover_core.step_core` covers physics, observation,
+The compiled :func:`~embodied.tasks.quadrotor.hover_core.step_core` covers physics, observation,
 reward and termination; around it the eager step spent most of its time: the observation
 noise draw, the yaw-symmetry relabelling, the parameter-derived physics inputs, and the reset
 of ended episodes (index ops per state component). :func:`fused_step` does all of them in
@@ -26,7 +26,7 @@ rest has a row form here (:func:`observe_rows`, :func:`static_rows`, :func:`flip
 action relabelling), held to the eager step's results by ``tests/test_quad_hover_fused.py``.
 
 ``QuadHover`` uses it when its simulator compiles (``sim.compile``) and no reality-gap model is
-on (the gap models keep per-step state outside; ``tasks/quad_gaps.py``). With the same pool and
+on (the gap models keep per-step state outside; ``tasks/quadrotor/gaps.py``). With the same pool and
 zero observation noise it gives the eager step's results (``tests/test_quad_hover_fused.py``).
 """
 
@@ -55,7 +55,7 @@ from embodied.sim.quadrotor import (
     rk4_rows,
 )
 from embodied.tasks import compiled_step_cache
-from embodied.tasks.quad_hover_core import (
+from embodied.tasks.quadrotor.hover_core import (
     POOL,
     CoreConsts,
     ends_in_success,
@@ -64,8 +64,8 @@ from embodied.tasks.quad_hover_core import (
     sum_terms,
     terms_of_reward,
 )
-from embodied.tasks.quad_terms import MOTOR_FLIP
-from embodied.tasks.quad_terms import STATE_DIM as POLICY_STATE_DIM
+from embodied.tasks.quadrotor.terms import MOTOR_FLIP
+from embodied.tasks.quadrotor.terms import STATE_DIM as POLICY_STATE_DIM
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class FusedConsts(NamedTuple):
     noise_std: tuple[float, ...]
     """σ of each of the 18 noised policy entries; empty when the observation is noise-free."""
     flip_source: tuple[int, ...] | None
-    """Yaw-symmetry relabelling of the policy observation (``quad_terms.yaw_symmetry_tables``),
+    """Yaw-symmetry relabelling of the policy observation (``quadrotor.terms.yaw_symmetry_tables``),
     None without the symmetry."""
     flip_sign: tuple[float, ...]
     flip_select: int
@@ -117,7 +117,7 @@ class Observed(NamedTuple):
 
 
 def to_heading_rows(vec_w: Rows, heading: Rows) -> Rows:
-    """``quad_terms.vec_w_to_h`` on rows: three world rows -> heading frame (``heading``: cos, sin)."""
+    """``quadrotor.terms.vec_w_to_h`` on rows: three world rows -> heading frame (``heading``: cos, sin)."""
     c, sn = heading
     return [c * vec_w[0] + sn * vec_w[1], c * vec_w[1] - sn * vec_w[0], vec_w[2]]
 
@@ -132,7 +132,7 @@ def observe_rows(
     setpoint_w: torch.Tensor,
     k: FusedConsts,
 ) -> Observed:
-    """``quad_hover_core.observation`` on rows (the module docstring says why a second
+    """``quadrotor.hover_core.observation`` on rows (the module docstring says why a second
     form): state ``s`` (17), ``heading`` (cos, sin), action history (4H), position-error
     integral (3), critic static inputs (12) and noise (18); ``tests/test_quad_hover_fused.py``
     holds the two to the same observations."""
@@ -161,13 +161,13 @@ def observe_rows(
 
 
 def static_rows(scales: Rows, force_w: Rows, torque_b: Rows, k: FusedConsts) -> Rows:
-    """``quad_hover_core.critic_static_inputs`` on rows: parameter scales - 1, normalized
+    """``quadrotor.hover_core.critic_static_inputs`` on rows: parameter scales - 1, normalized
     disturbances (12 rows)."""
     return [x - 1.0 for x in scales] + [x * norm for x, norm in zip(force_w + torque_b, k.disturb_norm)]
 
 
 def flip_rows(policy: Rows, k: FusedConsts) -> tuple[Rows, torch.Tensor]:
-    """``quad_terms.yaw_flip_obs`` on rows: (canonical rows, flip ``[N]`` bool)."""
+    """``quadrotor.terms.yaw_flip_obs`` on rows: (canonical rows, flip ``[N]`` bool)."""
     assert k.flip_source is not None
     flip = policy[k.flip_select] < 0.0
     canonical = [
@@ -210,7 +210,7 @@ def fused_step(
         action_hist ``[N, 4H]``, episode_step ``[N]`` long, pos_err_int_h ``[N, 3]``,
         yaw_sp_rad ``[N]``, heading ``[N, 2]``: the task's per-env state; setpoint_w ``[3]``.
         nominal ``[6]``, gravity_w ``[3]``: the simulator's (``Quadrotor``).
-        pool: ``[P, POOL.width]`` initial-condition rows (columns ``quad_hover_core.POOL``);
+        pool: ``[P, POOL.width]`` initial-condition rows (columns ``quadrotor.hover_core.POOL``);
             ``cursor`` (0-dim long) the next unused one.
             The caller keeps at least ``N`` rows after the cursor.
         noise_counter, noise_key: 0-dim int64 state of the observation noise stream.
@@ -225,7 +225,7 @@ def fused_step(
     n = state.shape[0]
     sent = [row.clamp(-1.0, 1.0) for row in rows_of(action)]  # rows: [N, 4] ops would not vectorize
     if k.flip_source is not None and k.flip_actions:
-        # ``quad_terms.yaw_flip_action`` on rows; history and action cost see the motors' labels.
+        # ``quadrotor.terms.yaw_flip_action`` on rows; history and action cost see the motors' labels.
         sent = [torch.where(yaw_flip[:, 0], sent[src], row) for row, src in zip(sent, MOTOR_FLIP)]
     rpm_cmd = action_to_rpm_cmd(stacked(sent), c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
     per_env = rk4_inputs(derived_params(param_scales, nominal), gravity_w, force_w, torque_b)

@@ -8,7 +8,7 @@ so the firmware can assemble the same observation on board.
 Every episode draws a setpoint yaw ``yaw_sp_rad`` per env (uniform in
 ``setpoint_yaw_rad ± setpoint_yaw_range_rad``) and an initial yaw relative to it (uniform in
 ``± init_yaw_range_rad``, before the random tilt). The policy observation is expressed in the
-setpoint's heading frame (``tasks/quad_terms.py``, docs/conventions.md), so the full yaw range is
+setpoint's heading frame (``tasks/quadrotor/terms.py``, docs/conventions.md), so the full yaw range is
 one task to the policy.
 
 Optional position-error integral (``pos_err_integral: true``): a per-env state
@@ -49,8 +49,8 @@ from embodied.sim.quadrotor import (
     QuadrotorCfg,
     require_finite,
 )
-from embodied.tasks.quad_gaps import QuadGapCfg, QuadGaps
-from embodied.tasks.quad_hover_core import (
+from embodied.tasks.quadrotor.gaps import QuadGapCfg, QuadGaps
+from embodied.tasks.quadrotor.hover_core import (
     POOL,
     CoreConsts,
     compiled_step_core,
@@ -63,8 +63,8 @@ from embodied.tasks.quad_hover_core import (
     step_core,
     sum_terms,
 )
-from embodied.tasks.quad_hover_fused import FusedConsts, compiled_fused_step
-from embodied.tasks.quad_terms import (
+from embodied.tasks.quadrotor.hover_fused import FusedConsts, compiled_fused_step
+from embodied.tasks.quadrotor.terms import (
     STATE_DIM,
     heading_cos_sin,
     noise_std_row,
@@ -75,7 +75,7 @@ from embodied.tasks.quad_terms import (
 )
 
 POLICY_STATE_DIM = STATE_DIM
-"""pos_err_h (3) + rot_hb (9) + lin_vel_h (3) + ang_vel_b (3) (``quad_terms.STATE_TERMS``)."""
+"""pos_err_h (3) + rot_hb (9) + lin_vel_h (3) + ang_vel_b (3) (``quadrotor.terms.STATE_TERMS``)."""
 CRITIC_DIM = POLICY_STATE_DIM + 4 + 6 + 6
 """Noise-free state, normalized motor speeds (4), parameter scales - 1 (6), disturbance force/torque (6);
 ``QuadHoverCfg.critic_dim`` adds the position-error integral (3) when it is enabled."""
@@ -118,7 +118,7 @@ class QuadHoverCfg:
     """Simulator: physical parameters, randomization, integration, ground, compile."""
     gaps: QuadGapCfg = field(default_factory=QuadGapCfg)
     """Reality-gap models (delays, estimator and gyro errors, thrust mismatch, battery sag,
-    ground effect, body drag; ``tasks/quad_gaps.py``), all off by default."""
+    ground effect, body drag; ``tasks/quadrotor/gaps.py``), all off by default."""
     episode_steps: int = 500
     """Control steps per episode (5 s at the 10 ms control period)."""
     setpoint_w: tuple[float, float, float] = ranged((0.0, 0.0, 1.0), -1000.0, 1000.0, "m")
@@ -174,7 +174,7 @@ class QuadHoverCfg:
     yaw_weight: float = 5.0
     """Weight of the heading error to the setpoint yaw, ``q_z²`` of R_hb (0 aligned, 1 at 180°).
     Equal to ``orientation_weight`` this is L2F's ``1 - q_w²`` cost. With ``yaw_symmetry`` the
-    heading error counts modulo 180° (``quad_terms.yaw_cost_mod_pi``): the policy cannot tell
+    heading error counts modulo 180° (``quadrotor.terms.yaw_cost_mod_pi``): the policy cannot tell
     the two ends of the body x axis apart, and physically they are the same vehicle."""
     lin_vel_weight: float = 0.1
     """Weight of ||lin_vel_w||^2."""
@@ -301,7 +301,7 @@ class QuadHoverCfg:
 
     @property
     def policy_terms(self) -> tuple[Any, ...]:
-        """The policy observation's terms (``quad_terms.policy_terms``), in order."""
+        """The policy observation's terms (``quadrotor.terms.policy_terms``), in order."""
         return policy_terms(self.pos_err_integral, self.action_history)
 
     @property
@@ -335,10 +335,10 @@ class QuadHover:
     """``[N, 3]`` leaky integral of the position error (m*s, heading frame); stays zero unless
     ``cfg.pos_err_integral``."""
     heading = LayoutTensor()
-    """``[N, 2]`` (cos, sin) of each env's setpoint yaw (``quad_terms.heading_cos_sin``)."""
+    """``[N, 2]`` (cos, sin) of each env's setpoint yaw (``quadrotor.terms.heading_cos_sin``)."""
 
     fusable: bool = True
-    """The step may run as one compiled function (:mod:`embodied.tasks.quad_hover_fused`); a
+    """The step may run as one compiled function (:mod:`embodied.tasks.quadrotor.hover_fused`); a
     subclass whose step hooks (setpoint, success, resets) differ sets False."""
     physical_actions: bool = False
     """Set True by drivers whose actions come from a controller that builds its own observation
@@ -447,7 +447,7 @@ class QuadHover:
         self._fused = (
             compiled_fused_step(self.device.type) if cfg.sim.compile and self.gaps is None and self.fusable else None
         )
-        """The whole step as one compiled function (``tasks/quad_hover_fused.py``), or None:
+        """The whole step as one compiled function (``tasks/quadrotor/hover_fused.py``), or None:
         the eager step, a task with hooks of its own, or gap models with their own state."""
         self._fused_consts = {flip: self._make_fused_consts(flip) for flip in (False, True)}
         self.randomization_scale = 1.0
@@ -552,7 +552,7 @@ class QuadHover:
         return obs, reward, terminated, truncated, info
 
     def fused_inputs(self, action: torch.Tensor) -> tuple[Any, ...]:
-        """The arguments of :func:`~embodied.tasks.quad_hover_fused.fused_step` for one step with
+        """The arguments of :func:`~embodied.tasks.quadrotor.hover_fused.fused_step` for one step with
         ``action [N, 4]`` from the current state (the pool refilled first where it runs low)."""
         sim = self.sim
         if self._host_checks:  # the pool stays on the host's schedule, as in the eager step
@@ -583,7 +583,7 @@ class QuadHover:
         )
 
     def _step_fused(self, action: torch.Tensor) -> StepResult:
-        """:meth:`step` through :func:`~embodied.tasks.quad_hover_fused.fused_step` (one compiled call)."""
+        """:meth:`step` through :func:`~embodied.tasks.quadrotor.hover_fused.fused_step` (one compiled call)."""
         sim, fused = self.sim, self._fused
         assert fused is not None
         out = fused(*self.fused_inputs(action))
@@ -647,7 +647,7 @@ class QuadHover:
         return ends_in_success(truncated, dist_sq_m2, cos_tilt, self.cfg.success_radius_m, self._cos_success_tilt)
 
     def _canonical(self, policy: torch.Tensor, update: bool) -> torch.Tensor:
-        """``policy [N, D]`` under the 180° yaw symmetry (``quad_terms.yaw_symmetry_tables``);
+        """``policy [N, D]`` under the 180° yaw symmetry (``quadrotor.terms.yaw_symmetry_tables``);
         ``update`` records which envs were flipped, for the next action."""
         assert self._yaw_sym is not None
         canonical, flip = yaw_flip_obs(policy, self._flip_source, self._flip_sign, self._yaw_sym["select_index"])

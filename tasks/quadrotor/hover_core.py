@@ -1,5 +1,5 @@
 """Pure functions of one quad-hover step (no state, no randomness), shared by the eager step,
-the compiled step and the fused step (``tasks/quad_hover_fused.py``): the step's physics,
+the compiled step and the fused step (``tasks/quadrotor/hover_fused.py``): the step's physics,
 observation, reward terms and termination (:func:`step_core`) and the observation alone
 (:func:`observation`)."""
 
@@ -24,7 +24,7 @@ from embodied.sim.quadrotor import (
     apply_bilinear,
     rk4_step,
 )
-from embodied.tasks.quad_terms import (
+from embodied.tasks.quadrotor.terms import (
     assemble,
     rot_wb_to_hb,
     tilt_cost,
@@ -45,7 +45,7 @@ class PoolLayout(NamedTuple):
     yaw_sp: int
     """Setpoint yaw (rad)."""
     heading: slice
-    """(cos, sin) of the setpoint yaw (``quad_terms.heading_cos_sin``), drawn once per row
+    """(cos, sin) of the setpoint yaw (``quadrotor.terms.heading_cos_sin``), drawn once per row
     rather than per step."""
     width: int
 
@@ -118,7 +118,7 @@ def observation(
         clean["lin_vel_err_h"] = vec_w_to_h(state[:, LIN_VEL] - vel_sp_w, heading)
     if acc_sp_w is not None:
         clean["acc_sp_h"] = vec_w_to_h(acc_sp_w, heading)
-    # The table puts the noised state terms first (quad_terms.STATE_TERMS).
+    # The table puts the noised state terms first (quadrotor.terms.STATE_TERMS).
     noised = tuple(t for t in terms if t.noise_group is not None)
     rest = tuple(t for t in terms if t.noise_group is None)
     clean_state = assemble(noised, clean)  # [N, 18]
@@ -166,7 +166,7 @@ def terms_of_reward(
     c: CoreConsts,
 ) -> dict[str, torch.Tensor]:
     """The ``[N]`` reward terms of a step from the squared position error (m²), the 9
-    components of ``R_hb`` (``rot_hb.T [9, N]`` or nine ``[N]`` rows: ``quad_terms.tilt_cost``),
+    components of ``R_hb`` (``rot_hb.T [9, N]`` or nine ``[N]`` rows: ``quadrotor.terms.tilt_cost``),
     the squared velocity (or velocity error) and the squared action offset from hover."""
     terms = {
         "position": dist_sq_m2 * c.k_pos,
