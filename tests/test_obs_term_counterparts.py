@@ -54,12 +54,13 @@ Values = dict[str, np.ndarray]
 
 def _env(kind: str) -> QuadHover:
     """A task of ``kind`` with every optional term on, at a random state away from reset."""
-    common = {"pos_err_integral": True, "action_history": 2, "yaw_symmetry": False}
     env: QuadHover
     if kind == "hover":
-        env = QuadHover(QuadHoverCfg(**common), NUM_ENVS, torch.device("cpu"), seed=3)
+        cfg = QuadHoverCfg(pos_err_integral=True, action_history=2, yaw_symmetry=False)
+        env = QuadHover(cfg, NUM_ENVS, torch.device("cpu"), seed=3)
     else:
-        env = QuadTrack(QuadTrackCfg(**common), NUM_ENVS, torch.device("cpu"), seed=3)
+        track_cfg = QuadTrackCfg(pos_err_integral=True, action_history=2, yaw_symmetry=False)
+        env = QuadTrack(track_cfg, NUM_ENVS, torch.device("cpu"), seed=3)
     env.reset()
     gen = torch.Generator().manual_seed(7)
     quat = torch.randn(NUM_ENVS, 4, generator=gen)
@@ -91,22 +92,25 @@ def eager(env: QuadHover) -> Values:
     return _split(env.cfg.policy_terms, env.observe(noise=False)["policy"].numpy())
 
 
+def _f64(t: torch.Tensor) -> np.ndarray:
+    return t.double().numpy()
+
+
 def numpy_verify(env: QuadHover) -> Values:
     """``embodied verify``'s numpy assembly from the raw state and ``policy_io.json``."""
     state = env.physical_state()
     setpoint_w, vel_sp_w, acc_sp_w = env._setpoint_at(env.episode_step)
-    as_np = lambda t: None if t is None else t.double().numpy()  # noqa: E731
     terms = state_terms(
-        pos_err_w=as_np(state["position_w"] - setpoint_w),
-        rot_wb=quat_to_rot(state["quat_wb"]).double().numpy().reshape(-1, 3, 3),
-        lin_vel_w=as_np(state["lin_vel_w"]),
-        ang_vel_b=as_np(state["ang_vel_b"]),
-        yaw_sp_rad=as_np(state["yaw_sp_rad"]),
-        vel_sp_w=as_np(vel_sp_w),
-        acc_sp_w=as_np(acc_sp_w),
+        pos_err_w=_f64(state["position_w"] - setpoint_w),
+        rot_wb=_f64(quat_to_rot(state["quat_wb"])).reshape(-1, 3, 3),
+        lin_vel_w=_f64(state["lin_vel_w"]),
+        ang_vel_b=_f64(state["ang_vel_b"]),
+        yaw_sp_rad=_f64(state["yaw_sp_rad"]),
+        vel_sp_w=None if vel_sp_w is None else _f64(vel_sp_w),
+        acc_sp_w=None if acc_sp_w is None else _f64(acc_sp_w),
     )
     layout = ObservationLayout(env.io_spec(), "policy_io.json of the test task")
-    obs = layout.assemble(terms, as_np(state["pos_err_int_h"]), as_np(env.action_hist), rng=None)
+    obs = layout.assemble(terms, _f64(state["pos_err_int_h"]), _f64(env.action_hist), rng=None)
     return _split(env.cfg.policy_terms, obs)
 
 
