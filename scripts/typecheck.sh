@@ -4,8 +4,7 @@
 # scripts/installed_layout.py) and runs mypy there with pyproject.toml's [tool.mypy] settings:
 # every first-party import resolves, third-party modules without types are listed by name, and
 # the contract layer is strict. tests/ is checked too (its helper modules resolve through
-# MYPYPATH); test modules with known errors are listed by name in pyproject.toml. Extra
-# arguments go to mypy.
+# MYPYPATH), with no module excused. Extra arguments go to mypy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)

@@ -90,6 +90,14 @@ def random_policy(
     return ExportedPolicy(net, mean, std, clip)
 
 
+def linear_layer(net: nn.Sequential, index: int) -> nn.Linear:
+    """Layer ``index`` of an :func:`mlp` network, checked to be a ``Linear`` (so its ``weight``
+    and ``bias`` are typed tensors)."""
+    layer = net[index]
+    assert isinstance(layer, nn.Linear), f"net[{index}] is {type(layer).__name__}, not Linear"
+    return layer
+
+
 def write_io(module: nn.Module, spec: IOSpec, out_dir: Path) -> Path:
     return write_policy_io(out_dir, spec, weights_sha256(module), source_run="tests")
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from export_support import write_io
+from export_support import linear_layer, write_io
 
 from embodied import registry
 from embodied.export.layers import with_io_symmetry
@@ -133,8 +133,8 @@ def export_policy(export_dir: Path, io_spec: IOSpec, seed: int = 0, bias: float 
     torch.manual_seed(seed)
     net = mlp(io_spec.obs_dim, [16], io_spec.action_dim, act="tanh")
     with torch.no_grad():
-        net[-1].weight.mul_(gain)
-        net[-1].bias.fill_(bias)
+        linear_layer(net, -1).weight.mul_(gain)
+        linear_layer(net, -1).bias.fill_(bias)
     # With the task's yaw symmetry declared, the exported graph (and so its hash) carries the flip.
     module = with_io_symmetry(ExportedPolicy.from_normalizer(net, None, io_spec.obs_dim), io_spec)
     export_onnx(module, io_spec, export_dir)

@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from export_support import generic_io_spec, quad_io_spec, random_policy, write_io
+from export_support import generic_io_spec, linear_layer, quad_io_spec, random_policy, write_io
 from torch import nn
 
 from embodied.errors import EmbodiedError, NonFiniteError
@@ -72,7 +72,7 @@ def test_unsupported_layer_is_named() -> None:
 def test_non_finite_weights_are_rejected(tmp_path: Path) -> None:
     module = random_policy(obs_dim=4, hidden=(8,), action_dim=2)
     with torch.no_grad():
-        module.net[2].weight[0, 3] = float("nan")
+        linear_layer(module.net, 2).weight[0, 3] = float("nan")
     with pytest.raises(NonFiniteError, match=r"net\[2\] \(Linear\) weight"):
         export_onnx(module, generic_io_spec(4, 2), tmp_path)
 
@@ -112,7 +112,7 @@ def test_weights_hash_is_content_based() -> None:
     b = random_policy(obs_dim=6, hidden=(8,), action_dim=2, seed=0)
     assert weights_sha256(a) == weights_sha256(b)
     with torch.no_grad():
-        b.net[0].bias[0] += 1e-6
+        linear_layer(b.net, 0).bias[0] += 1e-6
     assert weights_sha256(a) != weights_sha256(b)
 
 

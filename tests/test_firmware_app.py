@@ -410,7 +410,7 @@ def test_controller_policy_c_flies_the_simulator_in_closed_loop(tmp_path: Path) 
                 gyro_deg_s,
                 setpoints[0, :3],
                 setpoint_timestamp_ms=tick,
-                setpoint_yaw_deg=float(setpoints[0, 3]) * RAD_TO_DEG,
+                setpoint_yaw_deg=float(setpoints[0, 3] * RAD_TO_DEG),  # the float32 product, as the firmware forms it
             )
             assert mode == FORCE
             commands.append(forces.copy())

@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from embodied.algo import Transition
+from embodied.algos.ppo import PPO
 from embodied.experiment import replace_trainer, resolve_experiment
 from embodied.registry import make_algo, make_env, task_cfg
 from embodied.sim.quadrotor import POS, QUAT, RPM, Quadrotor, QuadrotorCfg, RandomizationCfg
+from embodied.tasks.quad_hover import QuadHover
 from embodied.training.trainer import Trainer
 
 pytestmark = pytest.mark.gpu
@@ -67,6 +69,7 @@ def test_quad_hover_branch_free_resets_on_cuda() -> None:
     """On accelerators every step takes the masked reset path; episodes must still end, reset
     into the initial distribution and report success only at full length."""
     env = make_env("quad-hover", task_cfg("quad-hover"), 512, CUDA, seed=0)
+    assert isinstance(env, QuadHover)
     assert not env._host_checks
     gen = torch.Generator(CUDA).manual_seed(0)
     ended = truncations = 0
@@ -161,6 +164,7 @@ def test_onnx_export_of_a_cuda_policy(tmp_path: Path) -> None:
     env = make_env("quad-hover", task_cfg("quad-hover"), 32, CUDA, seed=0)
     cfg = resolve_experiment("quad-hover", "ppo")
     algo = make_algo("ppo", cfg.algo, env)
+    assert isinstance(algo, PPO)
     obs = env.reset(0)
     for _ in range(4):  # move the running normalizer off its initial statistics
         algo.act(obs)

@@ -3,6 +3,8 @@ the reverse direction, and the unknown-id error."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pytest
 import torch
@@ -46,7 +48,9 @@ def test_pendulum_actions_are_rescaled_and_time_limit_truncates() -> None:
 
 
 @pytest.mark.parametrize("vectorization", ["sync", "vector_entry_point"])
-def test_discrete_cartpole_is_marked_and_resets_only_ended_envs(vectorization: str) -> None:
+def test_discrete_cartpole_is_marked_and_resets_only_ended_envs(
+    vectorization: Literal["sync", "vector_entry_point"],
+) -> None:
     env = GymnasiumVecEnv(GymnasiumCfg(env_id="CartPole-v1", vectorization=vectorization), 3, "cpu", seed=0)
     assert (env.action_space_kind, env.num_actions, env.action_dim) == ("discrete", 2, 1)
     push_left = torch.zeros(3, dtype=torch.long)
@@ -78,10 +82,9 @@ def test_reverse_adapter_passes_env_checker_for_a_mujoco_task_and_a_gym_task() -
 
 def test_reverse_vector_env_speaks_numpy_with_same_step_autoreset() -> None:
     pytest.importorskip("mujoco")
-    from embodied.sim.mujoco import MujocoBackendCfg
-    from embodied.tasks.mujoco_locomotion import HalfCheetah, HalfCheetahCfg
+    from embodied.tasks.mujoco_locomotion import HalfCheetah, HalfCheetahCfg, LocomotionBackendCfg
 
-    cfg = HalfCheetahCfg(backend=MujocoBackendCfg(max_episode_steps=2))
+    cfg = HalfCheetahCfg(backend=LocomotionBackendCfg(max_episode_steps=2))
     vec = to_gymnasium(HalfCheetah(cfg, 4, "cpu", seed=0))
     assert isinstance(vec, gymnasium.vector.VectorEnv)
     obs, _ = vec.reset(seed=3)

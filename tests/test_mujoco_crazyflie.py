@@ -180,6 +180,10 @@ def _random_state(n: int, seed: int) -> dict[str, np.ndarray]:
     }
 
 
+def _f32(array: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(array, dtype=torch.float32)
+
+
 def test_observation_assembly_equals_the_torch_task() -> None:
     """Heading-frame fields for random setpoint yaws, with the position-error integral and two
     actions of history."""
@@ -194,10 +198,13 @@ def test_observation_assembly_equals_the_torch_task() -> None:
     integral = np.random.default_rng(3).uniform(-0.4, 0.4, (n, 3))
     yaw_sp_rad = np.random.default_rng(4).uniform(-np.pi, np.pi, n)
     want = task.set_physical_state(
-        **{k: torch.as_tensor(v, dtype=torch.float32) for k, v in state.items()},
-        action_hist=torch.as_tensor(history, dtype=torch.float32),
-        pos_err_int_h=torch.as_tensor(integral, dtype=torch.float32),
-        yaw_sp_rad=torch.as_tensor(yaw_sp_rad, dtype=torch.float32),
+        position_w=_f32(state["position_w"]),
+        quat_wb=_f32(state["quat_wb"]),
+        lin_vel_w=_f32(state["lin_vel_w"]),
+        ang_vel_b=_f32(state["ang_vel_b"]),
+        action_hist=_f32(history),
+        pos_err_int_h=_f32(integral),
+        yaw_sp_rad=_f32(yaw_sp_rad),
     )["policy"].numpy()
     sim = _sim(n)
     sim.reset(**state, motor_rpm=np.zeros((n, 4)), rng=np.random.default_rng(0))

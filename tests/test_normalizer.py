@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from export_support import linear_layer
 
 from embodied.normalizer import RunningNormalizer
 from embodied.policies.mlp import ExportedPolicy, mlp
@@ -31,6 +32,6 @@ def test_exported_policy_folds_normalizer_and_clips() -> None:
     expected = torch.clamp(net(norm(obs)), -1.0, 1.0)
     torch.testing.assert_close(exported(obs), expected)
     with torch.no_grad():
-        net[0].weight.mul_(100.0)  # the export is a copy: later training does not leak into it
+        linear_layer(net, 0).weight.mul_(100.0)  # the export is a copy: later training does not leak into it
     torch.testing.assert_close(exported(obs), expected)
     assert exported(obs * 1e6).abs().max() <= 1.0

@@ -33,7 +33,7 @@ class TorchPendulum(StatelessEnvMixin):
     def __init__(self, num_envs: int, seed: int = 0, max_episode_steps: int = 200, critic: bool = False) -> None:
         self.num_envs = num_envs
         self.device = torch.device("cpu")
-        self.obs_spec = {"policy": (3,)}
+        self.obs_spec: dict[str, tuple[int, ...]] = {"policy": (3,)}
         if critic:  # privileged group: the angle itself and the time left in the episode
             self.obs_spec["critic"] = (2,)
         self.action_dim = 1
@@ -172,7 +172,9 @@ def test_export_matches_deterministic_act() -> None:
     env = TorchPendulum(4)
     for algo in (SAC(PENDULUM_SAC, env), FastTD3(PENDULUM_TD3, env)):
         obs = env.reset(seed=1)
-        algo.policy.obs_norm.update(obs["policy"] * 3.0 + 1.0)  # non-trivial statistics
+        obs_norm = algo.policy.obs_norm
+        assert obs_norm is not None  # both configs normalize observations
+        obs_norm.update(obs["policy"] * 3.0 + 1.0)  # non-trivial statistics
         exported = algo.policy.export_module()
         torch.testing.assert_close(exported(obs["policy"]), algo.policy.act(obs, deterministic=True))
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pytest
 import torch
+from quad_support import level_at_rest
 
 from embodied.config import ConfigError
 from embodied.experiment import resolve_experiment
@@ -15,10 +17,9 @@ from embodied.tasks.quadrotor.gaps import QuadGapCfg
 from embodied.tasks.quadrotor.hover import QuadHover, QuadHoverCfg
 
 CPU = torch.device("cpu")
-REST = {"quat_wb": [1.0, 0.0, 0.0, 0.0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}
 
 
-def make(n: int = 8, setpoint_z_m: float = 1.0, **gaps: object) -> QuadHover:
+def make(n: int = 8, setpoint_z_m: float = 1.0, **gaps: Any) -> QuadHover:
     cfg = QuadHoverCfg(
         setpoint_w=(0.0, 0.0, setpoint_z_m),
         obs_noise_std=(0.0,) * 4,
@@ -26,7 +27,7 @@ def make(n: int = 8, setpoint_z_m: float = 1.0, **gaps: object) -> QuadHover:
         disturbance_torque_std_nm=0.0,
         setpoint_yaw_range_rad=0.0,
         yaw_symmetry=False,  # compared with the physical observation (_observe)
-        gaps=QuadGapCfg(**gaps),  # type: ignore[arg-type]
+        gaps=QuadGapCfg(**gaps),  # its __post_init__ checks the values
     )
     return QuadHover(cfg, n, CPU, seed=0)
 
@@ -57,7 +58,7 @@ def test_motor_delay_applies_old_commands() -> None:
     delayed, direct = make(motor_delay_steps=(1, 1)), make()
     full = torch.ones(8, 4)
     for env in (delayed, direct):
-        env.set_physical_state(position_w=[0.0, 0.0, 1.0], **REST)
+        env.set_physical_state(position_w=[0.0, 0.0, 1.0], **level_at_rest())
     delayed.step(full)  # the motors still get the hover command of the reset
     direct.step(torch.full((8, 4), direct.hover_action))
     assert torch.allclose(delayed.sim.state, direct.sim.state, atol=1e-6)
@@ -98,7 +99,7 @@ def test_thrust_mismatch_and_battery_sag() -> None:
     assert torch.allclose(cap_start, torch.full((512, 1), max_rpm))
     assert torch.allclose(cap_end.square() / max_rpm**2, torch.full((512, 1), 0.7))  # 30 % of the thrust lost
     # A full command late in the episode reaches the sagged cap, not the full motor speed.
-    env.set_physical_state(episode_step=450, position_w=[0.0, 0.0, 1.0], **REST)
+    env.set_physical_state(episode_step=450, position_w=[0.0, 0.0, 1.0], **level_at_rest())
     for _ in range(30):
         env.step(torch.ones(512, 4))
     sagged_cap = max_rpm * math.sqrt(1.0 - 0.3 * 480 / 500)
@@ -121,7 +122,7 @@ def test_ground_effect_only_near_the_ground() -> None:
     def vertical_acc(z: float, on: bool) -> float:
         # A low setpoint so that heights near the ground (z = 0) are inside the 0.6 m box.
         env = make(1, 0.7, ground_effect=on) if on else make(1, 0.7)
-        env.set_physical_state(position_w=[0.0, 0.0, z], **REST)
+        env.set_physical_state(position_w=[0.0, 0.0, z], **level_at_rest())
         env.set_physical_state(motor_rpm=[env.cfg.sim.params.hover_rpm] * 4)
         env.step(torch.full((1, 4), env.hover_action))
         return env.sim.lin_vel_w[0, 2].item() / 0.01
@@ -169,7 +170,7 @@ def test_robust_preset_loads_and_enables_every_model() -> None:
 def test_curriculum_scales_every_draw_towards_the_nominal_vehicle() -> None:
     """``randomization_ramp``: at progress 0 every per-episode draw is nominal, at half the ramp
     the draws span half their ranges, at the end (and in an env never told) the full ranges."""
-    gaps = {
+    gaps: dict[str, Any] = {
         "obs_delay_steps": (2, 2),
         "motor_delay_steps": (1, 1),
         "thrust_mismatch": (0.8, 0.8),
@@ -177,17 +178,19 @@ def test_curriculum_scales_every_draw_towards_the_nominal_vehicle() -> None:
         "pos_bias_std_m": 0.01,
         "gyro_bias_std_rad_s": 0.01,
     }
-    cfg = QuadHoverCfg(gaps=QuadGapCfg(**gaps), randomization_ramp=0.5)  # type: ignore[arg-type]
+    cfg = QuadHoverCfg(gaps=QuadGapCfg(**gaps), randomization_ramp=0.5)
     cfg = dataclasses.replace(
         cfg, sim=dataclasses.replace(cfg.sim, randomization=RandomizationCfg(mass_scale=(1.2, 1.2)))
     )
     env = QuadHover(cfg, 16, CPU, seed=0)
+    assert env.gaps is not None
     full = (env.gaps.obs_delay.clone(), env.gaps.rpm_scale.clone(), env.gaps.pos_bias.clone())
     assert env.randomization_scale == 1.0 and torch.allclose(env.sim.param_scales[:, 0], torch.tensor(1.2))
     for progress, s in ((0.0, 0.0), (0.25, 0.5), (0.9, 1.0)):
         env.set_training_progress(progress)
         env.reset(seed=0)
         g = env.gaps
+        assert g is not None
         assert env.randomization_scale == s
         assert torch.allclose(env.sim.param_scales[:, 0], torch.tensor(1.0 + 0.2 * s))
         assert torch.equal(g.obs_delay, (full[0] * s).round().long())

@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from quad_support import level_at_rest
 
 from embodied.config import ConfigError, apply_overrides
 from embodied.env import VecEnv
@@ -21,9 +23,10 @@ from embodied.tasks.quadrotor.terms import heading_cos_sin, vec_w_to_h
 CPU = torch.device("cpu")
 
 
-def quiet_cfg(**changes: object) -> QuadHoverCfg:
+def quiet_cfg(**changes: Any) -> QuadHoverCfg:
     """No observation noise, no disturbances and a setpoint yaw of 0 (heading frame = world),
-    for exact expectations."""
+    for exact expectations; ``changes`` are fields of ``QuadHoverCfg`` of any type (its
+    ``__post_init__`` checks them)."""
     base = QuadHoverCfg(
         obs_noise_std=(0.0, 0.0, 0.0, 0.0),
         disturbance_force_std_n=0.0,
@@ -260,9 +263,8 @@ def test_position_bonus_follows_its_kernel() -> None:
 @pytest.mark.parametrize("noisy", [False, True])
 def test_termination_on_position_bound_and_auto_reset(noisy: bool) -> None:
     env = QuadHover(QuadHoverCfg(disturbance_force_std_n=0.0) if noisy else quiet_cfg(), 3, CPU, seed=0)
-    rest = {"quat_wb": [1.0, 0, 0, 0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}
     # The bound applies per axis of the heading frame: a setpoint yaw of 0 makes it the world box.
-    env.set_physical_state(position_w=[0.0, 0.0, 1.0], episode_step=7, yaw_sp_rad=0.0, **rest)
+    env.set_physical_state(position_w=[0.0, 0.0, 1.0], episode_step=7, yaw_sp_rad=0.0, **level_at_rest())
     env.set_physical_state([0], position_w=[0.595, 0.0, 1.0], lin_vel_w=[1.0, 0.0, 0.0])  # crosses 0.6
     env.set_physical_state([1], position_w=[0.0, 0.0, 1.58])  # inside, at rest
     obs, _, terminated, truncated, info = env.step(hover(env))
@@ -367,8 +369,7 @@ def test_branch_free_reset_path() -> None:
     """The path accelerators take (no host syncs): same contract as the CPU path."""
     env = QuadHover(quiet_cfg(), 4, CPU, seed=0)
     env._host_checks = False
-    rest = {"quat_wb": [1.0, 0, 0, 0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}
-    env.set_physical_state(position_w=[0.0, 0.0, 1.0], episode_step=3, **rest)
+    env.set_physical_state(position_w=[0.0, 0.0, 1.0], episode_step=3, **level_at_rest())
     env.set_physical_state([0], position_w=[0.0, 0.7, 1.0])
     env.set_physical_state([1], episode_step=499)
     obs, _, terminated, truncated, info = env.step(hover(env))
@@ -461,8 +462,7 @@ def test_pos_err_integral_follows_its_recurrence() -> None:
     """The integral equals ``clamp(decay * I + dt * e)`` recomputed by hand from the new
     positions, sits at [18:21] of both observations, and the clamp engages."""
     env = _integral_env(2, pos_err_integral_decay=0.9, pos_err_integral_limit_ms=0.004)
-    rest = {"quat_wb": [1.0, 0, 0, 0], "ang_vel_b": [0.0] * 3}
-    env.set_physical_state(position_w=[0.1, -0.2, 1.05], lin_vel_w=[0.0, 0.0, 0.0], **rest)
+    env.set_physical_state(position_w=[0.1, -0.2, 1.05], **level_at_rest())
     env.set_physical_state([1], position_w=[-0.05, 0.02, 0.9], lin_vel_w=[0.3, 0.0, -0.2])
     decay, limit, dt = 0.9, 0.004, env.dt
     expected = torch.zeros(2, 3)
@@ -485,8 +485,7 @@ def test_pos_err_integral_zeroed_at_reset_on_both_paths() -> None:
     for host_checks in (True, False):
         env = _integral_env(3)
         env._host_checks = host_checks
-        rest = {"quat_wb": [1.0, 0, 0, 0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}
-        env.set_physical_state(position_w=[0.05, 0.0, 1.0], pos_err_int_h=[0.2, -0.1, 0.3], **rest)
+        env.set_physical_state(position_w=[0.05, 0.0, 1.0], pos_err_int_h=[0.2, -0.1, 0.3], **level_at_rest())
         env.set_physical_state([0], position_w=[0.0, 0.65, 1.0])  # out of the box: terminates
         env.set_physical_state([1], episode_step=499)  # truncates
         obs, _, terminated, truncated, info = env.step(hover(env))
@@ -542,8 +541,7 @@ def test_pos_err_integral_on_cuda(compile: bool) -> None:
     if compile:
         env = QuadHover(apply_overrides(env.cfg, {"sim": {"compile": True}}, "test"), 2, cuda, seed=0)
     assert not env._host_checks
-    rest = {"quat_wb": [1.0, 0, 0, 0], "lin_vel_w": [0.0] * 3, "ang_vel_b": [0.0] * 3}
-    env.set_physical_state(position_w=[0.1, -0.2, 1.05], **rest)
+    env.set_physical_state(position_w=[0.1, -0.2, 1.05], **level_at_rest())
     expected = torch.zeros(2, 3, device=cuda)
     for _ in range(4):
         obs, _, terminated, truncated, _ = env.step(hover(env).to(cuda))

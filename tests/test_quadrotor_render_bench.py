@@ -14,6 +14,7 @@ from embodied.cli import main
 from embodied.sim.quadrotor_render import default_camera, plot_trajectory, render_frame, render_video
 
 SETPOINT = np.array([0.0, 0.0, 1.0])
+LEVEL_QUAT_WB = np.array([1.0, 0.0, 0.0, 0.0])  # w, x, y, z: body axes along the world axes
 
 
 def test_camera_centres_its_target_and_keeps_z_up() -> None:
@@ -26,10 +27,10 @@ def test_camera_centres_its_target_and_keeps_z_up() -> None:
 
 def test_frame_draws_the_vehicle_where_it_is() -> None:
     cam = default_camera(SETPOINT)
-    empty = render_frame(SETPOINT + np.array([0.3, 0.0, 0.0]), [1.0, 0.0, 0.0, 0.0], SETPOINT, cam, drone_scale=0.0)
+    empty = render_frame(SETPOINT + np.array([0.3, 0.0, 0.0]), LEVEL_QUAT_WB, SETPOINT, cam, drone_scale=0.0)
     for offset in ([0.3, 0.0, 0.0], [-0.3, 0.2, 0.1]):
         pos = SETPOINT + np.array(offset)
-        img = render_frame(pos, [1.0, 0.0, 0.0, 0.0], SETPOINT, cam)
+        img = render_frame(pos, LEVEL_QUAT_WB, SETPOINT, cam)
         assert img.shape == (cam.height_px, cam.width_px, 3) and img.dtype == np.uint8
         pixels, _ = cam.project(pos[None])
         u0, v0 = int(pixels[0, 0]), int(pixels[0, 1])

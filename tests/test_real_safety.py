@@ -222,7 +222,9 @@ def test_rate_limit_ramps_from_the_safe_command(tmp_path: Path) -> None:
     rearm = rig.robot.safety.rearm_periods
     commands = [rig.period(js) for _ in range(rearm + 3)]
     np.testing.assert_allclose(_sent(commands[0]), held)  # safe command of this robot: hold the joints
-    step = rig.robot.safety.max_action_rate_per_s * spec.control_period_s  # normalized units per period
+    rate_per_s = rig.robot.safety.max_action_rate_per_s
+    assert rate_per_s is not None  # this robot's safety config sets a rate limit
+    step = rate_per_s * spec.control_period_s  # normalized units per period
     held_norm = held / 1.5
     for k, command in enumerate(commands[rearm - 1 :], start=1):
         np.testing.assert_allclose(_sent(command), (held_norm + k * step) * 1.5, atol=1e-9)

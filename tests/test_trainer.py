@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from embodied.env import StepResult
 from embodied.errors import NonFiniteError
 from embodied.experiment import ExperimentCfg, replace_trainer, resolve_experiment
+from embodied.tasks.quad_hover import QuadHover
 from embodied.training.run import load_checkpoint
 from embodied.training.trainer import Trainer
 
@@ -38,8 +40,10 @@ def _tiny_cfg(total_env_steps: int) -> ExperimentCfg:
 
 
 def _params(trainer: Trainer) -> dict[str, torch.Tensor]:
+    policy = trainer.algo.policy
+    assert isinstance(policy, nn.Module)  # PPO's actor-critic: its weights are a state_dict
     return {k: v for k, v in trainer.algo.state_dict().items() if isinstance(v, torch.Tensor)} | {
-        f"model.{k}": v for k, v in trainer.algo.policy.state_dict().items()
+        f"model.{k}": v for k, v in policy.state_dict().items()
     }
 
 
@@ -76,7 +80,7 @@ def test_run_directory_contents(tmp_path: Path) -> None:
     assert not list((run / "ckpt").glob("*.tmp")), "temp files must be renamed away"
 
 
-def test_nan_reward_stops_with_location_and_keeps_checkpoint(tmp_path: Path) -> None:
+def test_nan_reward_stops_with_location_and_keeps_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trainer = Trainer(_tiny_cfg(10 * 64), tmp_path / "nan")
     real_step = trainer.env.step
     calls = {"n": 0}
@@ -89,7 +93,7 @@ def test_nan_reward_stops_with_location_and_keeps_checkpoint(tmp_path: Path) -> 
             reward[5] = float("nan")
         return obs, reward, terminated, truncated, info
 
-    trainer.env.step = poisoned_step
+    monkeypatch.setattr(trainer.env, "step", poisoned_step)
     with pytest.raises(
         NonFiniteError, match=r"non-finite reward 'reward' \(first at env 5\).*last good checkpoint kept"
     ):
@@ -213,7 +217,7 @@ def test_a_second_trainer_on_a_held_run_dir_is_refused(tmp_path: Path) -> None:
         Trainer(_tiny_cfg(64), tmp_path / "run")
 
 
-def test_the_training_env_learns_how_far_training_has_come(tmp_path: Path) -> None:
+def test_the_training_env_learns_how_far_training_has_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A task with a curriculum (``env.randomization_ramp``) is told ``env_steps / total`` before
     each rollout: half-way through a ramp over all of training its draws reach half their range;
     resumed, the schedule continues from the checkpoint's counters."""
@@ -224,11 +228,19 @@ def test_the_training_env_learns_how_far_training_has_come(tmp_path: Path) -> No
     )
     seen: list[float] = []
     trainer = Trainer(cfg, tmp_path / "run")
-    tell = trainer.env.set_training_progress  # type: ignore[attr-defined]
-    trainer.env.set_training_progress = lambda f: (seen.append(f), tell(f))  # type: ignore[attr-defined]
+    env = trainer.env
+    assert isinstance(env, QuadHover)
+    tell = env.set_training_progress
+
+    def record_and_tell(fraction: float) -> None:
+        seen.append(fraction)
+        tell(fraction)
+
+    monkeypatch.setattr(env, "set_training_progress", record_and_tell)
     trainer.train()
     assert seen == [0.0, 0.25, 0.5, 0.75, 1.0]
-    assert trainer.env.randomization_scale == 1.0  # type: ignore[attr-defined]
+    assert env.randomization_scale == 1.0
     resumed = Trainer(replace_trainer(cfg, total_env_steps=8 * 64), tmp_path / "run", resume=True)
     resumed._tell_progress()
-    assert resumed.env.randomization_scale == 0.5  # type: ignore[attr-defined]
+    assert isinstance(resumed.env, QuadHover)
+    assert resumed.env.randomization_scale == 0.5
