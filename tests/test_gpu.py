@@ -16,7 +16,7 @@ from embodied.algos.ppo import PPO
 from embodied.experiment import replace_trainer, resolve_experiment
 from embodied.registry import make_algo, make_env, task_cfg
 from embodied.sim.quadrotor import POS, QUAT, RPM, Quadrotor, QuadrotorCfg, RandomizationCfg
-from embodied.tasks.quad_hover import QuadHover
+from embodied.tasks.quadrotor.hover import QuadHover
 from embodied.training.trainer import Trainer
 
 pytestmark = pytest.mark.gpu

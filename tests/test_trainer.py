@@ -12,7 +12,7 @@ from torch import nn
 from embodied.env import StepResult
 from embodied.errors import NonFiniteError
 from embodied.experiment import ExperimentCfg, replace_trainer, resolve_experiment
-from embodied.tasks.quad_hover import QuadHover
+from embodied.tasks.quadrotor.hover import QuadHover
 from embodied.training.run import load_checkpoint
 from embodied.training.trainer import Trainer
 
