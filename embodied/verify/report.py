@@ -4,6 +4,8 @@ Checks, in order (each reports a success rate):
 
 ``torch``     the run's own task through ``embodied eval``'s code, torch policy;
 ``mujoco``    the exported ONNX policy in the independent MuJoCo Crazyflie, nominal vehicle;
+``mujoco_l2f``  the same, from L2F's start distribution (tilt up to 90°, ±1 m/s, ±1 rad/s) instead
+              of the run's own starts: the recovery check;
 ``firmware``  the run's own task with the firmware's C controller in the loop (``eval --policy c``);
 ``perturb/<knob>=<value>``  MuJoCo with one perturbation (:data:`gates.DEFAULT_SWEEP`).
 
@@ -129,7 +131,7 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
     from embodied.export.bundle import export_dir
     from embodied.sim.mujoco_crazyflie import Perturbation
     from embodied.training.run import CONFIG_FILE, load_checkpoint
-    from embodied.verify.episodes import run_episodes
+    from embodied.verify.episodes import EpisodeRules, run_episodes, start_ranges, start_rules
     from embodied.verify.policy import load_exported_policy
 
     for module, extra in (("mujoco", "mujoco"), ("onnxruntime", "export")):
@@ -144,7 +146,7 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
     ensure_export(run_dir)
     policy, policy_io = load_exported_policy(export_dir(run_dir))
     spec, source = policy_io.io_spec, str(policy_io.path)
-    total = 3 + sum(len(v) for v in options.sweep.values())
+    total = 4 + sum(len(v) for v in options.sweep.values())
     checks: dict[str, dict[str, Any]] = {}
 
     def done(name: str, details: dict[str, Any], t0: float) -> None:
@@ -166,7 +168,21 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
         source=source,
         num_threads=options.threads,
     )
-    done("mujoco", mujoco.as_dict(), t0)
+    rules = EpisodeRules.from_spec(spec, source)
+    done("mujoco", mujoco.as_dict() | {"starts": start_ranges(rules)}, t0)
+    # The recovery check: the nominal check's episodes from L2F's start distribution.
+    t0 = time.perf_counter()
+    recovery = run_episodes(
+        policy,
+        spec,
+        options.episodes,
+        options.seed,
+        source=source,
+        substeps=options.substeps,
+        num_threads=options.threads,
+        starts="l2f",
+    )
+    done("mujoco_l2f", recovery.as_dict() | {"starts": start_ranges(start_rules(rules, "l2f"))}, t0)
     t0 = time.perf_counter()
     done("firmware", _torch_task_eval(run_dir, "c", options.episodes, options.seed), t0)
     sweep_rows: list[dict[str, Any]] = []
@@ -191,6 +207,7 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
     values: dict[str, float] = {
         "torch_success_min": rates["torch"],
         "mujoco_success_min": rates["mujoco"],
+        "l2f_recovery_min": rates["mujoco_l2f"],
         "firmware_success_min": rates["firmware"],
         "sim_to_sim_drop_max": rates["torch"] - rates["mujoco"],
         "perturbation_success_min": sweep_min if sweep_rows else 1.0,
@@ -235,7 +252,8 @@ def check_verified(run_dir: Path) -> dict[str, Any]:
     """The run's ``verify.json`` when it passed every gate for the export now in ``RUN_DIR/export``.
 
     Raises :class:`EmbodiedError` with one line saying what to do when the report is missing,
-    unreadable, failed, or was made for other weights than the current export (for ``embodied
+    unreadable, failed, lacks a default gate (made before that gate existed, e.g. without
+    ``l2f_recovery_min``), or was made for other weights than the current export (for ``embodied
     flash``).
     """
     from embodied.export.bundle import export_dir
@@ -258,6 +276,13 @@ def check_verified(run_dir: Path) -> dict[str, Any]:
         raise EmbodiedError(
             f"{path}: the run failed verification (gates: {', '.join(map(str, failed)) or 'unknown'}); "
             "retrain or fix the policy, then verify again (or pass --force)"
+        )
+    measured = report.get("gates")
+    missing = [name for name in DEFAULT_GATES if not isinstance(measured, dict) or name not in measured]
+    if missing:
+        raise EmbodiedError(
+            f"{path}: made by an older `embodied verify` that did not check {', '.join(missing)}; "
+            f"{again} again (or pass --force)"
         )
     current = read_policy_io(export_dir(run_dir)).model_sha256
     verified = report.get("model_sha256")
