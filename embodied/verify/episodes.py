@@ -110,7 +110,8 @@ def start_rules(rules: EpisodeRules, starts: StartDistribution) -> EpisodeRules:
     if starts == "run":
         return rules
     if starts == "l2f":
-        return dataclasses.replace(rules, **L2F_START_RANGES)
+        ranges: dict[str, Any] = dict(L2F_START_RANGES)  # every key is a float field of EpisodeRules
+        return dataclasses.replace(rules, **ranges)
     raise EmbodiedError(f"start distribution must be 'run' or 'l2f', got {starts!r}")
 
 
