@@ -131,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         for gate in report["gate_results"]:
             mark = "pass" if gate["passed"] else "FAIL"
             print(f"{mark}  {gate['name']:26s} {gate['value']:.3f} (threshold {gate['threshold']:g})")
+        for name in report.get("gates_not_applicable", []):
+            print(f"n/a   {name:26s} (not checked for this kind of run)")
         print(f"wrote {args.run_dir / VERIFY_JSON} ({report['seconds']:.1f} s)")
     return 0 if report["gates_passed"] else 1
 
