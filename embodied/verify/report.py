@@ -10,8 +10,9 @@ Checks, in order (each reports a success rate):
 ``perturb/<knob>=<value>``  MuJoCo with one perturbation (:data:`gates.DEFAULT_SWEEP`).
 
 ``verify.json`` keys: ``gates_passed`` (bool), ``success_rate`` (check -> fraction), ``checks``
-(check -> details), ``gates`` (gate -> threshold), ``gate_results``, ``model_sha256`` (the
-export that was verified), ``options`` and ``seconds``.
+(check -> details), ``gates`` (gate -> threshold), ``gates_not_applicable`` (gates left out for
+this kind of run), ``gate_results``, ``model_sha256`` (the export that was verified), ``options``
+and ``seconds``.
 """
 
 from __future__ import annotations
