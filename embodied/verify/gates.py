@@ -25,8 +25,8 @@ DEFAULT_GATES: dict[str, float] = {
 """Gate name -> threshold. Success rates are fractions in [0, 1]; the sim-to-sim drop is the
 torch success rate minus the MuJoCo one (0.05 = five points); the perturbation gate applies to
 the lowest success over the sweep points; ``l2f_recovery_min`` applies to the MuJoCo success from
-L2F's start distribution (tilt up to 90°, ±1 m/s, ±1 rad/s), 0.9 being the recovery a policy
-flown from L2F's starts is expected to hold."""
+L2F's start distribution (tilt up to 90°, ±1 m/s, ±1 rad/s); its 0.9 is the project's target
+for a policy meant to recover from what L2F's policies recover from (issue 43)."""
 
 GATE_HELP: dict[str, str] = {
     "torch_success_min": "success in the run's own (torch) task",
