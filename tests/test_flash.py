@@ -17,6 +17,7 @@ from embodied.commands import firmware, flash
 from embodied.crazyflie import firmware_build as fb
 from embodied.errors import EmbodiedError
 from embodied.export.policy_io import read_policy_io
+from embodied.verify.gates import DEFAULT_GATES
 
 
 def _flash_args(run_dir: Path, **kw: object) -> argparse.Namespace:
@@ -31,7 +32,12 @@ def _exported_run(run_dir: Path, verified_sha256: str | None = None, passed: boo
     for ``verified_sha256`` (default: the export's own model). Returns the export's model hash."""
     io_path = write_io(random_policy(), quad_io_spec(history=32), run_dir / "export")
     current = read_policy_io(io_path).model_sha256
-    report = {"gates_passed": passed, "gate_results": [], "model_sha256": verified_sha256 or current}
+    report = {
+        "gates_passed": passed,
+        "gates": dict(DEFAULT_GATES),
+        "gate_results": [],
+        "model_sha256": verified_sha256 or current,
+    }
     (run_dir / "verify.json").write_text(json.dumps(report))
     return current
 
@@ -72,6 +78,24 @@ def test_flash_refuses_an_unverified_failed_or_stale_run(tmp_path: Path, monkeyp
     with pytest.raises(EmbodiedError, match=r"verified another export \(ffffffffffff\)") as err:
         flash.run(_flash_args(tmp_path))
     assert "\n" not in str(err.value) and f"embodied verify {tmp_path}" in str(err.value)
+
+
+def test_flash_refuses_a_report_from_before_a_default_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verify.json that passed every gate of an older ``embodied verify`` (here: before the L2F
+    recovery check) is refused in one line naming the gate it never measured."""
+    _refuse_build_steps(monkeypatch)
+    monkeypatch.setattr(flash, "find_radio", lambda uri, python: "Crazyradio (stand-in: none is plugged in here)")
+    _exported_run(tmp_path)
+    report = json.loads((tmp_path / "verify.json").read_text())
+    del report["gates"]["l2f_recovery_min"]
+    (tmp_path / "verify.json").write_text(json.dumps(report))
+    with pytest.raises(EmbodiedError, match=r"older `embodied verify` that did not check l2f_recovery_min") as err:
+        flash.run(_flash_args(tmp_path))
+    assert "\n" not in str(err.value) and f"embodied verify {tmp_path}` again" in str(err.value)
+    del report["gates"]  # a report with no gate thresholds at all names every default gate
+    (tmp_path / "verify.json").write_text(json.dumps(report))
+    with pytest.raises(EmbodiedError, match=", ".join(DEFAULT_GATES)):
+        flash.run(_flash_args(tmp_path))
 
 
 def test_flash_with_no_radio_fails_before_the_build(

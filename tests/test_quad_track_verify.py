@@ -3,12 +3,19 @@ quad-track's for the same state and moving setpoint, and episodes follow the run
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
+import pytest
 import torch
 
 from embodied.sim.quadrotor import quat_to_rot
 from embodied.tasks.quadrotor.track import QuadTrack, QuadTrackCfg
 from embodied.verify.episodes import EpisodeRules, Reference, run_episodes
+from embodied.verify.gates import DEFAULT_SWEEP
 from embodied.verify.observation import ObservationLayout, state_terms
 
 CPU = torch.device("cpu")
@@ -52,3 +59,27 @@ def test_reference_follows_the_run_paths_and_rms_decides_success() -> None:
     hover = float(spec.extra["hover_action"])
     result = run_episodes(lambda obs: np.full((obs.shape[0], 4), hover), spec, 4, seed=0, noise=False)
     assert result.success_rate == 0.0 and result.rms_error_m > cfg.success_rms_m
+
+
+def test_verify_leaves_the_l2f_recovery_check_out_for_tracking_runs(
+    trained_run: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """L2F's starts are hover starts: a tracking run is verified without them, and says so."""
+    pytest.importorskip("mujoco")
+    pytest.importorskip("onnxruntime")
+    from embodied.cli import main
+    from embodied.verify.report import check_verified
+
+    trained = trained_run("quad-track", "ppo", 0, ["trainer.total_env_steps=2048", "num_envs=32"])
+    run = tmp_path / "run"
+    shutil.copytree(trained, run, ignore=shutil.ignore_patterns("export", "verify.*"))
+    no_sweep = [f"--sweep={knob}=" for knob in DEFAULT_SWEEP]
+    lenient = ["--gate=torch_success_min=0", "--gate=mujoco_success_min=0", "--gate=firmware_success_min=0"]
+    quick = ["--episodes", "4", "--no-progress", "--threads", "1", "--no-plot"]
+    assert main(["verify", str(run), *quick, *no_sweep, *lenient, "--gate=sim_to_sim_drop_max=1"]) == 0
+    report = json.loads((run / "verify.json").read_text())
+    assert set(report["success_rate"]) == {"torch", "mujoco", "firmware"}
+    assert report["gates_not_applicable"] == ["l2f_recovery_min"] and "l2f_recovery_min" in report["gates"]
+    assert "l2f_recovery_min" not in {g["name"] for g in report["gate_results"]}
+    assert "n/a   l2f_recovery_min" in capsys.readouterr().out
+    assert check_verified(run)["gates_passed"] is True

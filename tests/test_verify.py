@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 
@@ -32,6 +33,7 @@ LENIENT = [
     "--gate=firmware_success_min=0",
     "--gate=sim_to_sim_drop_max=1",
     "--gate=perturbation_success_min=0",
+    "--gate=l2f_recovery_min=0",
 ]
 
 
@@ -60,23 +62,44 @@ def test_verify_exports_writes_the_report_and_gates_decide_the_exit_code(
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == report
     assert report["gates_passed"] is True
     rates = report["success_rate"]
-    assert set(rates) == {"torch", "mujoco", "firmware", "perturb/mass_scale=1.3", "perturb/obs_delay_steps=1"}
+    assert set(rates) == {
+        "torch",
+        "mujoco",
+        "mujoco_l2f",
+        "firmware",
+        "perturb/mass_scale=1.3",
+        "perturb/obs_delay_steps=1",
+    }
     assert all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in rates.values())
-    assert report["checks"]["mujoco"]["episodes"] == 6 and report["checks"]["perturb/mass_scale=1.3"]["episodes"] == 4
+    checks = report["checks"]
+    assert checks["mujoco"]["episodes"] == 6 and checks["perturb/mass_scale=1.3"]["episodes"] == 4
+    # The recovery check flies as many episodes as the nominal one, from L2F's starts; the nominal
+    # one reports the run's own starts beside it (the shipped PPO config: 1 rad tilt).
+    assert checks["mujoco_l2f"]["episodes"] == 6
+    assert checks["mujoco_l2f"]["starts"]["init_max_angle_rad"] == pytest.approx(math.pi / 2)
+    assert checks["mujoco"]["starts"]["init_max_angle_rad"] == pytest.approx(1.0)
+    recovery_gate = next(g for g in report["gate_results"] if g["name"] == "l2f_recovery_min")
+    assert recovery_gate["value"] == rates["mujoco_l2f"] and recovery_gate["threshold"] == 0.0
     assert set(report["gates"]) == set(DEFAULT_GATES)
     assert {g["name"] for g in report["gate_results"]} == set(DEFAULT_GATES)
     assert len(report["model_sha256"]) == 64
     assert (tiny_run / "verify.png").stat().st_size > 10_000
 
-    # A gate no policy can meet fails the run: exit 1, gates_passed false, the gate named as failed.
-    code = main(
-        ["verify", str(tiny_run), *QUICK, *QUICK_SWEEP, *LENIENT, "--gate", "torch_success_min=1.01", "--no-plot"]
-    )
+    # Gates no policy can meet fail the run: exit 1, gates_passed false, the gates named as failed.
+    strict = ["--gate", "torch_success_min=1.01", "--gate", "l2f_recovery_min=1.01", "--no-plot"]
+    code = main(["verify", str(tiny_run), *QUICK, *QUICK_SWEEP, *LENIENT, *strict])
     assert code == 1
     report = json.loads((tiny_run / "verify.json").read_text())
     assert report["gates_passed"] is False
     failed = [g["name"] for g in report["gate_results"] if not g["passed"]]
-    assert failed == ["torch_success_min"]
+    assert failed == ["torch_success_min", "l2f_recovery_min"]
+    # The summary prints the recovery row right after the nominal MuJoCo row, each with its starts.
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split()[0] for line in lines if " success " in line]
+    assert rows[rows.index("mujoco") + 1] == "mujoco_l2f"
+    assert "(starts: tilt <= 90 deg, 1 m/s, 1 rad/s)" in next(x for x in lines if x.startswith("mujoco_l2f "))
+    assert "(starts: tilt <= 57 deg, 1 m/s, 1 rad/s)" in next(x for x in lines if x.startswith("mujoco "))
+    assert any(x.startswith("FAIL  l2f_recovery_min") for x in lines)
 
 
 def _copy_run(run: Path, tmp_path: Path) -> Path:

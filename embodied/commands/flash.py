@@ -31,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Stage the out-of-tree controller app with RUN_DIR's exported policy, build it "
         "against a crazyflie-firmware checkout (2025.12 or newer), and flash build/cf2.bin with "
         "`python3 -m cfloader flash cf2.bin stm32-fw -w URI` (cfloader ships with cfclient: "
-        "pip install cfclient). Checks first, in about a second: RUN_DIR/verify.json passed for the "
-        "exported model and the run's checkpoint is that model (run `embodied verify RUN_DIR`; "
+        "pip install cfclient). Checks first, in about a second: RUN_DIR/verify.json passed every "
+        "default gate for the exported model and the run's checkpoint is that model (run `embodied verify RUN_DIR`; "
         "--force skips this), a Crazyradio (radio://) or the Crazyflie (usb://) is on USB, the tree and "
         "cfloader are there; then builds for the platform of the run's vehicle variant "
         "(policy_io.json vehicle_variant: crazyflie-2.1, -2.1-plus, -2.1-brushless) and flashes. "
@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--force",
         action="store_true",
-        help="flash even when RUN_DIR/verify.json is missing, failed, or verified another model",
+        help="flash even when RUN_DIR/verify.json is missing, failed, lacks a default gate, or verified another model",
     )
     p.set_defaults(func=run)
 

@@ -4,33 +4,39 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from embodied.config import int_in_range
+from embodied.verify.gates import DEFAULT_GATES, GATE_HELP
 
 EPILOG = """\
 checks (each a success rate in verify.json):
   torch      the run's own task, torch policy (what `embodied eval` reports)
   mujoco     the exported ONNX policy in an independent MuJoCo Crazyflie (real rotor spin,
-             firmware thrust-command chain, MuJoCo integrator and ground contact)
+             firmware thrust-command chain, MuJoCo integrator and ground contact), started
+             like the run's own task
+  mujoco_l2f the same from L2F's start distribution (tilt up to 90 deg, +-1 m/s, +-1 rad/s per
+             axis): can the policy recover from what L2F's policies recover from?
   firmware   the run's own task flown by the firmware's C controller (`embodied eval --policy c`)
   perturb/K=V  MuJoCo with one perturbation: mass, inertia, motor lag, observation delay,
              per-motor thrust mismatch, yaw disturbance torque
 
 gates (defaults; a failed gate exits 1):
-  torch_success_min=0.9  mujoco_success_min=0.9  firmware_success_min=0.9
-  sim_to_sim_drop_max=0.05 (torch minus MuJoCo)  perturbation_success_min=0.8 (worst sweep point)
+{gates}
 
 examples:
   embodied verify runs/quad_hover/20261201-101500_ppo_s0
   embodied verify RUN_DIR --episodes 200 --sweep-episodes 50          # quicker, noisier
   embodied verify RUN_DIR --gate sim_to_sim_drop_max=0.1 --gate perturbation_success_min=0.7
+  embodied verify RUN_DIR --gate l2f_recovery_min=0.8                 # a looser recovery gate
   embodied verify RUN_DIR --gates my_gates.yaml --json                # YAML: {mujoco_success_min: 0.85}
   embodied verify RUN_DIR --sweep mass_scale=0.6,0.8,1.2,1.4 --sweep yaw_torque_nm=
 
 exit codes: 0 all gates passed, 1 a gate failed, 2 bad input (no run, corrupt export, bad gate).
-`embodied flash` refuses runs whose verify.json is missing or failed.
+`embodied flash` refuses runs whose verify.json is missing, failed, or lacks a gate (older verify).
 """
 
 
@@ -45,7 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Exports the policy first when RUN_DIR/export is missing.",
             width=92,
         ),
-        epilog=EPILOG,
+        epilog=EPILOG.replace(
+            "{gates}",
+            "\n".join(f"  {f'{name}={DEFAULT_GATES[name]:g}':31s} {GATE_HELP[name]}" for name in DEFAULT_GATES),
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a quad-hover run printed by `embodied train`")
@@ -118,9 +127,23 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     else:
         for name, rate in report["success_rate"].items():
-            print(f"{name:32s} success {100 * rate:5.1f} %")
+            print(f"{name:32s} success {100 * rate:5.1f} %{_starts_note(report['checks'][name])}")
         for gate in report["gate_results"]:
             mark = "pass" if gate["passed"] else "FAIL"
             print(f"{mark}  {gate['name']:26s} {gate['value']:.3f} (threshold {gate['threshold']:g})")
+        for name in report.get("gates_not_applicable", []):
+            print(f"n/a   {name:26s} (not checked for this kind of run)")
         print(f"wrote {args.run_dir / VERIFY_JSON} ({report['seconds']:.1f} s)")
     return 0 if report["gates_passed"] else 1
+
+
+def _starts_note(check: dict[str, Any]) -> str:
+    """``"  (starts: tilt <= 57 deg, 1 m/s, 1 rad/s)"`` for a check that reports its start ranges."""
+    starts = check.get("starts")
+    if not isinstance(starts, dict):
+        return ""
+    tilt_deg = math.degrees(starts["init_max_angle_rad"])
+    return (
+        f"  (starts: tilt <= {tilt_deg:.0f} deg, {starts['init_lin_vel_mps']:g} m/s, "
+        f"{starts['init_ang_vel_rad_s']:g} rad/s)"
+    )

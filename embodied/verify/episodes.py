@@ -21,7 +21,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -87,6 +87,37 @@ class EpisodeRules:
                 raise EmbodiedError(f"{source}: task value {f.name!r} = {raw!r} is not of the expected form") from None
         heading = bool(extra.get("heading_frame")) or any(f.name.endswith("_h") for f in spec.obs_fields)
         return cls(**values, any_yaw=heading)
+
+
+L2F_START_RANGES: dict[str, float] = {
+    "init_level_fraction": 0.1,
+    "init_pos_range_m": 0.2,
+    "init_max_angle_rad": math.pi / 2,
+    "init_lin_vel_mps": 1.0,
+    "init_ang_vel_rad_s": 1.0,
+}
+"""L2F's published start distribution (docs/conventions.md, "L2F's start distribution"): 10 % of
+the episodes level and at rest on the setpoint, the rest displaced up to 0.2 m per axis, rotated
+up to 90° about a random axis, moving up to 1 m/s and spinning up to 1 rad/s per axis."""
+
+StartDistribution = Literal["run", "l2f"]
+"""Where :func:`run_episodes` draws its starts from: the run's own task ranges, or L2F's."""
+
+
+def start_rules(rules: EpisodeRules, starts: StartDistribution) -> EpisodeRules:
+    """``rules`` with the start ranges of ``starts``; everything else (length, bounds, success,
+    disturbances, heading draw) stays the run's."""
+    if starts == "run":
+        return rules
+    if starts == "l2f":
+        ranges: dict[str, Any] = dict(L2F_START_RANGES)  # every key is a float field of EpisodeRules
+        return dataclasses.replace(rules, **ranges)
+    raise EmbodiedError(f"start distribution must be 'run' or 'l2f', got {starts!r}")
+
+
+def start_ranges(rules: EpisodeRules) -> dict[str, float]:
+    """The start ranges of ``rules`` by name (the keys of :data:`L2F_START_RANGES`), for reports."""
+    return {name: float(getattr(rules, name)) for name in L2F_START_RANGES}
 
 
 @dataclass
@@ -245,6 +276,7 @@ def run_episodes(
     initial: InitialStates | None = None,
     noise: bool = True,
     num_threads: int = 1,
+    starts: StartDistribution = "run",
 ) -> MujocoEvalResult:
     """Fly ``episodes`` episodes at once in MuJoCo and score them like the task.
 
@@ -256,12 +288,14 @@ def run_episodes(
         record: keep the position-error trajectories of this many episodes.
         initial: explicit starts (drawn from the task's distribution when None).
         noise: add the task's observation noise.
+        starts: draw the starts from the run's own task ranges (``"run"``) or from L2F's
+            (``"l2f"``, :data:`L2F_START_RANGES`); ignored when ``initial`` is given.
     """
     if episodes < 1:
         raise EmbodiedError(f"episodes must be >= 1, got {episodes}")
     perturbation = perturbation or Perturbation()
     layout = ObservationLayout(spec, source)
-    rules = EpisodeRules.from_spec(spec, source)
+    rules = start_rules(EpisodeRules.from_spec(spec, source), starts)
     params = CrazyflieParams.from_policy_extra(spec.extra)
     decode = ActionDecoder(spec, params, source)
     rng = np.random.default_rng(seed)

@@ -138,10 +138,13 @@ def write_plot(
         ax.set_ylabel("MuJoCo success")
         ax.grid(alpha=0.3)
     ax = flat[len(knobs)]
-    names = [n for n in ("torch", "mujoco", "firmware") if n in rates]
-    ax.bar(names, [rates[n] for n in names], color=["tab:blue", "tab:orange", "tab:green"][: len(names)])
+    # The L2F-start recovery bar stands beside the MuJoCo bar of the run's own starts.
+    colors = {"torch": "tab:blue", "mujoco": "tab:orange", "mujoco_l2f": "tab:red", "firmware": "tab:green"}
+    names = [n for n in colors if n in rates]
+    labels = {"mujoco_l2f": "mujoco\nL2F starts"}
+    ax.bar([labels.get(n, n) for n in names], [rates[n] for n in names], color=[colors[n] for n in names])
     ax.set_ylim(0, 1.05)
-    ax.set_title("success, nominal")
+    ax.set_title("success, nominal vehicle")
     ax = flat[len(knobs) + 1]
     t = np.arange(traj_mujoco.shape[1]) * dt_s
     for i in range(traj_mujoco.shape[0]):

@@ -4,12 +4,15 @@ Checks, in order (each reports a success rate):
 
 ``torch``     the run's own task through ``embodied eval``'s code, torch policy;
 ``mujoco``    the exported ONNX policy in the independent MuJoCo Crazyflie, nominal vehicle;
+``mujoco_l2f``  the same, from L2F's start distribution (tilt up to 90°, ±1 m/s, ±1 rad/s) instead
+              of the run's own starts: the recovery check;
 ``firmware``  the run's own task with the firmware's C controller in the loop (``eval --policy c``);
 ``perturb/<knob>=<value>``  MuJoCo with one perturbation (:data:`gates.DEFAULT_SWEEP`).
 
 ``verify.json`` keys: ``gates_passed`` (bool), ``success_rate`` (check -> fraction), ``checks``
-(check -> details), ``gates`` (gate -> threshold), ``gate_results``, ``model_sha256`` (the
-export that was verified), ``options`` and ``seconds``.
+(check -> details), ``gates`` (gate -> threshold), ``gates_not_applicable`` (gates left out for
+this kind of run), ``gate_results``, ``model_sha256`` (the export that was verified), ``options``
+and ``seconds``.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
     from embodied.export.bundle import export_dir
     from embodied.sim.mujoco_crazyflie import Perturbation
     from embodied.training.run import CONFIG_FILE, load_checkpoint
-    from embodied.verify.episodes import run_episodes
+    from embodied.verify.episodes import EpisodeRules, run_episodes, start_ranges, start_rules
     from embodied.verify.policy import load_exported_policy
 
     for module, extra in (("mujoco", "mujoco"), ("onnxruntime", "export")):
@@ -144,7 +147,10 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
     ensure_export(run_dir)
     policy, policy_io = load_exported_policy(export_dir(run_dir))
     spec, source = policy_io.io_spec, str(policy_io.path)
-    total = 3 + sum(len(v) for v in options.sweep.values())
+    # L2F's starts are hover starts: a tracking run is scored on following its path, which no
+    # 90-degree start can do within the RMS bound, so the recovery check and its gate do not apply.
+    not_applicable = ["l2f_recovery_min"] if "tracking" in spec.extra else []
+    total = 4 - len(not_applicable) + sum(len(v) for v in options.sweep.values())
     checks: dict[str, dict[str, Any]] = {}
 
     def done(name: str, details: dict[str, Any], t0: float) -> None:
@@ -166,7 +172,24 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
         source=source,
         num_threads=options.threads,
     )
-    done("mujoco", mujoco.as_dict(), t0)
+    rules = EpisodeRules.from_spec(spec, source)
+    done("mujoco", mujoco.as_dict() | {"starts": start_ranges(rules)}, t0)
+    # The recovery check: the nominal check's episodes from L2F's start distribution.
+    if not not_applicable:
+        t0 = time.perf_counter()
+        recovery = run_episodes(
+            policy,
+            spec,
+            options.episodes,
+            options.seed,
+            source=source,
+            substeps=options.substeps,
+            num_threads=options.threads,
+            starts="l2f",
+        )
+        done("mujoco_l2f", recovery.as_dict() | {"starts": start_ranges(start_rules(rules, "l2f"))}, t0)
+    else:
+        log.info("mujoco_l2f: not flown for a tracking run (L2F's starts are hover starts)")
     t0 = time.perf_counter()
     done("firmware", _torch_task_eval(run_dir, "c", options.episodes, options.seed), t0)
     sweep_rows: list[dict[str, Any]] = []
@@ -191,16 +214,18 @@ def _run_verify(run_dir: Path, options: VerifyOptions, progress: Progress | None
     values: dict[str, float] = {
         "torch_success_min": rates["torch"],
         "mujoco_success_min": rates["mujoco"],
+        "l2f_recovery_min": rates.get("mujoco_l2f", math.nan),
         "firmware_success_min": rates["firmware"],
         "sim_to_sim_drop_max": rates["torch"] - rates["mujoco"],
         "perturbation_success_min": sweep_min if sweep_rows else 1.0,
     }
-    gate_results = check_gates(options.gates, values)
+    gate_results = check_gates({k: v for k, v in options.gates.items() if k not in not_applicable}, values)
     report: dict[str, Any] = {
         "gates_passed": all(g.passed for g in gate_results),
         "success_rate": rates,
         "checks": checks,
         "gates": dict(options.gates),
+        "gates_not_applicable": not_applicable,
         "gate_results": [g.as_dict() for g in gate_results],
         "model_sha256": policy_io.model_sha256,
         "options": {k: v for k, v in dataclasses.asdict(options).items() if k not in ("gates",)},
@@ -235,7 +260,8 @@ def check_verified(run_dir: Path) -> dict[str, Any]:
     """The run's ``verify.json`` when it passed every gate for the export now in ``RUN_DIR/export``.
 
     Raises :class:`EmbodiedError` with one line saying what to do when the report is missing,
-    unreadable, failed, or was made for other weights than the current export (for ``embodied
+    unreadable, failed, lacks a default gate (made before that gate existed, e.g. without
+    ``l2f_recovery_min``), or was made for other weights than the current export (for ``embodied
     flash``).
     """
     from embodied.export.bundle import export_dir
@@ -258,6 +284,13 @@ def check_verified(run_dir: Path) -> dict[str, Any]:
         raise EmbodiedError(
             f"{path}: the run failed verification (gates: {', '.join(map(str, failed)) or 'unknown'}); "
             "retrain or fix the policy, then verify again (or pass --force)"
+        )
+    measured = report.get("gates")
+    missing = [name for name in DEFAULT_GATES if not isinstance(measured, dict) or name not in measured]
+    if missing:
+        raise EmbodiedError(
+            f"{path}: made by an older `embodied verify` that did not check {', '.join(missing)}; "
+            f"{again} again (or pass --force)"
         )
     current = read_policy_io(export_dir(run_dir)).model_sha256
     verified = report.get("model_sha256")
