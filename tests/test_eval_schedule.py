@@ -51,7 +51,7 @@ class _Run:
         self.env = registry.make_env(cfg.task_name, cfg.env, NUM_ENVS, "cpu", cfg.seed)
         self.algo: Algorithm = registry.make_algo(cfg.algo_name, cfg.algo, self.env)
         self.rows: list[tuple[int, dict[str, float]]] = []
-        self.evals = EvalScheduler(
+        self.scheduler = EvalScheduler(
             cfg.trainer,
             cfg.seed,
             self.algo,
@@ -79,46 +79,46 @@ def run() -> _Run:
 
 
 def test_each_grid_point_is_due_once_from_the_step_the_run_starts_at(run: _Run) -> None:
-    evals = run.evals
-    assert not evals.due(0), "nothing is due before begin()"
-    evals.begin(0)
-    assert [evals.due(s) for s in (0, 50, 99, 100, 100, 150)] == [False, False, False, True, False, False]
+    scheduler = run.scheduler
+    assert not scheduler.due(0), "nothing is due before begin()"
+    scheduler.begin(0)
+    assert [scheduler.due(s) for s in (0, 50, 99, 100, 100, 150)] == [False, False, False, True, False, False]
     # an update that crosses two points is one evaluation; the next point is one interval on
-    assert evals.due(250) and not evals.due(250) and evals.due(300)
-    evals.begin(350)  # a resumed run's count
-    assert not evals.due(399) and evals.due(400) and not evals.due(499)
+    assert scheduler.due(250) and not scheduler.due(250) and scheduler.due(300)
+    scheduler.begin(350)  # a resumed run's count
+    assert not scheduler.due(399) and scheduler.due(400) and not scheduler.due(499)
     assert next_eval_point(350, EVERY) == 400 and next_eval_point(400, EVERY) == 500
     assert next_eval_point(350, 0) is None
     # an evaluation point within the budget is what a background evaluator is started for
-    assert evals.periodic_ahead(TOTAL - 1) and not evals.periodic_ahead(TOTAL)
+    assert scheduler.periodic_ahead(TOTAL - 1) and not scheduler.periodic_ahead(TOTAL)
 
 
 def test_without_a_grid_or_episodes_nothing_is_due() -> None:
     no_grid = _Run(_cfg(eval_every_env_steps=0))
-    no_grid.evals.begin(0)
-    assert not any(no_grid.evals.due(s) for s in (0, EVERY, TOTAL))
-    assert not no_grid.evals.periodic_ahead(0)
+    no_grid.scheduler.begin(0)
+    assert not any(no_grid.scheduler.due(s) for s in (0, EVERY, TOTAL))
+    assert not no_grid.scheduler.periodic_ahead(0)
     no_episodes = _Run(_cfg(eval_episodes=0))
-    assert not no_episodes.evals.periodic_ahead(0)
-    assert not no_episodes.evals.final_due(TrainState(env_steps=TOTAL))
+    assert not no_episodes.scheduler.periodic_ahead(0)
+    assert not no_episodes.scheduler.final_due(TrainState(env_steps=TOTAL))
 
 
 def test_the_final_evaluation_is_due_unless_the_last_step_was_evaluated(run: _Run) -> None:
     state = TrainState(env_steps=TOTAL)
-    assert run.evals.final_due(state)
+    assert run.scheduler.final_due(state)
     state.evals.append({"eval/env_steps": float(TOTAL - EVERY), "eval/success_rate": 1.0})
-    assert run.evals.final_due(state)
+    assert run.scheduler.final_due(state)
     state.evals.append({"eval/env_steps": float(TOTAL), "eval/success_rate": 1.0})
-    assert not run.evals.final_due(state)
+    assert not run.scheduler.final_due(state)
 
 
 def test_an_evaluation_here_writes_its_row_at_the_current_step_with_the_next_seed(run: _Run) -> None:
     run.rows.clear()
     state = TrainState(env_steps=200, train_time_s=1.5)
-    seed = run.evals.seed(state)
-    result = run.evals.evaluate_here(state)
-    assert run.evals.seed(state) != seed, "each evaluation flies other episodes"
-    assert result == evaluate_module(run.policy(), run.evals.eval_envs, 4, seed)
+    seed = run.scheduler.seed(state)
+    result = run.scheduler.evaluate_here(state)
+    assert run.scheduler.seed(state) != seed, "each evaluation flies other episodes"
+    assert result == evaluate_module(run.policy(), run.scheduler.eval_envs, 4, seed)
     ((env_steps, row),) = run.rows
     assert env_steps == 200 and row["eval/env_steps"] == 200.0 and row["eval/train_time_s"] == 1.5
     assert row["eval/success_rate"] == result.success_rate and "perf/eval_time_s" in row
@@ -136,10 +136,10 @@ def _saved_and_loaded(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_snapshot_in_flight_round_trips_through_the_checkpoint_entry(run: _Run) -> None:
-    assert run.evals.state_dict() == {"pending_eval": None}
+    assert run.scheduler.state_dict() == {"pending_eval": None}
     snapshot = EvalSnapshot.take(run.policy(), env_steps=300, train_time_s=2.0, seed=1234)
-    run.evals.pending = snapshot
-    entry = _saved_and_loaded(run.evals.state_dict())
+    run.scheduler.pending = snapshot
+    entry = _saved_and_loaded(run.scheduler.state_dict())
     # the checkpoint's trainer mapping with this entry passes the checkpoint schema
     counters = {
         "env_steps": 400,
@@ -152,30 +152,30 @@ def test_the_snapshot_in_flight_round_trips_through_the_checkpoint_entry(run: _R
     }
     check_trainer_entry(counters | entry, Path("latest.pt"), NUM_ENVS, run.policy().state_dict())
     other = _Run(_cfg())
-    other.evals.load_state_dict(counters | entry)
-    restored = other.evals.pending
+    other.scheduler.load_state_dict(counters | entry)
+    restored = other.scheduler.pending
     assert restored is not None
     assert (restored.env_steps, restored.train_time_s, restored.seed) == (300, 2.0, 1234)
     assert restored.policy_state.keys() == snapshot.policy_state.keys()
     for key, value in snapshot.policy_state.items():
         assert torch.equal(restored.policy_state[key], value), key
     # a checkpoint written before pending_eval existed has none in flight
-    other.evals.load_state_dict(counters)
-    assert other.evals.pending is None
-    run.evals.pending = None
+    other.scheduler.load_state_dict(counters)
+    assert other.scheduler.pending is None
+    run.scheduler.pending = None
 
 
 def test_a_snapshot_in_flight_at_a_stop_is_evaluated_after_the_resume_to_the_same_row() -> None:
     progress = TrainProgress(TOTAL, enabled=False)
     stopped = _Run(_cfg())
-    stopped.evals.background = stopped.evaluator()
+    stopped.scheduler.background = stopped.evaluator()
     state = TrainState(env_steps=300, train_time_s=2.0)
     snapshot_weights = {k: v.clone() for k, v in stopped.policy().state_dict().items()}
     try:
-        assert stopped.evals.start(state), "the background evaluator takes the snapshot"
-        entry = _saved_and_loaded(stopped.evals.state_dict())
+        assert stopped.scheduler.start(state), "the background evaluator takes the snapshot"
+        entry = _saved_and_loaded(stopped.scheduler.state_dict())
     finally:
-        stopped.evals.close()  # a stop: the child is killed, the snapshot stays for the checkpoint
+        stopped.scheduler.close()  # a stop: the child is killed, the snapshot stays for the checkpoint
     assert entry["pending_eval"]["env_steps"] == 300
 
     rows = []
@@ -184,16 +184,16 @@ def test_a_snapshot_in_flight_at_a_stop_is_evaluated_after_the_resume_to_the_sam
         with torch.no_grad():  # training ran on past the snapshot: the current weights differ
             for param in resumed.policy().parameters():
                 param.add_(0.5)
-        resumed.evals.load_state_dict(entry)
+        resumed.scheduler.load_state_dict(entry)
         if background:
-            resumed.evals.background = resumed.evaluator()
+            resumed.scheduler.background = resumed.evaluator()
         resumed_state = TrainState(env_steps=400, train_time_s=3.0)
         try:
-            resumed.evals.begin(resumed_state.env_steps)  # hands the snapshot to the new child
-            assert not resumed.evals.collect(resumed_state, progress)
+            resumed.scheduler.begin(resumed_state.env_steps)  # hands the snapshot to the new child
+            assert not resumed.scheduler.collect(resumed_state, progress)
         finally:
-            resumed.evals.close()
-        assert resumed.evals.pending is None
+            resumed.scheduler.close()
+        assert resumed.scheduler.pending is None
         ((env_steps, row),) = resumed.rows
         assert env_steps == 300 and row["eval/train_time_s"] == 2.0, "logged at the snapshot's step"
         assert ("perf/eval_wait_s" in row) and resumed_state.evals == [

@@ -209,15 +209,15 @@ class Trainer:
         try:
             self._setup(resume, allow)
         except BaseException:
-            if hasattr(self, "evals"):  # a set-up failing after the background evaluator started
-                self.evals.close()
+            if hasattr(self, "eval_scheduler"):  # built mid set-up; it holds the background evaluator once started
+                self.eval_scheduler.close()
             self._release()
             raise
 
     @property
     def _background(self) -> BackgroundEvaluator | None:
         """The child process evaluating beside training (None: evaluations run here)."""
-        return self.evals.background
+        return self.eval_scheduler.background
 
     def _release(self) -> None:
         if self.lock is not None:
@@ -293,7 +293,7 @@ class Trainer:
         self.logger: MetricsLogger | _NoMetrics = _NoMetrics()
         self.eval_envs = EvalEnvs(cfg.task_name, cfg.env, str(self.device))
         """Builds the evaluation envs (picklable: the background evaluator's child calls it too)."""
-        self.evals = EvalScheduler(
+        self.eval_scheduler = EvalScheduler(
             tcfg,
             cfg.seed,
             self.algo,
@@ -308,7 +308,7 @@ class Trainer:
             except OSError as err:
                 raise self._disk_error(err) from None
             self._saved_steps = self.state.env_steps
-        self.evals.background = self._background_evaluator()
+        self.eval_scheduler.background = self._background_evaluator()
         distributed.from_main(lambda: self._open_run_files(resume, allow))
 
     def _open_run_files(self, resume: bool, allow: list[str] | None) -> None:
@@ -346,7 +346,7 @@ class Trainer:
                 "env_steps_to_target": s.env_steps_to_target,
                 "metrics_rows": self.logger.rows,
             }
-            | self.evals.state_dict(),
+            | self.eval_scheduler.state_dict(),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -372,7 +372,7 @@ class Trainer:
         else:
             write_policy_artifact(self.run_dir, module, self.env.io_spec(), self.state.env_steps)
         self._saved_steps = self.state.env_steps
-        self.evals.policy_restored = False
+        self.eval_scheduler.policy_restored = False
         return path
 
     def _load_rank_checkpoint(self) -> dict[str, Any]:
@@ -431,7 +431,7 @@ class Trainer:
             env_steps_to_target=t["env_steps_to_target"],
             metrics_rows=int(t.get("metrics_rows", -1)),
         )
-        self.evals.load_state_dict(t)
+        self.eval_scheduler.load_state_dict(t)
         try:
             torch.set_rng_state(ckpt["rng"]["torch"].cpu())
             if torch.cuda.is_available() and ckpt["rng"]["cuda"]:
@@ -459,7 +459,7 @@ class Trainer:
     # ----------------------------------------------------------------- evaluation
     def run_eval(self) -> EvalResult:
         """Evaluate the current policy in this process and log the result at the current step."""
-        return self.evals.evaluate_here(self.state)
+        return self.eval_scheduler.evaluate_here(self.state)
 
     def _evaluate_all(self) -> float:
         """:meth:`run_eval` on rank 0, its row kept by every rank (so all of them agree on an early
@@ -468,18 +468,18 @@ class Trainer:
             return self.run_eval().success_rate
         row = distributed.from_main(lambda: (self.run_eval(), self.state.evals[-1])[1])
         if not self.world.is_main:
-            self.evals.keep(self.state, row)
+            self.eval_scheduler.keep(self.state, row)
         return row["eval/success_rate"]
 
     def _evaluate_at_point(self, progress: TrainProgress) -> bool:
         """An evaluation point: collect the evaluation in flight, then hand the background
         evaluator this one, or evaluate it here. Returns whether the success target is now held."""
-        if self.evals.collect(self.state, progress):
+        if self.eval_scheduler.collect(self.state, progress):
             return True
-        if self.evals.start(self.state):
+        if self.eval_scheduler.start(self.state):
             return False
         progress.update(self.state.env_steps, {"eval/success_rate": self._evaluate_all()})
-        return self.evals.target_held(self.state)
+        return self.eval_scheduler.target_held(self.state)
 
     def _final_eval(self) -> None:
         """Evaluate the last step's policy (already saved, so a stop here loses only this
@@ -499,7 +499,7 @@ class Trainer:
             tcfg.background_eval,
             device=self.device,
             processes=self.ranks,
-            periodic=self.evals.periodic_ahead(self.state.env_steps),
+            periodic=self.eval_scheduler.periodic_ahead(self.state.env_steps),
             threads=threads,
         )
         if use and not isinstance(self.algo.policy, nn.Module):
@@ -542,7 +542,7 @@ class Trainer:
         except OSError as err:
             raise self._disk_error(err) from None
         finally:
-            self.evals.close()
+            self.eval_scheduler.close()
             self.logger.close()
             self._release()
         st = self.state
@@ -575,7 +575,7 @@ class Trainer:
             tick = time.perf_counter()
             iteration = 0
             self._tell_progress()
-            self.evals.begin(st.env_steps)
+            self.eval_scheduler.begin(st.env_steps)
             while st.env_steps < tcfg.total_env_steps:
                 signum = self._agreed_stop(stop, iteration)
                 iteration += 1
@@ -589,7 +589,7 @@ class Trainer:
                 st.train_time_s += time.perf_counter() - tick
                 if st.updates % tcfg.log_every_updates == 0:
                     self._log_update(metrics, progress)
-                if self.evals.due(st.env_steps):
+                if self.eval_scheduler.due(st.env_steps):
                     ended_early = self._evaluate_at_point(progress)
                 if st.updates % tcfg.checkpoint_every_updates == 0 or ended_early:
                     self.save()
@@ -598,13 +598,17 @@ class Trainer:
                     break
                 tick = time.perf_counter()
             if not ended_early:
-                ended_early = self.evals.collect(st, progress)
+                ended_early = self.eval_scheduler.collect(st, progress)
             # Still inside the deferred region: the last step is saved before the final
             # evaluation, so a stop during that evaluation loses only the evaluation (a resume
             # runs it again); a stop during a save is honoured right after it.
-            if self.evals.policy_restored or st.env_steps != self._saved_steps or not self._checkpoint_exists():
+            if (
+                self.eval_scheduler.policy_restored
+                or st.env_steps != self._saved_steps
+                or not self._checkpoint_exists()
+            ):
                 self.save()
-            if not self._agreed_stop(stop, 0) and not ended_early and self.evals.final_due(st):
+            if not self._agreed_stop(stop, 0) and not ended_early and self.eval_scheduler.final_due(st):
                 self._final_eval()
             signum = self._agreed_stop(stop, 0)
             if signum:
@@ -676,7 +680,7 @@ class Trainer:
 
         The checkpoint holds the snapshot an evaluation in the background was flying; a resume
         evaluates it again."""
-        self.evals.close()
+        self.eval_scheduler.close()
         self.state.train_time_s += unbooked_train_s
         saved = self.run_dir / CHECKPOINT_FILE
         if self._saved_steps != self.state.env_steps or not self._checkpoint_exists():
