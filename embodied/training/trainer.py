@@ -483,7 +483,7 @@ class Trainer:
 
     def _final_eval(self) -> None:
         """Evaluate the last step's policy (already saved, so a stop here loses only this
-        evaluation, which a resume runs again), then save its row."""
+        evaluation, which a resume runs again), then save again: the checkpoint keeps its row."""
         try:
             self._evaluate_all()
         except KeyboardInterrupt:
