@@ -16,6 +16,10 @@ class NonFiniteError(EmbodiedError):
     """A NaN or inf appeared; the message says where (observation group, reward, loss name)."""
 
 
+class DegenerateRunError(EmbodiedError):
+    """Every episode ends at its first step (diverged physics, an absurd config): nothing to learn."""
+
+
 class MissingDependencyError(EmbodiedError):
     """An optional dependency (a simulator backend, an exporter) is not installed; the message
     says what to install, e.g. ``pip install "embodied[mjwarp]"``."""

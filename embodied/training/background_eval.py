@@ -4,7 +4,8 @@ Why: on a small CPU run evaluation is a large share of the wall time. ``embodied
 quad-hover`` trains on one torch thread of a 2-core machine and spent 15-18 s in 16 evaluations
 of 1,000 episodes beside 18-21 s of training, while the second core sat idle (BENCHMARKS.md,
 "Evaluations in the background"). Here the trainer hands a snapshot of the policy to a child
-process and trains on; the child flies the evaluation on the spare core.
+process and trains on; the child flies the evaluation on the spare core
+(:mod:`embodied.training.eval_schedule` decides when, and collects the results).
 
 The numbers are those a synchronous evaluation of the same snapshot gives: the child builds the
 same envs with the same seeds, uses the trainer's torch thread count and CPU tanh form

@@ -1,6 +1,9 @@
-"""The shared training loop: collect -> update -> log -> checkpoint -> evaluate.
+"""The shared training loop: collect -> update -> log -> evaluate (when due) -> checkpoint.
 
 Never typed to one algorithm: it drives anything that satisfies ``embodied.algo.Algorithm``.
+When evaluations are due, where they run (here, or in a background process beside training)
+and what a checkpoint keeps of one in flight is the :class:`~embodied.training.eval_schedule.EvalScheduler`'s
+business; the loop asks it at each update.
 Training wall time (``train_time_s``) excludes evaluation and checkpoint writing, which are
 timed separately, so speed targets measure learning alone.
 
@@ -25,7 +28,6 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +38,16 @@ from embodied import distributed, registry
 from embodied.algo import ExportUnsupportedError, PreloadSource, Transition, preload_algorithm
 from embodied.config import ConfigError
 from embodied.env import ObsDict, TrainingCurriculum, resumes_exactly
-from embodied.errors import EmbodiedError, NonFiniteError
+from embodied.errors import DegenerateRunError, EmbodiedError, NonFiniteError
 from embodied.experiment import ExperimentCfg
 from embodied.export.artifact import POLICY_FILE, PolicyArtifactError, read_policy_artifact
 from embodied.policies.cpu_tanh import use_sigmoid_tanh
 from embodied.progress import TrainProgress
 from embodied.stop import StopRequest, deferred_stop, stop_exception
-from embodied.training.background_eval import (
-    BackgroundEvalError,
-    BackgroundEvaluator,
-    EvalSnapshot,
-    PolicyRecipe,
-    background_eval_choice,
-)
+from embodied.training.background_eval import BackgroundEvaluator, PolicyRecipe, background_eval_choice
 from embodied.training.checkpoint_schema import check_restorable
-from embodied.training.evaluate import EvalEnvs, EvalResult, evaluate_module
+from embodied.training.eval_schedule import EvalScheduler
+from embodied.training.evaluate import EvalEnvs, EvalResult
 from embodied.training.lerobot_base import load_base_policy
 from embodied.training.run import (
     CHECKPOINT_FILE,
@@ -69,32 +66,13 @@ from embodied.training.run import (
 )
 from embodied.training.run_lock import RunLock
 from embodied.training.run_policy import check_artifact_fits, write_policy_artifact
+from embodied.training.train_state import TrainState
 
 log = logging.getLogger(__name__)
-
-EVAL_SEED_OFFSET = 1_000_003
-"""Evaluation envs are seeded apart from training envs so they never replay training episodes."""
 
 STOP_POLL_ITERATIONS = 16
 """With several processes, the ranks agree on a stop request every this many env steps (one
 small all-reduce), so all of them checkpoint and stop at the same step."""
-
-
-@dataclass
-class TrainState:
-    """Counters that a checkpoint restores."""
-
-    env_steps: int = 0
-    updates: int = 0
-    train_time_s: float = 0.0
-    eval_time_s: float = 0.0
-    """Seconds the training loop spent on evaluations (evaluating, or waiting for the background
-    evaluator's results)."""
-    evals: list[dict[str, float]] = field(default_factory=list)
-    time_to_target_s: float | None = None
-    env_steps_to_target: int | None = None
-    metrics_rows: int = 0
-    """Rows in ``metrics.jsonl`` when the state was saved (a resume cuts the file back to them)."""
 
 
 class EpisodeStats:
@@ -195,10 +173,6 @@ DEGENERATE_MIN_EPISODES_PER_ENV = 3
 """A run stops once this many episodes per env have finished, all of them after one step."""
 
 
-class DegenerateRunError(EmbodiedError):
-    """Every episode ends at its first step (diverged physics, an absurd config): nothing to learn."""
-
-
 class WorldSizeError(CheckpointError):
     """``--resume`` with another number of training processes than the checkpoint was written by."""
 
@@ -229,17 +203,21 @@ class Trainer:
         """The training processes of this run (None: a single process)."""
         self.run_dir = Path(run_dir)
         self.lock: RunLock | None = None
-        self._background: BackgroundEvaluator | None = None
-        """The child process evaluating beside training (None: evaluations run here)."""
         # Only rank 0 touches the run directory; its checks (a run already there, a missing
         # checkpoint) decide for every rank.
         resume = distributed.from_main(lambda: self._claim_run_dir(resume))
         try:
             self._setup(resume, allow)
         except BaseException:
-            self._close_background()
+            if hasattr(self, "eval_scheduler"):  # built mid set-up; it holds the background evaluator once started
+                self.eval_scheduler.close()
             self._release()
             raise
+
+    @property
+    def _background(self) -> BackgroundEvaluator | None:
+        """The child process evaluating beside training (None: evaluations run here)."""
+        return self.eval_scheduler.background
 
     def _release(self) -> None:
         if self.lock is not None:
@@ -315,18 +293,22 @@ class Trainer:
         self.logger: MetricsLogger | _NoMetrics = _NoMetrics()
         self.eval_envs = EvalEnvs(cfg.task_name, cfg.env, str(self.device))
         """Builds the evaluation envs (picklable: the background evaluator's child calls it too)."""
-        self._pending: EvalSnapshot | None = None
-        """The snapshot whose evaluation is in flight (None: none); collected at the next
-        evaluation point, or at the end."""
-        self._policy_restored = False
-        """An evaluated snapshot's weights were put back since the last save."""
+        self.eval_scheduler = EvalScheduler(
+            tcfg,
+            cfg.seed,
+            self.algo,
+            self.eval_envs,
+            self.run_dir / CONFIG_FILE,
+            write_row=lambda env_steps, row: self.logger.log(env_steps, row),
+        )
+        """When and where evaluations run, and the one in flight (see :mod:`embodied.training.eval_schedule`)."""
         if resume:
             try:
                 self._restore()
             except OSError as err:
                 raise self._disk_error(err) from None
             self._saved_steps = self.state.env_steps
-        self._background = self._background_evaluator()
+        self.eval_scheduler.background = self._background_evaluator()
         distributed.from_main(lambda: self._open_run_files(resume, allow))
 
     def _open_run_files(self, resume: bool, allow: list[str] | None) -> None:
@@ -363,8 +345,8 @@ class Trainer:
                 "time_to_target_s": s.time_to_target_s,
                 "env_steps_to_target": s.env_steps_to_target,
                 "metrics_rows": self.logger.rows,
-                "pending_eval": None if self._pending is None else self._pending.to_checkpoint(),
-            },
+            }
+            | self.eval_scheduler.state_dict(),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -390,7 +372,7 @@ class Trainer:
         else:
             write_policy_artifact(self.run_dir, module, self.env.io_spec(), self.state.env_steps)
         self._saved_steps = self.state.env_steps
-        self._policy_restored = False
+        self.eval_scheduler.policy_restored = False
         return path
 
     def _load_rank_checkpoint(self) -> dict[str, Any]:
@@ -449,8 +431,7 @@ class Trainer:
             env_steps_to_target=t["env_steps_to_target"],
             metrics_rows=int(t.get("metrics_rows", -1)),
         )
-        pending = t.get("pending_eval")
-        self._pending = None if pending is None else EvalSnapshot.from_checkpoint(pending)
+        self.eval_scheduler.load_state_dict(t)
         try:
             torch.set_rng_state(ckpt["rng"]["torch"].cpu())
             if torch.cuda.is_available() and ckpt["rng"]["cuda"]:
@@ -478,36 +459,38 @@ class Trainer:
     # ----------------------------------------------------------------- evaluation
     def run_eval(self) -> EvalResult:
         """Evaluate the current policy in this process and log the result at the current step."""
-        cfg, st = self.cfg, self.state
-        start = time.perf_counter()
-        result = evaluate_module(self.algo.policy, self.eval_envs, cfg.trainer.eval_episodes, self._eval_seed())
-        elapsed = time.perf_counter() - start
-        st.eval_time_s += elapsed
-        self._log_eval(result, st.env_steps, st.train_time_s, {"perf/eval_time_s": elapsed})
-        return result
+        return self.eval_scheduler.evaluate_here(self.state)
 
-    def _eval_seed(self) -> int:
-        """The next evaluation's seed: apart from the training envs', another for each evaluation."""
-        return self.cfg.seed + EVAL_SEED_OFFSET + 7919 * len(self.state.evals)
+    def _evaluate_all(self) -> float:
+        """:meth:`run_eval` on rank 0, its row kept by every rank (so all of them agree on an early
+        stop); returns the success rate."""
+        if self.world is None:
+            return self.run_eval().success_rate
+        row = distributed.from_main(lambda: (self.run_eval(), self.state.evals[-1])[1])
+        if not self.world.is_main:
+            self.eval_scheduler.keep(self.state, row)
+        return row["eval/success_rate"]
 
-    def _log_eval(self, result: EvalResult, env_steps: int, train_time_s: float, perf: dict[str, float]) -> None:
-        """Keep, log and check an evaluation of the policy as it was at ``env_steps``."""
-        row = {f"eval/{k}": float(v) for k, v in result.as_dict().items()}
-        row |= {"eval/train_time_s": train_time_s, "eval/env_steps": float(env_steps)}
-        self._record_eval(row)
-        self.logger.log(env_steps, row | perf)
-        log.info(
-            "eval at %d env steps (%.2f s training): success %.1f %%, return %.2f, length %.1f",
-            env_steps,
-            train_time_s,
-            100 * result.success_rate,
-            result.mean_return,
-            result.mean_episode_length,
-        )
-        if self.cfg.trainer.check_finite:
-            self._check_eval(result, env_steps)
+    def _evaluate_at_point(self, progress: TrainProgress) -> bool:
+        """An evaluation point: collect the evaluation in flight, then hand the background
+        evaluator this one, or evaluate it here. Returns whether the success target is now held."""
+        if self.eval_scheduler.collect(self.state, progress):
+            return True
+        if self.eval_scheduler.start(self.state):
+            return False
+        progress.update(self.state.env_steps, {"eval/success_rate": self._evaluate_all()})
+        return self.eval_scheduler.target_held(self.state)
 
-    # ------------------------------------------------------- background evaluation
+    def _final_eval(self) -> None:
+        """Evaluate the last step's policy (already saved, so a stop here loses only this
+        evaluation, which a resume runs again), then save again: the checkpoint keeps its row."""
+        try:
+            self._evaluate_all()
+        except KeyboardInterrupt:
+            log.warning("final evaluation interrupted: checkpoint of %d env steps kept", self.state.env_steps)
+            raise
+        self.save()
+
     def _background_evaluator(self) -> BackgroundEvaluator | None:
         """The child process that evaluates while training goes on, where it is used (logged)."""
         tcfg = self.cfg.trainer
@@ -516,7 +499,7 @@ class Trainer:
             tcfg.background_eval,
             device=self.device,
             processes=self.ranks,
-            periodic=self._periodic_eval_ahead(),
+            periodic=self.eval_scheduler.periodic_ahead(self.state.env_steps),
             threads=threads,
         )
         if use and not isinstance(self.algo.policy, nn.Module):
@@ -537,128 +520,6 @@ class Trainer:
             return None
         return evaluator
 
-    def _next_eval_point(self) -> int | None:
-        """The env-step count of the next periodic evaluation after now (None: none scheduled)."""
-        every = self.cfg.trainer.eval_every_env_steps
-        return (self.state.env_steps // every + 1) * every if every > 0 else None
-
-    def _periodic_eval_ahead(self) -> bool:
-        """Whether an evaluation point falls within what is left of the budget (a run too short
-        for one, e.g. a smoke test, starts no child)."""
-        tcfg, next_eval = self.cfg.trainer, self._next_eval_point()
-        return next_eval is not None and tcfg.eval_episodes > 0 and next_eval <= tcfg.total_env_steps
-
-    def _periodic_eval(self, progress: TrainProgress) -> bool:
-        """An evaluation point: evaluate now, or collect the evaluation in flight and hand the
-        background evaluator this one. Returns whether the success target is now held."""
-        if self._collect_eval(progress):
-            return True
-        if self._background is not None:
-            st = self.state
-            try:
-                snapshot = EvalSnapshot.take(self._policy_module(), st.env_steps, st.train_time_s, self._eval_seed())
-            except Exception as err:  # a policy whose state cannot be copied
-                self._drop_background(err)
-            else:
-                if self._submit(snapshot):
-                    return False
-        progress.update(self.state.env_steps, {"eval/success_rate": self._evaluate_all()})
-        return self._target_held()
-
-    def _collect_eval(self, progress: TrainProgress) -> bool:
-        """Wait for the evaluation in flight (if any) and log it at the step its snapshot was taken.
-
-        When it makes the success target held, the snapshot's weights are put back (the policy
-        kept is the one evaluated, not the one trained on past it) and this returns True."""
-        snapshot, self._pending = self._pending, None
-        if snapshot is None:
-            return False
-        start = time.perf_counter()
-        result: EvalResult | None = None
-        if self._background is not None:
-            try:
-                result, child_s = self._background.collect()
-            except BackgroundEvalError as err:
-                self._drop_background(err)
-        if result is None:  # no evaluator (failed, or a resume without one): evaluate it here
-            result = evaluate_module(
-                snapshot.policy_like(self._policy_module()),
-                self.eval_envs,
-                self.cfg.trainer.eval_episodes,
-                snapshot.seed,
-            )
-            child_s = time.perf_counter() - start
-        waited = time.perf_counter() - start
-        self.state.eval_time_s += waited
-        self._log_eval(
-            result, snapshot.env_steps, snapshot.train_time_s, {"perf/eval_time_s": child_s, "perf/eval_wait_s": waited}
-        )
-        progress.update(self.state.env_steps, {"eval/success_rate": result.success_rate})
-        if not self._target_held():
-            return False
-        self._policy_module().load_state_dict(snapshot.policy_state)
-        self._policy_restored = True
-        log.info(
-            "keeping the policy evaluated at %d env steps (training ran on to %d while it was evaluated)",
-            snapshot.env_steps,
-            self.state.env_steps,
-        )
-        return True
-
-    def _policy_module(self) -> nn.Module:
-        """The policy as a torch module (background evaluation is only used for one)."""
-        policy = self.algo.policy
-        if not isinstance(policy, nn.Module):
-            raise TypeError(f"background evaluation needs a torch module policy, got {type(policy).__name__}")
-        return policy
-
-    def _submit(self, snapshot: EvalSnapshot) -> bool:
-        """Hand ``snapshot`` to the background evaluator and keep it as the one in flight;
-        False (evaluating here from now on) where the child cannot take it."""
-        assert self._background is not None
-        try:
-            self._background.submit(snapshot)
-        except Exception as err:  # a child that cannot start or be reached
-            self._drop_background(err)
-            return False
-        self._pending = snapshot
-        return True
-
-    def _resubmit_pending(self) -> None:
-        """On resume: hand the background evaluator the snapshot the checkpoint had in flight
-        (without one, :meth:`_collect_eval` evaluates it here)."""
-        if self._pending is not None and self._background is not None:
-            self._submit(self._pending)
-
-    def _drop_background(self, err: Exception) -> None:
-        """Evaluate in this process from now on (after the background evaluator failed)."""
-        log.warning("background evaluation failed, evaluating in the training process from now on: %s", err)
-        self._close_background()
-
-    def _close_background(self) -> None:
-        """Stop the background evaluator (a checkpoint holds the snapshot it was flying)."""
-        if self._background is not None:
-            self._background.close()
-        self._background = None
-
-    def _record_eval(self, row: dict[str, float]) -> None:
-        """Keep an evaluation row and note when the success target was first reached."""
-        self.state.evals.append(row)
-        target = self.cfg.trainer.success_target
-        if target is not None and self.state.time_to_target_s is None and row["eval/success_rate"] >= target:
-            self.state.time_to_target_s = row["eval/train_time_s"]
-            self.state.env_steps_to_target = int(row["eval/env_steps"])
-
-    def _evaluate_all(self) -> float:
-        """:meth:`run_eval` on rank 0, its row kept by every rank (so all of them agree on an early
-        stop); returns the success rate."""
-        if self.world is None:
-            return self.run_eval().success_rate
-        row = distributed.from_main(lambda: (self.run_eval(), self.state.evals[-1])[1])
-        if not self.world.is_main:
-            self._record_eval(row)
-        return row["eval/success_rate"]
-
     def _checkpoint_exists(self) -> bool:
         return distributed.from_main(lambda: (self.run_dir / CHECKPOINT_FILE).exists())
 
@@ -671,12 +532,6 @@ class Trainer:
             return 0
         return distributed.max_int(stop.signum or 0)
 
-    def _target_held(self) -> bool:
-        """Two consecutive evaluations at or above the success target."""
-        target = self.cfg.trainer.success_target
-        evals = self.state.evals
-        return target is not None and len(evals) >= 2 and all(e["eval/success_rate"] >= target for e in evals[-2:])
-
     # ----------------------------------------------------------------- loop
     def train(self) -> TrainState:
         """Train until ``trainer.total_env_steps`` (or the success target is held)."""
@@ -687,7 +542,7 @@ class Trainer:
         except OSError as err:
             raise self._disk_error(err) from None
         finally:
-            self._close_background()
+            self.eval_scheduler.close()
             self.logger.close()
             self._release()
         st = self.state
@@ -709,8 +564,9 @@ class Trainer:
                 scheduled.set_training_progress(fraction)
 
     def _train(self) -> None:
+        """The loop: collect a step of every env, update when the algorithm is ready, log, evaluate
+        at the points of the env-step grid, checkpoint; then the last evaluation and save."""
         tcfg, st = self.cfg.trainer, self.state
-        next_eval = self._next_eval_point()
         progress = TrainProgress(
             tcfg.total_env_steps, enabled=tcfg.progress and distributed.is_main(), start=st.env_steps
         )
@@ -719,7 +575,7 @@ class Trainer:
             tick = time.perf_counter()
             iteration = 0
             self._tell_progress()
-            self._resubmit_pending()
+            self.eval_scheduler.begin(st.env_steps)
             while st.env_steps < tcfg.total_env_steps:
                 signum = self._agreed_stop(stop, iteration)
                 iteration += 1
@@ -729,29 +585,12 @@ class Trainer:
                 if not self.algo.ready_to_update():
                     continue
                 self._tell_progress()  # the next rollout's episodes start from the new distribution
-                metrics = self.algo.update()
-                st.updates += 1
-                if tcfg.check_finite:
-                    bad = [k for k, v in metrics.items() if not math.isfinite(v)]
-                    if bad:
-                        raise NonFiniteError(
-                            f"non-finite {', '.join(bad)} in update {st.updates} after {st.env_steps} env steps"
-                        )
-                now = time.perf_counter()
-                st.train_time_s += now - tick
+                metrics = self._update()
+                st.train_time_s += time.perf_counter() - tick
                 if st.updates % tcfg.log_every_updates == 0:
-                    row = {f"algo/{k}": v for k, v in metrics.items()} | self.stats.pop()
-                    row |= {
-                        "perf/sps": st.env_steps / max(st.train_time_s, 1e-9),
-                        "perf/train_time_s": st.train_time_s,
-                    }
-                    self.logger.log(st.env_steps, row)
-                    progress.update(st.env_steps, row)
-                    if tcfg.check_finite:
-                        self._check_episodes(row)
-                if next_eval is not None and st.env_steps >= next_eval:
-                    next_eval += tcfg.eval_every_env_steps
-                    ended_early = self._periodic_eval(progress)
+                    self._log_update(metrics, progress)
+                if self.eval_scheduler.due(st.env_steps):
+                    ended_early = self._evaluate_at_point(progress)
                 if st.updates % tcfg.checkpoint_every_updates == 0 or ended_early:
                     self.save()
                 if ended_early:
@@ -759,24 +598,18 @@ class Trainer:
                     break
                 tick = time.perf_counter()
             if not ended_early:
-                ended_early = self._collect_eval(progress)
+                ended_early = self.eval_scheduler.collect(st, progress)
             # Still inside the deferred region: the last step is saved before the final
             # evaluation, so a stop during that evaluation loses only the evaluation (a resume
             # runs it again); a stop during a save is honoured right after it.
-            if self._policy_restored or st.env_steps != self._saved_steps or not self._checkpoint_exists():
-                self.save()
             if (
-                not self._agreed_stop(stop, 0)
-                and not ended_early
-                and tcfg.eval_episodes > 0
-                and not self._evaluated_here()
+                self.eval_scheduler.policy_restored
+                or st.env_steps != self._saved_steps
+                or not self._checkpoint_exists()
             ):
-                try:
-                    self._evaluate_all()
-                except KeyboardInterrupt:
-                    log.warning("final evaluation interrupted: checkpoint of %d env steps kept", st.env_steps)
-                    raise
                 self.save()
+            if not self._agreed_stop(stop, 0) and not ended_early and self.eval_scheduler.final_due(st):
+                self._final_eval()
             signum = self._agreed_stop(stop, 0)
             if signum:
                 if distributed.is_main():
@@ -785,9 +618,31 @@ class Trainer:
                     )
                 raise stop_exception(signum)
 
-    def _evaluated_here(self) -> bool:
-        evals = self.state.evals
-        return bool(evals) and evals[-1]["eval/env_steps"] == self.state.env_steps
+    def _update(self) -> dict[str, float]:
+        """One update of the algorithm on what it collected; its metrics (checked finite where asked)."""
+        metrics = self.algo.update()
+        st = self.state
+        st.updates += 1
+        if self.cfg.trainer.check_finite:
+            bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+            if bad:
+                raise NonFiniteError(
+                    f"non-finite {', '.join(bad)} in update {st.updates} after {st.env_steps} env steps"
+                )
+        return metrics
+
+    def _log_update(self, metrics: dict[str, float], progress: TrainProgress) -> None:
+        """Write the training row: the update's metrics, the episodes finished since the last row, speed."""
+        st = self.state
+        row = {f"algo/{k}": v for k, v in metrics.items()} | self.stats.pop()
+        row |= {
+            "perf/sps": st.env_steps / max(st.train_time_s, 1e-9),
+            "perf/train_time_s": st.train_time_s,
+        }
+        self.logger.log(st.env_steps, row)
+        progress.update(st.env_steps, row)
+        if self.cfg.trainer.check_finite:
+            self._check_episodes(row)
 
     def _check_episodes(self, row: dict[str, float]) -> None:
         """Stop a run whose episodes all end at step 1 or whose returns are not finite."""
@@ -804,16 +659,6 @@ class Trainer:
                 f"every one of the {stats.episodes_seen} episodes so far ended at its first step (after "
                 f"{st.env_steps} env steps): the simulation diverges at once; check the env.* values in "
                 f"{self.run_dir / CONFIG_FILE} (physical parameters, disturbances, limits)"
-            )
-
-    def _check_eval(self, result: EvalResult, env_steps: int) -> None:
-        where = f"evaluation at {env_steps} env steps"
-        if not (math.isfinite(result.mean_return) and math.isfinite(result.std_return)):
-            raise NonFiniteError(f"non-finite mean return {result.mean_return} in the {where}")
-        if result.mean_episode_length <= 1.0:
-            raise DegenerateRunError(
-                f"every episode of the {where} ended at its first step: the simulation diverges at once; "
-                f"check the env.* values in {self.run_dir / CONFIG_FILE}"
             )
 
     def _kept(self) -> str:
@@ -835,7 +680,7 @@ class Trainer:
 
         The checkpoint holds the snapshot an evaluation in the background was flying; a resume
         evaluates it again."""
-        self._close_background()
+        self.eval_scheduler.close()
         self.state.train_time_s += unbooked_train_s
         saved = self.run_dir / CHECKPOINT_FILE
         if self._saved_steps != self.state.env_steps or not self._checkpoint_exists():
