@@ -29,7 +29,7 @@ import numpy as np
 from embodied.config import ConfigError, ranged
 from embodied.io_spec import ActionField, IOSpec, ObsTerm, obs_fields, terms_dim
 from embodied.sim.mujoco_model import load_mjcf
-from embodied.tasks.mujoco_locomotion import LocomotionBackendCfg, LocomotionTerms, OnMjwarp, OnMujoco
+from embodied.tasks.mujoco_task import MujocoTaskBackendCfg, MujocoTaskTerms, OnMjwarp, OnMujoco
 
 ASSET = Path(str(importlib.resources.files("embodied.sim") / "assets" / "arm_push.xml"))
 LINK_LENGTHS_M = (0.30, 0.25, 0.10)
@@ -84,8 +84,8 @@ def fingertip_jacobian(q: np.ndarray) -> np.ndarray:
 class ArmPushCfg:
     """Arm-push: push the block to within ``success_radius_m`` of the goal."""
 
-    backend: LocomotionBackendCfg = field(
-        default_factory=lambda: LocomotionBackendCfg(frame_skip=5, max_episode_steps=100)
+    backend: MujocoTaskBackendCfg = field(
+        default_factory=lambda: MujocoTaskBackendCfg(frame_skip=5, max_episode_steps=100)
     )
     """Simulator backend (``mujoco`` or ``mjwarp``) and its options."""
     reward: Literal["sparse", "dense"] = "sparse"
@@ -128,7 +128,7 @@ class ArmPushCfg:
             raise ConfigError("env.goal_distance_range_m must reach beyond env.success_radius_m")
 
 
-class _ArmPushTerms(LocomotionTerms):
+class _ArmPushTerms(MujocoTaskTerms):
     """Observation ``[N, 18]``: joint pos (3), joint vel (3), fingertip (2), block (2), block
     velocity (2), goal (2), block->goal (2), fingertip->block (2); all in the base frame."""
 

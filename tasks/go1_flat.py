@@ -35,9 +35,9 @@ import torch
 from embodied.config import ConfigError, ranged
 from embodied.io_spec import IOSpec, ObsTerm, terms_dim
 from embodied.sim.mujoco_model import load_mjcf
-from embodied.tasks.mujoco_locomotion import (
-    LocomotionBackendCfg,
-    LocomotionTerms,
+from embodied.tasks.mujoco_task import (
+    MujocoTaskBackendCfg,
+    MujocoTaskTerms,
     OnMjwarp,
     OnMujoco,
     actuator_fields,
@@ -81,7 +81,7 @@ def rotate_to_body(xp: Any, quat_wxyz: Any, vec_w: Any) -> Any:
 class Go1FlatCfg:
     """Velocity tracking on flat ground; weights are per second (multiplied by the control period)."""
 
-    backend: LocomotionBackendCfg = field(default_factory=lambda: LocomotionBackendCfg(frame_skip=4))
+    backend: MujocoTaskBackendCfg = field(default_factory=lambda: MujocoTaskBackendCfg(frame_skip=4))
     """Simulator; 4 substeps of 0.005 s: a 0.02 s (50 Hz) policy, as legged_gym's Go1."""
     action_scale_rad: float = ranged(0.25, 0.0, 3.15, "rad")
     """Joint angle offset (rad) commanded by an action of 1 (legged_gym: 0.25)."""
@@ -119,7 +119,7 @@ class Go1FlatCfg:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
-class _Go1FlatTerms(LocomotionTerms):
+class _Go1FlatTerms(MujocoTaskTerms):
     """Go1 velocity tracking; observation ``[N, 48]`` (:data:`OBS_TERMS`), action ``[N, 12]``."""
 
     cfg: Go1FlatCfg

@@ -82,9 +82,9 @@ def test_reverse_adapter_passes_env_checker_for_a_mujoco_task_and_a_gym_task() -
 
 def test_reverse_vector_env_speaks_numpy_with_same_step_autoreset() -> None:
     pytest.importorskip("mujoco")
-    from embodied.tasks.mujoco_locomotion import HalfCheetah, HalfCheetahCfg, LocomotionBackendCfg
+    from embodied.tasks.mujoco_locomotion import HalfCheetah, HalfCheetahCfg, MujocoTaskBackendCfg
 
-    cfg = HalfCheetahCfg(backend=LocomotionBackendCfg(max_episode_steps=2))
+    cfg = HalfCheetahCfg(backend=MujocoTaskBackendCfg(max_episode_steps=2))
     vec = to_gymnasium(HalfCheetah(cfg, 4, "cpu", seed=0))
     assert isinstance(vec, gymnasium.vector.VectorEnv)
     obs, _ = vec.reset(seed=3)

@@ -20,7 +20,7 @@ from embodied.tasks.mujoco_locomotion import (  # noqa: E402
     HalfCheetahCfg,
     Humanoid,
     HumanoidCfg,
-    LocomotionBackendCfg,
+    MujocoTaskBackendCfg,
 )
 
 CASES = [
@@ -66,7 +66,7 @@ def test_matches_gymnasium_on_identical_states(cls: type, cfg_cls: type, gym_id:
 
 
 def test_auto_reset_on_time_limit_keeps_final_obs() -> None:
-    cfg = HalfCheetahCfg(backend=LocomotionBackendCfg(max_episode_steps=3))
+    cfg = HalfCheetahCfg(backend=MujocoTaskBackendCfg(max_episode_steps=3))
     env = HalfCheetah(cfg, num_envs=4, device="cpu", seed=0)
     action = torch.full((4, env.action_dim), 0.7)
     for step in range(3):
@@ -124,7 +124,7 @@ def test_randomization_changes_parameters_only_when_enabled() -> None:
     np.testing.assert_array_equal(off.body_masses(), np.broadcast_to(off.model.body_mass, (3, off.model.nbody)))
 
     rand = MujocoRandomizationCfg(enabled=True, body_mass_scale=(0.5, 1.5), friction_scale=(0.5, 1.5))
-    on = Ant(AntCfg(backend=LocomotionBackendCfg(randomization=rand)), num_envs=3, device="cpu", seed=0)
+    on = Ant(AntCfg(backend=MujocoTaskBackendCfg(randomization=rand)), num_envs=3, device="cpu", seed=0)
     masses = on.body_masses()
     ratio = masses[:, 1:] / on.model.body_mass[1:]
     assert ((ratio >= 0.5) & (ratio <= 1.5)).all()
