@@ -62,6 +62,28 @@ def reinflow(path: Path, env: Any, **kw: Any) -> ReinFlow:
     return algo
 
 
+def train_argv(smolvla: Path, run: Path, *overrides: str) -> list[str]:
+    """``embodied train`` of a tiny ReinFlow run on ``smolvla`` into ``run`` (24 env steps)."""
+    argv = ["train", "arm-push", "--algo", "reinflow", "--base", f"lerobot:{smolvla}", "--run-dir", str(run)]
+    argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.eval_episodes=2"]
+    argv += ["trainer.torch_threads=1", "trainer.total_env_steps=24", "algo.num_steps_per_env=3"]
+    return [*argv, "algo.num_minibatches=2", "algo.num_epochs=1", "algo.critic_hidden=[32,32]", *overrides]
+
+
+def spy_on_first_ratio(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record ``max |ratio - 1|`` of every update's first minibatch (the check still runs)."""
+    import embodied.algos.reinflow as mod
+
+    seen: list[float] = []
+
+    def spy(ratio: torch.Tensor, update: int) -> None:
+        seen.append(float((ratio.detach() - 1).abs().max()))
+        check_first_ratio(ratio, update)
+
+    monkeypatch.setattr(mod, "check_first_ratio", spy)
+    return seen
+
+
 def test_noise_free_chain_is_lerobots_sampler(smolvla: Path) -> None:
     """Without the learned noise the chain's steps reproduce SmolVLA's own sample_actions."""
     env = arm_push_env(2)
@@ -90,15 +112,7 @@ def test_noise_free_chain_is_lerobots_sampler(smolvla: Path) -> None:
 def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = arm_push_env(2)
     algo = reinflow(smolvla, env, vla=VLAFineTuneCfg(train="last_layers", last_layers=1, backbone_micro_batch=1))
-    import embodied.algos.reinflow as mod
-
-    seen: list[float] = []
-
-    def spy(ratio: torch.Tensor, update: int) -> None:
-        seen.append(float((ratio.detach() - 1).abs().max()))
-        check_first_ratio(ratio, update)
-
-    monkeypatch.setattr(mod, "check_first_ratio", spy)
+    seen = spy_on_first_ratio(monkeypatch)
     lerobot = algo.policy.lerobot
     before = {name: p.detach().clone() for name, p in lerobot.named_parameters()}
     trained = {id(p) for p in algo.chain.trainable_parameters()}
@@ -132,10 +146,7 @@ def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatc
 @pytest.mark.slow  # the whole trainer, resume and export (minutes on a loaded 2-core CPU)
 def test_trainer_fine_tunes_and_rebuilds_a_smolvla_run(smolvla: Path, tmp_path: Path) -> None:
     run = tmp_path / "rf"
-    argv = ["train", "arm-push", "--algo", "reinflow", "--base", f"lerobot:{smolvla}", "--run-dir", str(run)]
-    argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.eval_episodes=2"]
-    argv += ["trainer.torch_threads=1", "trainer.total_env_steps=24", "algo.num_steps_per_env=3"]
-    argv += ["algo.num_minibatches=2", "algo.num_epochs=1", "algo.critic_hidden=[32,32]", "algo.micro_batch=2"]
+    argv = train_argv(smolvla, run, "algo.micro_batch=2")
     assert main(argv) == 0
     assert (run / CHECKPOINT_FILE).is_file()
     checkpoint = torch.load(run / CHECKPOINT_FILE, weights_only=False)
@@ -184,15 +195,7 @@ def test_lora_starts_as_the_base_and_only_the_adapters_train(smolvla: Path, monk
     noise = torch.randn(2, lerobot.config.chunk_size, lerobot.config.max_action_dim)
     torch.testing.assert_close(lerobot_chunk(algo, obs, noise), lerobot_chunk(plain, obs, noise), rtol=0, atol=0)
 
-    import embodied.algos.reinflow as mod
-
-    seen: list[float] = []
-
-    def spy(ratio: torch.Tensor, update: int) -> None:
-        seen.append(float((ratio.detach() - 1).abs().max()))
-        check_first_ratio(ratio, update)
-
-    monkeypatch.setattr(mod, "check_first_ratio", spy)
+    seen = spy_on_first_ratio(monkeypatch)
     before = {name: p.detach().clone() for name, p in lerobot.named_parameters()}
     for _ in range(2):
         obs = fill_rollout(algo, env, obs)
@@ -239,11 +242,8 @@ def test_lora_checkpoint_resumes_and_merges_into_a_plain_smolvla(smolvla: Path) 
 @pytest.mark.slow  # the whole trainer and export (minutes on a loaded 2-core CPU)
 def test_a_lora_run_evaluates_and_exports_as_a_plain_smolvla(smolvla: Path, tmp_path: Path) -> None:
     run = tmp_path / "rf"
-    argv = ["train", "arm-push", "--algo", "reinflow", "--base", f"lerobot:{smolvla}", "--run-dir", str(run)]
-    argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.eval_episodes=2"]
-    argv += ["trainer.torch_threads=1", "trainer.total_env_steps=24", "algo.num_steps_per_env=3"]
-    argv += ["algo.num_minibatches=2", "algo.num_epochs=1", "algo.critic_hidden=[32,32]", "algo.vla.train=lora"]
-    argv += ["algo.vla.lora_rank=2", "algo.critic_warmup_updates=0", "algo.actor_lr=1e-3"]
+    argv = train_argv(smolvla, run, "algo.vla.train=lora", "algo.vla.lora_rank=2", "algo.critic_warmup_updates=0")
+    argv += ["algo.actor_lr=1e-3"]
     assert main(argv) == 0
     saved = torch.load(run / CHECKPOINT_FILE, weights_only=False)["algo"]["policy"]
     assert saved and all(name.endswith(("lora_a", "lora_b")) for name in saved)
