@@ -496,7 +496,8 @@ class ReinFlow:
 
     # ------------------------------------------------------------------------ checkpoints
     def _trainable_state(self) -> dict[str, torch.Tensor]:
-        """The policy's trained tensors (a flow policy: all of it; a VLA: its trained expert parts)."""
+        """The policy's trained tensors (a flow policy: all of it; a VLA: its trained expert parts,
+        or its LoRA adapters with ``algo.vla.train: lora``)."""
         state = self.policy.state_dict(keep_vars=True)
         if isinstance(self.policy, FlowPolicy):
             return {k: v.detach() for k, v in state.items()}
