@@ -114,7 +114,6 @@ class SmolVLAChain:
         """Fixed ``[hidden, feature_dim]`` projection of the pooled backbone output."""
         self.feature_dim = feature_dim + self.state_dim
         self.time_dim = 16
-        self.train = train
         base.requires_grad_(False)
         self._trainable = self._select_trainable(train, last_layers, lora_rank, lora_alpha)
         for p in self._trainable:
