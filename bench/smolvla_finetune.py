@@ -15,6 +15,10 @@ Run from the LeRobot environment, one thread, beside nothing heavy::
     HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv-lerobot/bin/python bench/smolvla_finetune.py \\
         --algo reinflow --num-envs 2 --chains 2 --updates 2 --out bench_out/smolvla_reinflow.json
 
+``--train expert,last_layers,lora`` measures ReinFlow with each of those ``algo.vla.train``
+settings in one run (a fresh build of the same policy each; trainable parameters, median seconds
+per update and its ratio to the first setting's, under ``per_train``).
+
 It stops (exit 3) once the process's resident memory passes ``--max-rss-gib`` (12 by default).
 Prints one JSON line: build time, parameter counts, env steps/s while acting, seconds per update,
 peak RSS (and peak CUDA memory on a GPU).
@@ -147,6 +151,54 @@ def build_policy(backbone: Path, env: Any, device: str, size: str) -> Any:
     )
 
 
+def time_reinflow(args: argparse.Namespace, train: str, base: Any, env: Any, bf16: Any, guard: Any) -> dict[str, Any]:
+    """ReinFlow with ``algo.vla.train=train`` on ``base``: trainable parameters, env steps/s while
+    acting and seconds per update (each of ``--updates``, and their median)."""
+    from embodied.algo import PreloadSource, Transition
+    from embodied.algos.reinflow import ReinFlow, ReinFlowCfg, VLAFineTuneCfg
+
+    torch.manual_seed(0)
+    vla = VLAFineTuneCfg(
+        train=train, lora_rank=args.lora_rank, backbone_micro_batch=args.backbone_micro_batch, bf16=bf16
+    )
+    cfg = ReinFlowCfg(
+        vla=vla,
+        num_steps_per_env=args.chains,
+        num_epochs=1,
+        num_minibatches=1,
+        micro_batch=args.micro_batch,
+        critic_warmup_updates=0,
+    )
+    algo: Any = ReinFlow(cfg, env)
+    algo.preload(PreloadSource(base_policy=base))
+    trainable = sum(p.numel() for p in algo.chain.trainable_parameters())
+    out: dict[str, Any] = {"train": train, "trainable": trainable, "trainable_m": round(trainable / 1e6, 3)}
+    if train == "lora":
+        out["lora_rank"] = args.lora_rank
+    out["chunk"], out["exec_steps"] = algo.chain.chunk, algo.exec_steps
+    out["denoise_steps"] = algo.chain.denoise_steps
+    obs = env.reset(seed=0)
+    act_s, update_s, env_steps = [], [], 0
+    for _ in range(args.updates):
+        t0 = time.perf_counter()
+        while not algo.ready_to_update():
+            action = algo.act(obs)
+            nxt, reward, term, trunc, info = env.step(action)
+            algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
+            obs, env_steps = nxt, env_steps + args.num_envs
+            guard()
+        t1 = time.perf_counter()
+        algo.update()
+        guard()
+        act_s.append(t1 - t0)
+        update_s.append(time.perf_counter() - t1)
+    out["env_steps"] = env_steps
+    out["env_steps_per_s_acting"] = round(env_steps / sum(act_s), 2)
+    out["s_per_update"] = [round(s, 3) for s in update_s]
+    out["median_s_per_update"] = round(statistics.median(update_s), 3)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -162,11 +214,20 @@ def main() -> int:
     parser.add_argument("--updates", type=int, default=2, help="reinflow updates / residual env steps x 10")
     parser.add_argument("--micro-batch", type=int, default=2, help="reinflow: gradient micro-batch rows")
     parser.add_argument("--backbone-micro-batch", type=int, default=2)
-    parser.add_argument("--train", choices=["expert", "last_layers"], default="expert")
+    parser.add_argument(
+        "--train",
+        default="expert",
+        help="reinflow: algo.vla.train (expert, last_layers, lora), or several comma-separated "
+        "(expert,last_layers,lora): each measured in this run on a fresh build of the same policy",
+    )
+    parser.add_argument("--lora-rank", type=int, default=8, help="reinflow --train lora: algo.vla.lora_rank")
     parser.add_argument("--bf16", default="auto", help="backbone bf16 autocast: auto, true or false")
     parser.add_argument("--max-rss-gib", type=float, default=12.0)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    trains = args.train.split(",")
+    if not set(trains) <= {"expert", "last_layers", "lora"} or len(set(trains)) != len(trains):
+        parser.error(f"--train takes expert, last_layers and/or lora, comma-separated, each once; got {args.train!r}")
     torch.manual_seed(0)
 
     from embodied import registry
@@ -214,38 +275,22 @@ def main() -> int:
         result["s_per_chunk_prediction"] = [round(s, 2) for s in plan_s]
         result["median_s_per_chunk_prediction"] = round(statistics.median(plan_s), 2)
     elif args.algo == "reinflow":
-        from embodied.algos.reinflow import ReinFlow, ReinFlowCfg, VLAFineTuneCfg
-
-        cfg = ReinFlowCfg(
-            vla=VLAFineTuneCfg(train=args.train, backbone_micro_batch=args.backbone_micro_batch, bf16=bf16),
-            num_steps_per_env=args.chains,
-            num_epochs=1,
-            num_minibatches=1,
-            micro_batch=args.micro_batch,
-            critic_warmup_updates=0,
-        )
-        algo: Any = ReinFlow(cfg, env)
-        algo.preload(PreloadSource(base_policy=base))
-        result["trainable_m"] = round(sum(p.numel() for p in algo.chain.trainable_parameters()) / 1e6, 1)
-        result["chunk"], result["exec_steps"] = algo.chain.chunk, algo.exec_steps
-        result["denoise_steps"] = algo.chain.denoise_steps
-        act_s, update_s, env_steps = [], [], 0
-        for _ in range(args.updates):
-            t0 = time.perf_counter()
-            while not algo.ready_to_update():
-                action = algo.act(obs)
-                nxt, reward, term, trunc, info = env.step(action)
-                algo.observe(Transition(obs, action, reward, term, trunc, nxt, info["final_obs"]))
-                obs, env_steps = nxt, env_steps + args.num_envs
-                guard()
-            t1 = time.perf_counter()
-            algo.update()
-            guard()
-            act_s.append(t1 - t0)
-            update_s.append(time.perf_counter() - t1)
-        result["env_steps"] = env_steps
-        result["env_steps_per_s_acting"] = round(env_steps / sum(act_s), 2)
-        result["s_per_update"] = [round(s, 2) for s in update_s]
+        if len(trains) == 1:
+            result |= time_reinflow(args, trains[0], base, env, bf16, guard)
+        else:  # each setting on a fresh build of the same policy (LoRA wraps the expert in place)
+            result["per_train"] = {}
+            for i, train in enumerate(trains):
+                if i > 0:
+                    del base
+                    torch.manual_seed(0)
+                    with tempfile.TemporaryDirectory() as tmp:
+                        base = build_policy(
+                            write_backbone(Path(tmp) / "smolvlm2", args.size), env, args.device, args.size
+                        )
+                result["per_train"][train] = time_reinflow(args, train, base, env, bf16, guard)
+            first = result["per_train"][trains[0]]["median_s_per_update"]
+            for row in result["per_train"].values():
+                row["update_time_vs_" + trains[0]] = round(row["median_s_per_update"] / first, 2)
     else:
         from embodied.algos.residual import Residual, ResidualCfg
 

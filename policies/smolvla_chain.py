@@ -22,7 +22,11 @@ weights stay a LeRobot checkpoint's:
 - :meth:`features`: a fixed random projection (seeded, ``feature_dim`` wide) of the pooled
   backbone output, beside the normalized state: what the critic and the noise network read;
 - trainable: the action expert (``train="expert"``: its transformer, the action in/out and
-  time projections) or only its last ``last_layers`` layers and the action output projection.
+  time projections), only its last ``last_layers`` layers and the action output projection, or
+  (``train="lora"``) low-rank adapters (:mod:`embodied.policies.lora`) on every linear layer of
+  the expert's transformer layers (attention ``q/k/v/o_proj``, MLP ``gate/up/down_proj``) with
+  everything else frozen; :meth:`SmolVLAChain.merge_adapters` folds them back into the weights,
+  leaving a plain SmolVLA.
 
 Nothing here imports lerobot: the policy object comes from :mod:`embodied.training.lerobot_base`.
 
@@ -42,6 +46,7 @@ from torch import nn
 from embodied.action_chunks import ChunkSpec
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
+from embodied.policies.lora import add_lora, merge_lora
 from embodied.policies.vla import LeRobotPolicy, actions_to_unit, lerobot_batch
 
 LANGUAGE_TOKENS = "observation.language.tokens"
@@ -74,6 +79,8 @@ class SmolVLAChain:
         base: LeRobotPolicy,
         train: str = "expert",
         last_layers: int = 1,
+        lora_rank: int = 8,
+        lora_alpha: float | None = None,
         backbone_micro_batch: int = 8,
         bf16: bool = False,
         feature_dim: int = 64,
@@ -107,14 +114,20 @@ class SmolVLAChain:
         """Fixed ``[hidden, feature_dim]`` projection of the pooled backbone output."""
         self.feature_dim = feature_dim + self.state_dim
         self.time_dim = 16
-        self._trainable = self._select_trainable(train, last_layers)
         base.requires_grad_(False)
+        self._trainable = self._select_trainable(train, last_layers, lora_rank, lora_alpha)
         for p in self._trainable:
             p.requires_grad_(True)
         policy.eval()  # no dropout: sampling and scoring must compute the same chain
 
-    def _select_trainable(self, train: str, last_layers: int) -> list[nn.Parameter]:
+    def _select_trainable(
+        self, train: str, last_layers: int, lora_rank: int, lora_alpha: float | None
+    ) -> list[nn.Parameter]:
         expert = self.model.vlm_with_expert.lm_expert
+        if train == "lora":
+            alpha = float(lora_rank if lora_alpha is None else lora_alpha)
+            adapters = [a for layer in expert.layers for a in add_lora(layer, lora_rank, alpha, seed=0)]
+            return [p for adapter in adapters for p in (adapter.lora_a, adapter.lora_b)]
         if train == "expert":
             modules = [expert, self.model.action_in_proj, self.model.action_out_proj]
             modules += [self.model.action_time_mlp_in, self.model.action_time_mlp_out]
@@ -126,7 +139,7 @@ class SmolVLAChain:
                 )
             modules = [*layers[-last_layers:], expert.norm, self.model.action_out_proj]
         else:
-            raise EmbodiedError(f"algo.vla.train must be 'expert' or 'last_layers', got {train!r}")
+            raise EmbodiedError(f"algo.vla.train must be 'expert', 'last_layers' or 'lora', got {train!r}")
         params: list[nn.Parameter] = []
         seen: set[int] = set()
         for module in modules:
@@ -138,6 +151,15 @@ class SmolVLAChain:
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         return iter(self._trainable)
+
+    def merge_adapters(self) -> int:
+        """Fold LoRA adapters into the expert's weights (``W + s B A``, in place), so the policy is a
+        plain SmolVLA again (LeRobot's module structure and state-dict keys); returns how many
+        layers were merged (0 unless ``train="lora"``). Nothing trains afterwards."""
+        merged = merge_lora(self.model.vlm_with_expert.lm_expert)
+        if merged:
+            self._trainable = []
+        return merged
 
     # ------------------------------------------------------------------------- backbone
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -233,6 +255,8 @@ def smolvla_chain(base: object, vla_cfg: Any, device: torch.device) -> SmolVLACh
         base,
         train=vla_cfg.train,
         last_layers=vla_cfg.last_layers,
+        lora_rank=vla_cfg.lora_rank,
+        lora_alpha=vla_cfg.lora_alpha,
         backbone_micro_batch=vla_cfg.backbone_micro_batch,
         bf16=resolve_bf16(vla_cfg.bf16, device, "algo.vla.bf16"),
         feature_dim=vla_cfg.feature_dim,

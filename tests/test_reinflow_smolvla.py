@@ -23,6 +23,8 @@ from test_lerobot_base import arm_push_env
 from embodied.algo import PreloadSource
 from embodied.algos.reinflow import RATIO_TOL, ReinFlow, ReinFlowCfg, VLAFineTuneCfg, check_first_ratio
 from embodied.cli import main
+from embodied.errors import EmbodiedError
+from embodied.policies.lora import lora_parameter_count
 from embodied.policies.vla import LeRobotPolicy, actions_to_unit, lerobot_batch
 from embodied.training.lerobot_base import load_lerobot_policy
 from embodied.training.run import CHECKPOINT_FILE, load_run
@@ -60,6 +62,28 @@ def reinflow(path: Path, env: Any, **kw: Any) -> ReinFlow:
     return algo
 
 
+def train_argv(smolvla: Path, run: Path, *overrides: str) -> list[str]:
+    """``embodied train`` of a tiny ReinFlow run on ``smolvla`` into ``run`` (24 env steps)."""
+    argv = ["train", "arm-push", "--algo", "reinflow", "--base", f"lerobot:{smolvla}", "--run-dir", str(run)]
+    argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.eval_episodes=2"]
+    argv += ["trainer.torch_threads=1", "trainer.total_env_steps=24", "algo.num_steps_per_env=3"]
+    return [*argv, "algo.num_minibatches=2", "algo.num_epochs=1", "algo.critic_hidden=[32,32]", *overrides]
+
+
+def spy_on_first_ratio(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record ``max |ratio - 1|`` of every update's first minibatch (the check still runs)."""
+    import embodied.algos.reinflow as mod
+
+    seen: list[float] = []
+
+    def spy(ratio: torch.Tensor, update: int) -> None:
+        seen.append(float((ratio.detach() - 1).abs().max()))
+        check_first_ratio(ratio, update)
+
+    monkeypatch.setattr(mod, "check_first_ratio", spy)
+    return seen
+
+
 def test_noise_free_chain_is_lerobots_sampler(smolvla: Path) -> None:
     """Without the learned noise the chain's steps reproduce SmolVLA's own sample_actions."""
     env = arm_push_env(2)
@@ -88,15 +112,7 @@ def test_noise_free_chain_is_lerobots_sampler(smolvla: Path) -> None:
 def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = arm_push_env(2)
     algo = reinflow(smolvla, env, vla=VLAFineTuneCfg(train="last_layers", last_layers=1, backbone_micro_batch=1))
-    import embodied.algos.reinflow as mod
-
-    seen: list[float] = []
-
-    def spy(ratio: torch.Tensor, update: int) -> None:
-        seen.append(float((ratio.detach() - 1).abs().max()))
-        check_first_ratio(ratio, update)
-
-    monkeypatch.setattr(mod, "check_first_ratio", spy)
+    seen = spy_on_first_ratio(monkeypatch)
     lerobot = algo.policy.lerobot
     before = {name: p.detach().clone() for name, p in lerobot.named_parameters()}
     trained = {id(p) for p in algo.chain.trainable_parameters()}
@@ -130,10 +146,7 @@ def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatc
 @pytest.mark.slow  # the whole trainer, resume and export (minutes on a loaded 2-core CPU)
 def test_trainer_fine_tunes_and_rebuilds_a_smolvla_run(smolvla: Path, tmp_path: Path) -> None:
     run = tmp_path / "rf"
-    argv = ["train", "arm-push", "--algo", "reinflow", "--base", f"lerobot:{smolvla}", "--run-dir", str(run)]
-    argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.eval_episodes=2"]
-    argv += ["trainer.torch_threads=1", "trainer.total_env_steps=24", "algo.num_steps_per_env=3"]
-    argv += ["algo.num_minibatches=2", "algo.num_epochs=1", "algo.critic_hidden=[32,32]", "algo.micro_batch=2"]
+    argv = train_argv(smolvla, run, "algo.micro_batch=2")
     assert main(argv) == 0
     assert (run / CHECKPOINT_FILE).is_file()
     checkpoint = torch.load(run / CHECKPOINT_FILE, weights_only=False)
@@ -155,3 +168,92 @@ def test_trainer_fine_tunes_and_rebuilds_a_smolvla_run(smolvla: Path, tmp_path: 
     fine_tuned = dict(load_run(run).policy.lerobot.named_parameters())
     for name, value in exported.named_parameters():
         torch.testing.assert_close(value, fine_tuned[name], rtol=0, atol=0)
+
+
+def lerobot_chunk(algo: ReinFlow, obs: Any, noise: torch.Tensor) -> torch.Tensor:
+    """LeRobot's own sampler's chunk ``[B, H, P]`` on ``obs`` from start noise ``noise``."""
+    policy = algo.policy
+    batch = policy.preprocessor(lerobot_batch(obs, policy.instruction, policy.cameras, policy.state_group))
+    with torch.no_grad():
+        return policy.lerobot.predict_action_chunk(batch, noise=noise)
+
+
+def test_lora_starts_as_the_base_and_only_the_adapters_train(smolvla: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = arm_push_env(2)
+    plain = reinflow(smolvla, env, vla=VLAFineTuneCfg(bf16=False))
+    expert_layers = plain.chain.model.vlm_with_expert.lm_expert.layers  # type: ignore[attr-defined]
+    predicted = lora_parameter_count(expert_layers, 4)
+    algo = reinflow(smolvla, env, vla=VLAFineTuneCfg(train="lora", lora_rank=4, lora_alpha=8.0, bf16=False))
+    trained = list(algo.chain.trainable_parameters())
+    assert sum(p.numel() for p in trained) == predicted > 0
+    lerobot = algo.policy.lerobot
+    names = {name for name, p in lerobot.named_parameters() if p.requires_grad}
+    assert names and all(name.endswith(("lora_a", "lora_b")) for name in names)
+    assert all("lm_expert.layers" in name for name in names)
+    # B = 0: the adapted expert is the base, sample for sample
+    obs = env.reset(seed=0)
+    noise = torch.randn(2, lerobot.config.chunk_size, lerobot.config.max_action_dim)
+    torch.testing.assert_close(lerobot_chunk(algo, obs, noise), lerobot_chunk(plain, obs, noise), rtol=0, atol=0)
+
+    seen = spy_on_first_ratio(monkeypatch)
+    before = {name: p.detach().clone() for name, p in lerobot.named_parameters()}
+    for _ in range(2):
+        obs = fill_rollout(algo, env, obs)
+        assert math.isfinite(algo.update()["policy_loss"])
+    assert seen and max(seen) <= RATIO_TOL
+    changed = {name for name, p in lerobot.named_parameters() if not torch.equal(p, before[name])}
+    assert changed and changed <= names  # gradients reach the adapters only
+    assert any(name.endswith("lora_b") for name in changed)
+    env.close()
+
+
+def test_lora_checkpoint_resumes_and_merges_into_a_plain_smolvla(smolvla: Path) -> None:
+    env = arm_push_env(2)
+    cfg = VLAFineTuneCfg(train="lora", lora_rank=4, lora_alpha=8.0, bf16=False)  # scale 2
+    algo = reinflow(smolvla, env, vla=cfg)
+    obs = env.reset(seed=0)
+    for _ in range(2):
+        obs = fill_rollout(algo, env, obs)
+        algo.update()
+    state = algo.state_dict()
+    assert state["policy"] and all(name.endswith(("lora_a", "lora_b")) for name in state["policy"])
+    resumed = reinflow(smolvla, env, vla=cfg)
+    resumed.load_state_dict(state)
+    lerobot = algo.policy.lerobot
+    noise = torch.randn(2, lerobot.config.chunk_size, lerobot.config.max_action_dim)
+    adapted = lerobot_chunk(algo, obs, noise)
+    torch.testing.assert_close(lerobot_chunk(resumed, obs, noise), adapted, rtol=0, atol=0)
+    plain = reinflow(smolvla, env, vla=VLAFineTuneCfg(bf16=False))
+    assert float((lerobot_chunk(plain, obs, noise) - adapted).abs().max()) > 1e-6  # the adapters moved it
+    with pytest.raises(EmbodiedError, match=r"another algo\.vla\.train setting"):
+        plain.load_state_dict(state)
+    with pytest.raises(EmbodiedError, match=r"another algo\.vla\.train setting"):
+        reinflow(smolvla, env, vla=cfg).load_state_dict(plain.state_dict())
+
+    # merged: LeRobot's own module structure and keys again, the same chunks to 1e-5
+    algo.merge_adapters()
+    assert set(lerobot.state_dict()) == set(plain.policy.lerobot.state_dict())
+    assert float((lerobot_chunk(algo, obs, noise) - adapted).abs().max()) <= 1e-5
+    with pytest.raises(EmbodiedError, match="merged"):
+        algo.state_dict()
+    env.close()
+
+
+@pytest.mark.slow  # the whole trainer and export (minutes on a loaded 2-core CPU)
+def test_a_lora_run_evaluates_and_exports_as_a_plain_smolvla(smolvla: Path, tmp_path: Path) -> None:
+    run = tmp_path / "rf"
+    argv = train_argv(smolvla, run, "algo.vla.train=lora", "algo.vla.lora_rank=2", "algo.critic_warmup_updates=0")
+    argv += ["algo.actor_lr=1e-3"]
+    assert main(argv) == 0
+    saved = torch.load(run / CHECKPOINT_FILE, weights_only=False)["algo"]["policy"]
+    assert saved and all(name.endswith(("lora_a", "lora_b")) for name in saved)
+    loaded = load_run(run)  # for use: the adapters are folded into the expert's weights
+    assert not any("lora" in name for name in loaded.policy.lerobot.state_dict())
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert main(["export", str(run), "--format", "lerobot"]) == 0  # parity with the run's policy to 1e-5
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+    exported = SmolVLAPolicy.from_pretrained(run / "export" / "lerobot")
+    merged = dict(loaded.policy.lerobot.named_parameters())
+    for name, value in exported.named_parameters():
+        torch.testing.assert_close(value, merged[name], rtol=0, atol=0)

@@ -73,12 +73,20 @@ class RatioCheckError(EmbodiedError):
 class VLAFineTuneCfg:
     """What of a pretrained VLA (``--base lerobot:PATH``) ReinFlow trains, and how it batches."""
 
-    train: Literal["expert", "last_layers"] = "expert"
+    train: Literal["expert", "last_layers", "lora"] = "expert"
     """``expert``: the whole action expert (its transformer and the action/time projections);
     ``last_layers``: only its last ``last_layers`` transformer layers and the action output
-    projection. The vision-language backbone is always frozen."""
+    projection; ``lora``: low-rank adapters on every linear layer of the expert's transformer
+    layers (attention q/k/v/o and MLP gate/up/down projections), the expert itself frozen; they
+    are merged into the weights when the policy leaves the trainer (eval, export). The
+    vision-language backbone is always frozen."""
     last_layers: int = 1
     """Expert layers trained with ``train: last_layers``."""
+    lora_rank: int = 8
+    """Rank ``r`` of the adapters with ``train: lora`` (``r * (in + out)`` parameters per layer)."""
+    lora_alpha: float | None = None
+    """Adapter scale numerator with ``train: lora``: the update is ``(alpha / r) B A`` (None: ``alpha = r``,
+    scale 1)."""
     backbone_micro_batch: int = 8
     """Observations per backbone forward when acting (bounds the backbone's activation memory)."""
     bf16: Bf16Setting = "auto"
@@ -90,11 +98,15 @@ class VLAFineTuneCfg:
     network read (beside the state)."""
 
     def __post_init__(self) -> None:
-        for name in ("last_layers", "backbone_micro_batch", "feature_dim"):
+        for name in ("last_layers", "lora_rank", "backbone_micro_batch", "feature_dim"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"algo.vla.{name} must be >= 1, got {getattr(self, name)}")
-        if self.train not in ("expert", "last_layers"):
-            raise ConfigError(f"algo.vla.train must be 'expert' or 'last_layers', got {self.train!r}")
+        if self.train not in ("expert", "last_layers", "lora"):
+            raise ConfigError(f"algo.vla.train must be 'expert', 'last_layers' or 'lora', got {self.train!r}")
+        if self.lora_alpha is not None and not (math.isfinite(self.lora_alpha) and self.lora_alpha > 0.0):
+            raise ConfigError(
+                f"algo.vla.lora_alpha must be a number > 0 (or null: equal to lora_rank), got {self.lora_alpha!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,7 @@ class ReinFlow:
         self.updates = 0
         self._acted = False
         self._preloaded = False
+        self._merged = False
         self._build(PolicyFlowChain(make_flow_policy(env.obs_spec, self.action_dim, cfg.policy).to(self.device)))
 
     def _build(self, chain: FlowChain) -> None:
@@ -282,6 +295,19 @@ class ReinFlow:
         self.chain.policy.load_state_dict(base.state_dict())
         self.chain.base.load_state_dict(base.state_dict())
         self._preloaded = True
+
+    def merge_adapters(self) -> None:
+        """Fold a VLA chain's LoRA adapters (``algo.vla.train: lora``) into its weights, so the policy
+        is the plain pretrained architecture again (no-op otherwise). For a policy leaving training
+        (:func:`embodied.training.run.load_run`: eval, export); this algorithm then no longer trains
+        or checkpoints."""
+        merge = getattr(self.chain, "merge_adapters", None)
+        if callable(merge) and merge():
+            self._merged = True
+
+    def _check_not_merged(self, what: str) -> None:
+        if self._merged:
+            raise EmbodiedError(f"ReinFlow.{what}: the LoRA adapters were merged into the policy; nothing trains now")
 
     # ----------------------------------------------------------------------------- chain
     def step_dist(self, cond: Cond, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -379,6 +405,7 @@ class ReinFlow:
 
     # ---------------------------------------------------------------------------- update
     def update(self) -> dict[str, float]:
+        self._check_not_merged("update")
         st, cfg = self.storage, self.cfg
         if not self.ready_to_update():
             raise EmbodiedError(f"ReinFlow.update called with {st.cursor}/{st.steps} rollout steps stored")
@@ -469,7 +496,8 @@ class ReinFlow:
 
     # ------------------------------------------------------------------------ checkpoints
     def _trainable_state(self) -> dict[str, torch.Tensor]:
-        """The policy's trained tensors (a flow policy: all of it; a VLA: its trained expert parts)."""
+        """The policy's trained tensors (a flow policy: all of it; a VLA: its trained expert parts,
+        or its LoRA adapters with ``algo.vla.train: lora``)."""
         state = self.policy.state_dict(keep_vars=True)
         if isinstance(self.policy, FlowPolicy):
             return {k: v.detach() for k, v in state.items()}
@@ -482,6 +510,7 @@ class ReinFlow:
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        self._check_not_merged("state_dict")
         conds = [c for c in self._conds if c is not None]
         state: dict[str, Any] = {
             "policy": self._trainable_state(),

@@ -403,7 +403,9 @@ class LoadedRun:
 
 
 def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """Rebuild a run's algorithm from ``config.yaml`` + ``ckpt/latest.pt`` on ``device``."""
+    """Rebuild a run's algorithm from ``config.yaml`` + ``ckpt/latest.pt`` on ``device``, for using its
+    policy (eval, export, play, collect, a later run's base), not for training it further: an
+    algorithm with ``merge_adapters`` (ReinFlow's LoRA on a VLA) folds its adapters into the weights."""
     run_dir = Path(run_dir)
     config_path = run_dir / CONFIG_FILE
     if not config_path.is_file():
@@ -427,6 +429,9 @@ def load_run(run_dir: Path, device: str | torch.device = "cpu") -> LoadedRun:
             preload_algorithm(algo, cfg.algo_name, PreloadSource(base_run=Path(base_run), base_policy=base))
         check_policy_entries(checkpoint, algo, path, cfg.num_envs)
         load_algo_state(algo, checkpoint, run_dir)
+        merge = getattr(algo, "merge_adapters", None)
+        if callable(merge):
+            merge()  # the policy leaves training as its plain architecture (adapters folded into weights)
         io_spec = env.io_spec()
     finally:
         env.close()
