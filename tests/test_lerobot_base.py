@@ -126,3 +126,29 @@ def test_residual_trains_on_a_lerobot_base(dataset: Path, tmp_path: Path) -> Non
     loaded = load_run(run)  # the base is reloaded from lerobot:PATH
     obs = arm_push_env(2).reset(seed=0)
     assert np.isfinite(loaded.policy.act(obs, deterministic=True).numpy()).all()
+
+
+def test_background_eval_recipe_rebuilds_a_residual_policy_on_a_lerobot_base(dataset: Path, tmp_path: Path) -> None:
+    """The background evaluator's child loads a ``lerobot:`` base as the trainer does (not as a run
+    directory), and the policy it rebuilds acts like the trainer's on the same weights."""
+    from embodied.training.background_eval import PolicyRecipe
+
+    path = save_policy("act", dataset, tmp_path / "act")
+    cfg = apply_overrides(registry.task_cfg("arm-push"), {"backend": {"camera": "top"}}, "test")
+    env = arm_push_env(2)
+    algo_cfg = registry.algo_cfg("residual")
+    algo = registry.make_algo("residual", algo_cfg, env)
+    from embodied.algo import PreloadSource, preload_algorithm
+    from embodied.training.lerobot_base import load_base_policy
+
+    base = load_base_policy(f"lerobot:{path}", "arm-push", cfg, env, "cpu")
+    preload_algorithm(algo, "residual", PreloadSource(base_run=Path(f"lerobot:{path}"), base_policy=base))
+    rebuilt = PolicyRecipe("arm-push", cfg, "residual", algo_cfg, f"lerobot:{path}")()
+    trained = algo.policy
+    assert isinstance(trained, torch.nn.Module)
+    rebuilt.load_state_dict(trained.state_dict())
+    obs = env.reset(seed=0)
+    with torch.no_grad():
+        want = trained.act(obs, deterministic=True)
+        got = rebuilt.act(obs, deterministic=True)
+    assert torch.allclose(got, want, atol=1e-5), float((got - want).abs().max())

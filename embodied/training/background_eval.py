@@ -124,7 +124,8 @@ class PolicyRecipe:
     The child builds the algorithm once for one env and keeps its policy as the module each
     snapshot's weights are loaded into (strictly: a module of another shape fails, and the
     trainer then evaluates in its own process). A frozen base the algorithm keeps outside its
-    checkpoint is loaded again from ``base_run``, as :func:`embodied.training.run.load_run` does."""
+    checkpoint is loaded again from ``base_run`` (a run directory or ``lerobot:REF``), as the trainer
+    loaded it (:func:`embodied.training.lerobot_base.load_base_policy`)."""
 
     task_name: str
     env_cfg: Any
@@ -143,9 +144,10 @@ class PolicyRecipe:
         try:
             algo = registry.make_algo(self.algo_name, self.algo_cfg, env)
             if self.base_run is not None and base_outside_checkpoint(algo):
-                from embodied.training.run import load_run
+                from embodied.training.lerobot_base import load_base_policy
 
-                base = load_run(Path(self.base_run)).policy
+                # A run directory or a ``lerobot:`` reference, loaded as the trainer loaded it.
+                base = load_base_policy(self.base_run, self.task_name, self.env_cfg, env, "cpu")
                 preload_algorithm(algo, self.algo_name, PreloadSource(base_run=Path(self.base_run), base_policy=base))
         finally:
             env.close()
