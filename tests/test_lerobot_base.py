@@ -143,8 +143,8 @@ def test_background_eval_recipe_rebuilds_a_residual_policy_on_a_lerobot_base(dat
 
     base = load_base_policy(f"lerobot:{path}", "arm-push", cfg, env, "cpu")
     preload_algorithm(algo, "residual", PreloadSource(base_run=Path(f"lerobot:{path}"), base_policy=base))
-    rebuilt = PolicyRecipe("arm-push", cfg, "residual", algo_cfg, f"lerobot:{path}")()
-    trained = algo.policy
+    rebuilt: Any = PolicyRecipe("arm-push", cfg, "residual", algo_cfg, f"lerobot:{path}")()
+    trained: Any = algo.policy  # the residual policy: a module with act()
     assert isinstance(trained, torch.nn.Module)
     rebuilt.load_state_dict(trained.state_dict())
     obs = env.reset(seed=0)
