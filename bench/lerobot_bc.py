@@ -28,7 +28,7 @@ Results: ``OUT/results.json`` (dataset size, training steps, batch size and wall
 evaluation rows). Run from the LeRobot environment (``bash scripts/setup_lerobot.sh``)::
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv-lerobot/bin/python bench/lerobot_bc.py \\
-        --demos 200 --steps act=1000,diffusion=1000,smolvla=1000 --eval-episodes 100
+        --stages train,eval --steps act=400,diffusion=200,smolvla=900 --batch-size 16 --jobs 3
 
 One stage at a time: ``--stages collect``, then ``--stages train --kinds act``, then
 ``--stages eval`` (a stage reads what the earlier ones left in ``--out-dir``).
@@ -58,18 +58,19 @@ TRAINING: dict[str, dict[str, Any]] = {
     # ACT's preset (lr 1e-5 for the transformer and the backbone) is for fine-tuning a pretrained
     # ResNet; from random weights in about a thousand steps both learn at 3e-4.
     "act": {"optimizer_lr": 3e-4, "optimizer_lr_backbone": 3e-4},
-    # DDIM samples well in 10 steps where DDPM with the small config's 3 does not; 500 warm-up
-    # steps would be half of a short run.
-    "diffusion": {"noise_scheduler_type": "DDIM", "num_inference_steps": 10, "scheduler_warmup_steps": 100},
+    # DDIM samples well in 10 steps where DDPM with the small config's 3 does not.
+    "diffusion": {"noise_scheduler_type": "DDIM", "num_inference_steps": 10},
     # The tiny backbone is random, so freezing it (the preset, right for a pretrained SmolVLM)
     # would freeze noise: train all of it; warm-up and cosine decay fit the run's length.
     "smolvla": {
         "train_expert_only": False,
         "freeze_vision_encoder": False,
         "optimizer_lr": 3e-4,
-        "scheduler_warmup_steps": 100,
     },
 }
+WARMUP_FRACTION = 0.1
+"""Learning-rate warm-up as a share of the run for the kinds with a scheduler (Diffusion: 500
+steps by default, SmolVLA: 1000, longer than a short run), and SmolVLA's cosine decay spans the run."""
 SKIP_FIELDS = ("input_features", "output_features")  # the trainer derives them from the dataset
 
 
@@ -88,6 +89,8 @@ def policy_flags(kind: str, vlm: Path, steps: int) -> list[str]:
     """``--policy.*`` flags for ``lerobot_train``: the small config of ``kind`` plus :data:`TRAINING`,
     as the fields that differ from the config class's defaults."""
     extra = dict(TRAINING[kind])
+    if kind in ("diffusion", "smolvla"):
+        extra["scheduler_warmup_steps"] = max(int(WARMUP_FRACTION * steps), 1)
     if kind == "smolvla":
         extra["scheduler_decay_steps"] = steps
     config = dataclasses.replace(make_config(kind, vlm), **extra)
@@ -120,7 +123,7 @@ def collect(out: Path, demos: int, num_envs: int) -> dict[str, Any]:
     }
 
 
-def train_command(out: Path, kind: str, steps: int, batch_size: int) -> list[str]:
+def train_command(out: Path, kind: str, steps: int, batch_size: int, seed: int) -> list[str]:
     """The ``lerobot_train`` command line for ``kind`` on ``out/demos`` into ``out/train/KIND``."""
     dataset, run = out / "demos", out / "train" / kind
     if not (dataset / "meta" / "info.json").is_file():
@@ -135,11 +138,11 @@ def train_command(out: Path, kind: str, steps: int, batch_size: int) -> list[str
         *policy_flags(kind, vlm, steps),
         f"--steps={steps}", f"--batch_size={batch_size}", "--num_workers=0", "--eval_freq=0",
         f"--save_freq={steps}", f"--log_freq={max(steps // 20, 1)}", "--wandb.enable=false",
-        f"--output_dir={run}", "--seed=1000",
+        f"--output_dir={run}", f"--seed={seed}",
     ]  # fmt: skip
 
 
-def train(out: Path, kinds: list[str], steps: dict[str, int], batch: dict[str, int], jobs: int) -> None:
+def train(out: Path, kinds: list[str], steps: dict[str, int], batch: dict[str, int], jobs: int, seed: int) -> None:
     """LeRobot's trainer for each of ``kinds``, up to ``jobs`` at once; each writes ``out/train_KIND.json``
     (and its log ``out/train_KIND.log``); the checkpoint is ``out/train/KIND/checkpoints/last/pretrained_model``."""
     waiting = list(kinds)
@@ -147,7 +150,7 @@ def train(out: Path, kinds: list[str], steps: dict[str, int], batch: dict[str, i
     while waiting or running:
         while waiting and len(running) < jobs:
             kind = waiting.pop(0)
-            cmd = train_command(out, kind, steps[kind], batch[kind])
+            cmd = train_command(out, kind, steps[kind], batch[kind], seed)
             sink = (out / f"train_{kind}.log").open("w")
             running[kind] = (subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT), cmd, time.perf_counter())
         time.sleep(2.0)
@@ -230,6 +233,7 @@ def main() -> int:
     parser.add_argument("--steps", default="1000", help="training steps: N, or act=N,diffusion=N,smolvla=N")
     parser.add_argument("--batch-size", default="32", help="training batch: N, or act=N,diffusion=N,smolvla=N")
     parser.add_argument("--jobs", type=int, default=1, help="trainings run at once, one thread each (default: 1)")
+    parser.add_argument("--train-seed", type=int, default=1000, help="lerobot_train's --seed (default: its 1000)")
     parser.add_argument("--eval-episodes", type=int, default=100, help="evaluation episodes (default: 100)")
     parser.add_argument("--seed", type=int, default=12345, help="evaluation seed (default: embodied eval's)")
     args = parser.parse_args()
@@ -249,7 +253,7 @@ def main() -> int:
         (out / "dataset.json").write_text(json.dumps(dataset, indent=2))
         print(json.dumps(dataset), flush=True)
     if "train" in stages:
-        train(out, kinds, steps, batch, args.jobs)
+        train(out, kinds, steps, batch, args.jobs, args.train_seed)
     if "eval" in stages:
         rows = evaluate_all(out, kinds, args.eval_episodes, args.seed)
         (out / "eval.json").write_text(json.dumps(rows, indent=2))
