@@ -28,7 +28,9 @@ Results: ``OUT/results.json`` (dataset size, training steps, batch size and wall
 evaluation rows). Run from the LeRobot environment (``bash scripts/setup_lerobot.sh``)::
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv-lerobot/bin/python bench/lerobot_bc.py \\
-        --stages train,eval --steps act=400,diffusion=200,smolvla=900 --batch-size 16 --jobs 3
+        --demos 200 --steps act=400,diffusion=200,smolvla=900 --batch-size 16 --jobs 3
+
+(about 10 minutes on two quiet cores, 40 on a loaded machine; docs/benchmarks/lerobot.md).
 
 One stage at a time: ``--stages collect``, then ``--stages train --kinds act``, then
 ``--stages eval`` (a stage reads what the earlier ones left in ``--out-dir``).
@@ -230,8 +232,12 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"policies to train/evaluate (default: {KINDS})")
     parser.add_argument("--demos", type=int, default=200, help="expert episodes to collect (default: 200)")
     parser.add_argument("--collect-envs", type=int, default=50, help="parallel envs while collecting (default: 50)")
-    parser.add_argument("--steps", default="1000", help="training steps: N, or act=N,diffusion=N,smolvla=N")
-    parser.add_argument("--batch-size", default="32", help="training batch: N, or act=N,diffusion=N,smolvla=N")
+    parser.add_argument(
+        "--steps",
+        default="act=400,diffusion=200,smolvla=900",
+        help="training steps: N, or KIND=N,... (default: act=400,diffusion=200,smolvla=900, the recorded budget)",
+    )
+    parser.add_argument("--batch-size", default="16", help="training batch: N, or KIND=N,... (default: 16)")
     parser.add_argument("--jobs", type=int, default=1, help="trainings run at once, one thread each (default: 1)")
     parser.add_argument("--train-seed", type=int, default=1000, help="lerobot_train's --seed (default: its 1000)")
     parser.add_argument("--eval-episodes", type=int, default=100, help="evaluation episodes (default: 100)")
