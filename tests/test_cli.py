@@ -54,3 +54,22 @@ def test_bad_input_exits_2_with_choices(tmp_path: Path, caplog: pytest.LogCaptur
     assert "algo.not_a_key" in caplog.text
     assert main(["eval", str(tmp_path)]) == 2
     assert "not a run directory" in caplog.text
+
+
+def test_train_closes_its_env_when_training_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`embodied train` closes the training simulator as soon as training ends, not when the
+    trainer happens to be collected: Isaac Lab holds one simulation per process, and an
+    `embodied eval` in the same process (tests/test_isaaclab_real.py) builds another."""
+    from embodied.tasks.quadrotor.hover import QuadHover
+
+    closed: list[int] = []
+    real_close = QuadHover.close
+
+    def close(self: QuadHover) -> None:
+        closed.append(self.num_envs)
+        real_close(self)
+
+    monkeypatch.setattr(QuadHover, "close", close)
+    argv = ["train", "quad-hover", "--run-dir", str(tmp_path / "run"), "--no-progress", "--num-envs", "16"]
+    assert main([*argv, "trainer.total_env_steps=512", "trainer.eval_episodes=0"]) == 0
+    assert 16 in closed, f"the 16-env training env was not closed (closed: {closed})"

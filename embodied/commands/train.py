@@ -420,7 +420,10 @@ def _train_one(cfg: ExperimentCfg, run_dir: Path, resume: bool, allow: list[str]
     from embodied.training.trainer import Trainer
 
     trainer = Trainer(cfg, run_dir, resume=resume, allow=sorted(set(allow)))
-    state = trainer.train()
+    try:
+        state = trainer.train()
+    finally:
+        trainer.close()
     if not distributed.is_main():
         return
     print(

@@ -28,6 +28,8 @@ import math
 import os
 import random
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +191,19 @@ class _NoMetrics:
         pass
 
 
+def _row_writer(trainer: Trainer) -> Callable[[int, dict[str, float]], None]:
+    """``trainer.logger.log`` looked up at each call (the logger is built after the scheduler),
+    through a weak reference, so the scheduler and the trainer hold no reference cycle."""
+    ref = weakref.ref(trainer)
+
+    def write(env_steps: int, row: dict[str, float]) -> None:
+        alive = ref()
+        if alive is not None:
+            alive.logger.log(env_steps, row)
+
+    return write
+
+
 class Trainer:
     """Builds env + algorithm from an :class:`ExperimentCfg` and trains them in ``run_dir``.
 
@@ -213,6 +228,13 @@ class Trainer:
                 self.eval_scheduler.close()
             self._release()
             raise
+
+    def close(self) -> None:
+        """Close the training env and its simulator. :meth:`train` leaves it open for callers that
+        look at it afterwards; ``embodied train`` closes it as soon as training ends, because
+        Isaac Lab holds one simulation per process and an ``embodied eval`` in the same process
+        builds another."""
+        self.env.close()
 
     @property
     def _background(self) -> BackgroundEvaluator | None:
@@ -299,7 +321,7 @@ class Trainer:
             self.algo,
             self.eval_envs,
             self.run_dir / CONFIG_FILE,
-            write_row=lambda env_steps, row: self.logger.log(env_steps, row),
+            write_row=_row_writer(self),
         )
         """When and where evaluations run, and the one in flight (see :mod:`embodied.training.eval_schedule`)."""
         if resume:
