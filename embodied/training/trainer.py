@@ -28,8 +28,6 @@ import math
 import os
 import random
 import time
-import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,19 +189,6 @@ class _NoMetrics:
         pass
 
 
-def _row_writer(trainer: Trainer) -> Callable[[int, dict[str, float]], None]:
-    """``trainer.logger.log`` looked up at each call (the logger is built after the scheduler),
-    through a weak reference, so the scheduler and the trainer hold no reference cycle."""
-    ref = weakref.ref(trainer)
-
-    def write(env_steps: int, row: dict[str, float]) -> None:
-        alive = ref()
-        if alive is not None:
-            alive.logger.log(env_steps, row)
-
-    return write
-
-
 class Trainer:
     """Builds env + algorithm from an :class:`ExperimentCfg` and trains them in ``run_dir``.
 
@@ -321,7 +306,7 @@ class Trainer:
             self.algo,
             self.eval_envs,
             self.run_dir / CONFIG_FILE,
-            write_row=_row_writer(self),
+            write_row=lambda env_steps, row: self.logger.log(env_steps, row),
         )
         """When and where evaluations run, and the one in flight (see :mod:`embodied.training.eval_schedule`)."""
         if resume:

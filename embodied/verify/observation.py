@@ -32,10 +32,10 @@ TERM_SIZES: dict[str, int] = {t.name: t.size for t in (*ALL_TERMS, *WORLD_FRAME_
 """Every field this module assembles -> its size, from the quadrotor term table
 (``tasks/quadrotor/terms.py``; ``prev_actions`` is 4 per action of history)."""
 
-STATE_FIELDS: dict[str, tuple[int, int]] = {
-    t.name: (t.size, t.noise_group) for t in (*ALL_TERMS, *WORLD_FRAME_TERMS) if t.noise_group is not None
+STATE_FIELDS: dict[str, int] = {
+    t.name: t.noise_group for t in (*ALL_TERMS, *WORLD_FRAME_TERMS) if t.noise_group is not None
 }
-"""State fields: name -> (size, index of its noise group in ``extra.obs_noise_std``)."""
+"""State fields: name -> index of its noise group in ``extra.obs_noise_std`` (sizes: :data:`TERM_SIZES`)."""
 
 INTEGRAL_FIELDS: dict[str, str] = {"pos_err_int_w": "pos_err_w", "pos_err_int_h": "pos_err_h"}
 """Integral fields: name -> the error they integrate."""
@@ -165,7 +165,7 @@ class ObservationLayout:
         for f in self.spec.obs_fields:
             if f.name in STATE_FIELDS:
                 value = terms[f.name]
-                std = self.noise_std[STATE_FIELDS[f.name][1]]
+                std = self.noise_std[STATE_FIELDS[f.name]]
                 if rng is not None and std > 0.0:
                     value = value + rng.normal(0.0, std, size=value.shape)
             elif f.name == FEEDFORWARD_FIELD:
