@@ -27,6 +27,20 @@ from lerobot_policy_embodied.configuration_embodied import EmbodiedConfig
 T = TypeVar("T", bound="EmbodiedPolicy")
 
 
+def checkpoint_folder(
+    name_or_path: str | Path, revision: str | None, cache_dir: str | Path | None, local_files_only: bool
+) -> Path:
+    """The local folder of a checkpoint: ``name_or_path`` itself, or a Hub repo's snapshot."""
+    folder = Path(name_or_path)
+    if folder.is_dir():
+        return folder
+    from huggingface_hub import snapshot_download
+
+    return Path(
+        snapshot_download(str(name_or_path), revision=revision, cache_dir=cache_dir, local_files_only=local_files_only)
+    )
+
+
 class EmbodiedPolicy(PreTrainedPolicy):
     config_class = EmbodiedConfig
     name = "embodied"
@@ -50,18 +64,7 @@ class EmbodiedPolicy(PreTrainedPolicy):
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> T:
-        folder = Path(pretrained_name_or_path)
-        if not folder.is_dir():
-            from huggingface_hub import snapshot_download
-
-            folder = Path(
-                snapshot_download(
-                    str(pretrained_name_or_path),
-                    revision=revision,
-                    cache_dir=cache_dir,
-                    local_files_only=local_files_only,
-                )
-            )
+        folder = checkpoint_folder(pretrained_name_or_path, revision, cache_dir, local_files_only)
         if config is None:
             # through the base class: it reads config.json's "type" to choose the subclass
             loaded = PreTrainedConfig.from_pretrained(folder)
