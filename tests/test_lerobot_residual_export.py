@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -45,40 +46,79 @@ def demos_and_act(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     return root / "demos", save_policy("act", root / "demos", root / "act")
 
 
-@pytest.fixture(scope="module")
-def residual_run(demos_and_act: tuple[Path, Path]) -> Path:
-    """A residual trained 40 env steps on the ACT base through the CLI, then exported."""
-    _, act = demos_and_act
-    run = act.parent / "residual"
-    argv = ["train", "arm-push", "--algo", "residual", "--base", f"lerobot:{act}", "--run-dir", str(run), *TRAIN]
+O2O = ["--dataset", "DEMOS", "algo.cql_num_actions=2", "algo.offline_steps=4", "algo.offline_updates_per_step=2"]
+
+
+def train_and_export(algo: str, base: Path, run: Path, *extra: str) -> Path:
+    """``embodied train arm-push --algo ALGO --base lerobot:BASE`` for 40 env steps, then
+    ``embodied export RUN --format lerobot`` (which fails above the parity tolerance)."""
+    argv = ["train", "arm-push", "--algo", algo, "--base", f"lerobot:{base}", "--run-dir", str(run), *TRAIN, *extra]
     assert main([*argv, "algo.critic_warmup_updates=0", "trainer.total_env_steps=40"]) == 0
     assert main(["export", str(run), "--format", "lerobot", "--no-record"]) == 0
     return run
 
 
-def test_export_acts_as_the_run_and_not_as_the_base(residual_run: Path, demos_and_act: tuple[Path, Path]) -> None:
-    """The checkpoint through ``lerobot:`` loading against the run's policy step by step (parity),
-    and against the base alone (the residual is in the checkpoint, not dropped)."""
-    _, act = demos_and_act
-    folder = residual_run / "export" / "lerobot"
-    assert (folder / "model.safetensors").is_file() and (folder / "base" / "model.safetensors").is_file()
-    assert json.loads((folder / "config.json").read_text())["type"] == "embodied_residual"
+def run_against_export(run_dir: Path, base: Path, steps: int = 12) -> tuple[float, float]:
+    """Max ``|export - run|`` and min over steps of max ``|export - base alone|`` over a rollout,
+    the checkpoint loaded through ``lerobot:`` loading; every step samples from the same seed."""
+    folder = run_dir / "export" / "lerobot"
     env = arm_push_env(2)
     try:
-        run = load_run(residual_run).policy
+        run = load_run(run_dir).policy
         exported = load_lerobot_policy(f"lerobot:{folder}", "arm-push", env.obs_spec, env.action_dim, "top")
-        base = load_lerobot_policy(f"lerobot:{act}", "arm-push", env.obs_spec, env.action_dim, "top")
+        alone = load_lerobot_policy(f"lerobot:{base}", "arm-push", env.obs_spec, env.action_dim, "top")
         obs, errors, residuals = env.reset(seed=5), [], []
-        for _ in range(12):  # 6 plans of the base (2 of each chunk of 4 executed)
+        for step in range(steps):
+            torch.manual_seed(step)
             want = run.act(obs)
+            torch.manual_seed(step)
             got = exported.act(obs, deterministic=True)
+            torch.manual_seed(step)
+            residuals.append(float((got - alone.act(obs, deterministic=True)).abs().max()))
             errors.append(float((got - want).abs().max()))
-            residuals.append(float((got - base.act(obs, deterministic=True)).abs().max()))
             obs = env.step(want)[0]
     finally:
         env.close()
-    assert max(errors) <= PARITY_TOL
-    assert min(residuals) > 100 * PARITY_TOL  # dropping the residual would fail the parity check
+    return max(errors), min(residuals)
+
+
+@pytest.fixture(scope="module")
+def residual_run(demos_and_act: tuple[Path, Path]) -> Path:
+    """A residual trained on the ACT base through the CLI, then exported."""
+    _, act = demos_and_act
+    return train_and_export("residual", act, act.parent / "residual")
+
+
+def test_export_acts_as_the_run_and_not_as_the_base(residual_run: Path, demos_and_act: tuple[Path, Path]) -> None:
+    """12 steps (6 plans of the base, 2 of each chunk of 4 executed): the checkpoint acts as the
+    run's policy, and not as the base alone (the residual is in it, not dropped)."""
+    folder = residual_run / "export" / "lerobot"
+    assert (folder / "model.safetensors").is_file() and (folder / "base" / "model.safetensors").is_file()
+    assert json.loads((folder / "config.json").read_text())["type"] == "embodied_residual"
+    err, residual = run_against_export(residual_run, demos_and_act[1])
+    assert err <= PARITY_TOL
+    assert residual > 100 * PARITY_TOL  # dropping the residual would fail the parity check
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("algo", "kind", "overrides"),
+    [
+        ("o2o-residual", "act", {}),
+        ("residual", "act", {"temporal_ensemble_coeff": 0.01, "n_action_steps": 1}),  # ACT's own ensembling
+        ("residual", "smolvla", {}),  # flow sampling: the same seed on both sides
+    ],
+)
+def test_other_algos_and_bases_export(
+    algo: str, kind: str, overrides: dict[str, Any], demos_and_act: tuple[Path, Path], tmp_path: Path
+) -> None:
+    demos, _ = demos_and_act
+    base = save_policy(kind, demos, tmp_path / kind, overrides=overrides)
+    extra = [str(demos) if arg == "DEMOS" else arg for arg in O2O] if algo == "o2o-residual" else []
+    run = train_and_export(algo, base, tmp_path / "run", *extra)
+    err, residual = run_against_export(run, base, steps=6)
+    assert err <= PARITY_TOL
+    assert residual > 100 * PARITY_TOL
 
 
 def test_lerobot_loads_it_itself(residual_run: Path) -> None:
