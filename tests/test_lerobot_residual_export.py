@@ -155,5 +155,7 @@ def test_eval_flies_the_export(residual_run: Path, capsys: pytest.CaptureFixture
 def test_other_formats_are_refused_naming_lerobot(residual_run: Path) -> None:
     from embodied.training.run_policy import export_run
 
-    with pytest.raises(EmbodiedError, match="format 'onnx' cannot hold a residual on a LeRobot base.*--format lerobot"):
+    with pytest.raises(
+        EmbodiedError, match=r"format .onnx. cannot hold a residual on a LeRobot base.*--format lerobot"
+    ):
         export_run(residual_run, "onnx")

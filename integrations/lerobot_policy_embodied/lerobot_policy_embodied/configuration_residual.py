@@ -48,7 +48,7 @@ class EmbodiedResidualConfig(PreTrainedConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0.0 < self.residual_scale:
+        if self.residual_scale <= 0.0:
             raise ValueError(f"residual_scale must be > 0, got {self.residual_scale}")
         if len(self.base_action_low) != len(self.base_action_high):
             raise ValueError("base_action_low and base_action_high must have the same length")

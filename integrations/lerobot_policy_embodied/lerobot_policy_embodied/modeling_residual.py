@@ -97,7 +97,9 @@ class EmbodiedResidualPolicy(PreTrainedPolicy):
         base_config.device = device
         base = get_policy_class(base_config.type).from_pretrained(base_folder, config=base_config)
         pre, post = make_pre_post_processors(
-            base_config, pretrained_path=str(base_folder), preprocessor_overrides={"device_processor": {"device": device}}
+            base_config,
+            pretrained_path=str(base_folder),
+            preprocessor_overrides={"device_processor": {"device": device}},
         )
         policy = cls(config, base, pre, post)
         policy.residual.load_state_dict(load_file(str(folder / RESIDUAL_FILE)))
