@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lerobot.configs.policies import PreTrainedConfig
-from lerobot.configs.types import FeatureType, NormalizationMode
-from lerobot.optim.optimizers import AdamConfig
+from lerobot.configs.types import FeatureType
+
+from lerobot_policy_embodied.configuration_embodied import InferenceOnlyConfig
 
 BASE_SUBFOLDER = "base"
 """The base's own LeRobot checkpoint (config, weights, processors), inside this checkpoint's folder."""
@@ -16,7 +17,7 @@ STATE_KEY = "observation.state"
 
 @PreTrainedConfig.register_subclass("embodied_residual")
 @dataclass
-class EmbodiedResidualConfig(PreTrainedConfig):
+class EmbodiedResidualConfig(InferenceOnlyConfig):
     """``a = clip(b + residual_scale * tanh(MLP([norm(observation.state), b])), -1, 1)``, where ``b``
     is the base's next action (its own ``select_action``: its queue, chunking and history), mapped
     from ``[base_action_low, base_action_high]`` (empty: [-1, 1]) to [-1, 1] and clipped, as
@@ -37,14 +38,6 @@ class EmbodiedResidualConfig(PreTrainedConfig):
     base_action_low: list[float] = field(default_factory=list)
     base_action_high: list[float] = field(default_factory=list)
     base_subfolder: str = BASE_SUBFOLDER
-    normalization_mapping: dict[str, NormalizationMode] = field(
-        default_factory=lambda: {
-            "STATE": NormalizationMode.IDENTITY,
-            "VISUAL": NormalizationMode.IDENTITY,
-            "ACTION": NormalizationMode.IDENTITY,
-        }
-    )
-    push_to_hub: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,22 +47,8 @@ class EmbodiedResidualConfig(PreTrainedConfig):
             raise ValueError("base_action_low and base_action_high must have the same length")
 
     @property
-    def observation_delta_indices(self) -> None:
-        return None
-
-    @property
     def action_delta_indices(self) -> list[int]:
         return [0]
-
-    @property
-    def reward_delta_indices(self) -> None:
-        return None
-
-    def get_optimizer_preset(self) -> AdamConfig:
-        return AdamConfig(lr=1e-4)
-
-    def get_scheduler_preset(self) -> None:
-        return None
 
     def validate_features(self) -> None:
         states = [k for k, f in self.input_features.items() if f.type is FeatureType.STATE]

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from embodied.policies.residual import ResidualPolicy
 from embodied.policies.vla import actions_to_unit
 from lerobot_policy_embodied.configuration_residual import STATE_KEY, EmbodiedResidualConfig
-from lerobot_policy_embodied.modeling_embodied import checkpoint_folder
+from lerobot_policy_embodied.modeling_embodied import checkpoint_config, checkpoint_folder
 
 RESIDUAL_FILE = "model.safetensors"
 """The residual's ``state_dict`` (MLP weights, normalizer statistics), LeRobot's weights file name."""
@@ -87,10 +87,7 @@ class EmbodiedResidualPolicy(PreTrainedPolicy):
 
         folder = checkpoint_folder(pretrained_name_or_path, revision, cache_dir, local_files_only)
         if config is None:
-            loaded = PreTrainedConfig.from_pretrained(folder)
-            if not isinstance(loaded, EmbodiedResidualConfig):
-                raise ValueError(f"{folder}: config.json is of policy type {loaded.type!r}, not 'embodied_residual'")
-            config = loaded
+            config = checkpoint_config(folder, EmbodiedResidualConfig)
         device = config.device or "cpu"
         base_folder = folder / config.base_subfolder
         base_config = PreTrainedConfig.from_pretrained(base_folder)
