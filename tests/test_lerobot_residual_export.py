@@ -145,11 +145,18 @@ def test_lerobot_loads_it_itself(residual_run: Path) -> None:
 
 
 def test_eval_flies_the_export(residual_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``eval lerobot:RUN/export/lerobot --task --camera`` and ``eval RUN --policy lerobot``: the same
+    deterministic policy (ACT and the residual) on the same seed, so the same episode."""
     folder = residual_run / "export" / "lerobot"
     argv = ["eval", f"lerobot:{folder}", "--task", "arm-push", "--camera", "top", "--episodes", "1", "--json"]
     assert main(argv) == 0
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["episodes"] == 1 and out["mean_episode_length"] > 0
+    assert main(["eval", str(residual_run), "--policy", "lerobot", "--episodes", "1", "--json"]) == 0
+    # LeRobot's from_pretrained prints a line of its own (stdout) before each JSON object
+    objects = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    by_ref, by_run = (json.loads(line) for line in objects[-2:])
+    assert by_ref["episodes"] == 1 and by_ref["mean_episode_length"] > 0
+    assert by_ref.pop("policy") == f"lerobot:{folder}" and by_run.pop("policy") == "lerobot"
+    assert by_ref == by_run
 
 
 def test_other_formats_are_refused_naming_lerobot(residual_run: Path) -> None:
@@ -159,3 +166,20 @@ def test_other_formats_are_refused_naming_lerobot(residual_run: Path) -> None:
         EmbodiedError, match=r"format .onnx. cannot hold a residual on a LeRobot base.*--format lerobot"
     ):
         export_run(residual_run, "onnx")
+
+
+def test_bases_the_checkpoint_cannot_reproduce_are_refused(demos_and_act: tuple[Path, Path]) -> None:
+    from embodied.training.lerobot_residual_export import exportable_base
+
+    env = arm_push_env(1)
+    try:
+        base = load_lerobot_policy(f"lerobot:{demos_and_act[1]}", "arm-push", env.obs_spec, env.action_dim, "top")
+    finally:
+        env.close()
+    assert exportable_base(base, Path("run")) is base.lerobot
+    base.lerobot_queue = False  # acted through embodied's chunk runner
+    with pytest.raises(EmbodiedError, match="not its own select_action"):
+        exportable_base(base, Path("run"))
+    base.lerobot_queue, base.state_group = True, "privileged"
+    with pytest.raises(EmbodiedError, match=r"reads observation group 'privileged' as observation\.state"):
+        exportable_base(base, Path("run"))

@@ -63,7 +63,7 @@ def export_lerobot_residual_run(run: LoadedRun, fmt: str) -> ExportReport | None
     if fmt == ALL:
         log.info("a residual on a LeRobot base exports as a LeRobot checkpoint only; writing lerobot")
     base = policy.base
-    module = _exportable_base(base, run.run_dir)
+    module = exportable_base(base, run.run_dir)
     plugin = import_optional(PLUGIN, "export --format lerobot (LeRobot policy type 'embodied_residual')", SETUP_HINT)
     config = plugin.EmbodiedResidualConfig(
         input_features=dict(module.config.input_features),
@@ -97,7 +97,7 @@ def export_lerobot_residual_run(run: LoadedRun, fmt: str) -> ExportReport | None
     return report
 
 
-def _exportable_base(base: LeRobotPolicy, run_dir: Path) -> Any:
+def exportable_base(base: LeRobotPolicy, run_dir: Path) -> Any:
     """The base's LeRobot module, or a named error for a base the checkpoint cannot reproduce."""
     where = f"{run_dir}: the residual's LeRobot base"
     if base.lerobot is None or not hasattr(base.lerobot, "save_pretrained"):
