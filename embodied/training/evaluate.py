@@ -201,7 +201,7 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
     from embodied.errors import EmbodiedError
     from embodied.export.formats import EXPORT_SUBDIR, EXPORTERS
-    from embodied.export.lerobot_checkpoint import LEROBOT_SUBDIR
+    from embodied.export.lerobot_checkpoint import LEROBOT_SUBDIR, LeRobotExporter
     from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io
     from embodied.training.run_policy import NoArtifactKindError, export_run, policy_artifact
 
@@ -210,11 +210,11 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     if kind == TORCH:
         return load_torch_policy(run_dir, env)
     export = Path(run_dir) / EXPORT_SUBDIR
-    lerobot_only = kind == LEROBOT_SUBDIR and (export / LEROBOT_SUBDIR / "config.json").is_file()
+    lerobot_only = kind == LeRobotExporter.name and (export / LEROBOT_SUBDIR / "config.json").is_file()
     if not (export / POLICY_IO_FILENAME).is_file() and not lerobot_only:
         log.info("%s has no export yet: exporting %s", run_dir, kind)
         export_run(run_dir, kind)
-    if kind == LEROBOT_SUBDIR and not (export / POLICY_IO_FILENAME).is_file():
+    if kind == LeRobotExporter.name and not (export / POLICY_IO_FILENAME).is_file():
         # a fine-tuned LeRobot policy, or a residual on one: a LeRobot checkpoint is its only export
         return _lerobot_checkpoint_policy(Path(run_dir), env)
     exported = read_policy_io(export)
