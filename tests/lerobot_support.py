@@ -11,6 +11,7 @@ only :data:`WORDS` (others become ``<unk>``), enough for the instructions the te
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -132,9 +133,17 @@ def features(image_px: int = SIZE_PX, camera: str = CAMERA) -> tuple[dict[str, A
     return inputs, {ACTION_KEY: PolicyFeature(FeatureType.ACTION, (ACTIONS,))}
 
 
-def make_config(kind: str, vlm: Path, image_px: int = SIZE_PX, camera: str = CAMERA) -> Any:
+def make_config(
+    kind: str, vlm: Path, image_px: int = SIZE_PX, camera: str = CAMERA, overrides: dict[str, Any] | None = None
+) -> Any:
     """A small config of LeRobot policy ``kind`` for arm-push's features (no pretrained backbone;
-    SmolVLA's VLM backbone is the tiny local one at ``vlm``)."""
+    SmolVLA's VLM backbone is the tiny local one at ``vlm``); ``overrides``: fields to change
+    (e.g. ACT's ``temporal_ensemble_coeff``), checked by the config's own ``__post_init__``."""
+    config = _small_config(kind, vlm, image_px, camera)
+    return dataclasses.replace(config, **overrides) if overrides else config
+
+
+def _small_config(kind: str, vlm: Path, image_px: int, camera: str) -> Any:
     inputs, outputs = features(image_px, camera)
     if kind == "act":
         from lerobot.policies.act.configuration_act import ACTConfig

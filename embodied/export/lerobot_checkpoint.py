@@ -100,7 +100,8 @@ class LeRobotExporter:
     name: str = "lerobot"
     description: str = (
         "lerobot/ (a LeRobot checkpoint, policy type 'embodied': config.json, embodied_policy.pt, processors), "
-        "loaded back by LeRobot's from_pretrained and checked step by step; needs the LeRobot environment"
+        "loaded back by LeRobot's from_pretrained and checked step by step; a residual on a LeRobot base: type "
+        "'embodied_residual', the base's checkpoint in lerobot/base/; needs the LeRobot environment"
     )
     files: tuple[str, ...] = (f"{LEROBOT_SUBDIR}/config.json",)
     vehicle: str | None = None

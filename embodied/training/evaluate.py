@@ -174,6 +174,22 @@ def policy_choices() -> tuple[str, ...]:
     return (TORCH, *EXPORTERS)
 
 
+def _lerobot_checkpoint_policy(run_dir: Path, env: Any) -> PolicyFn:
+    """``RUN_DIR/export/lerobot/`` flown as ``embodied eval lerobot:...`` flies it, on the run's task and camera."""
+    from embodied.experiment import load_experiment
+    from embodied.export.formats import EXPORT_SUBDIR
+    from embodied.export.lerobot_checkpoint import LEROBOT_SUBDIR
+    from embodied.training.lerobot_base import load_lerobot_policy, rendered_camera
+    from embodied.training.run import CONFIG_FILE
+
+    cfg = load_experiment(run_dir / CONFIG_FILE)
+    folder = run_dir / EXPORT_SUBDIR / LEROBOT_SUBDIR
+    policy = load_lerobot_policy(
+        f"lerobot:{folder}", cfg.task_name, env.obs_spec, env.action_dim, rendered_camera(cfg.env), env.device
+    )
+    return lambda obs: policy.act(obs, deterministic=True)
+
+
 def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     """``--policy KIND``: ``torch`` or an export format of :data:`~embodied.export.formats.EXPORTERS`.
 
@@ -185,6 +201,7 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     from embodied.crazyflie.vehicle import VEHICLE, vehicle_name
     from embodied.errors import EmbodiedError
     from embodied.export.formats import EXPORT_SUBDIR, EXPORTERS
+    from embodied.export.lerobot_checkpoint import LEROBOT_SUBDIR, LeRobotExporter
     from embodied.export.policy_io import POLICY_IO_FILENAME, read_policy_io
     from embodied.training.run_policy import NoArtifactKindError, export_run, policy_artifact
 
@@ -193,9 +210,13 @@ def load_policy(kind: str, run_dir: Path, env: Any) -> PolicyFn:
     if kind == TORCH:
         return load_torch_policy(run_dir, env)
     export = Path(run_dir) / EXPORT_SUBDIR
-    if not (export / POLICY_IO_FILENAME).is_file():
+    lerobot_only = kind == LeRobotExporter.name and (export / LEROBOT_SUBDIR / "config.json").is_file()
+    if not (export / POLICY_IO_FILENAME).is_file() and not lerobot_only:
         log.info("%s has no export yet: exporting %s", run_dir, kind)
         export_run(run_dir, kind)
+    if kind == LeRobotExporter.name and not (export / POLICY_IO_FILENAME).is_file():
+        # a fine-tuned LeRobot policy, or a residual on one: a LeRobot checkpoint is its only export
+        return _lerobot_checkpoint_policy(Path(run_dir), env)
     exported = read_policy_io(export)
     try:
         trained = policy_artifact(run_dir).io_spec.extra.get("vehicle", "")

@@ -128,6 +128,9 @@ def load_lerobot_policy(
     ref = lerobot_reference(source)
     configs = import_optional("lerobot.configs.policies", f"loading {source}", SETUP_HINT)
     factory = import_optional("lerobot.policies.factory", f"loading {source}", SETUP_HINT)
+    # as LeRobot's scripts do: installed lerobot_policy_* plugins register their policy types
+    # (embodied's exports are types 'embodied' and 'embodied_residual')
+    import_optional("lerobot.utils.import_utils", f"loading {source}", SETUP_HINT).register_third_party_plugins()
     if Path(ref).exists() and not (Path(ref) / PREPROCESSOR_FILE).is_file():
         raise EmbodiedError(
             f"{ref}: no {PREPROCESSOR_FILE}; a checkpoint saved before LeRobot 0.4 keeps its normalization inside "

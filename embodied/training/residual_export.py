@@ -16,8 +16,10 @@ policy is. How depends on the base's chunk execution (:func:`base_chunk_spec`):
   the chunk executor and the residual on each executed action. The composition is checked
   against the torch policy's own ``act`` over a rollout of the run's task.
 
-A base the graphs cannot carry (an image-instruction flow base, or a LeRobot base, which LeRobot's own format carries) is refused naming it; only ONNX
-holds traced graphs (``--format c`` is refused).
+A base the graphs cannot carry (an image-instruction flow base) is refused naming it; only ONNX
+holds traced graphs (``--format c`` is refused). A residual on a LeRobot base is exported as a
+LeRobot checkpoint instead (:mod:`embodied.training.lerobot_residual_export`, which
+``embodied export`` tries first).
 
 Parity probes: the policy observations of a short rollout of the run's own task, plus random
 observations spread over the residual's normalizer statistics.

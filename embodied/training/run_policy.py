@@ -175,6 +175,7 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
         artifact = policy_artifact(run_dir)
     except NoArtifactKindError:
         from embodied.training.image_instruction_export import export_image_instruction_run
+        from embodied.training.lerobot_residual_export import export_lerobot_residual_run
         from embodied.training.lerobot_run_export import export_lerobot_run
         from embodied.training.residual_export import export_residual_run
         from embodied.training.run import load_run
@@ -182,7 +183,12 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
         # policies no artifact kind describes: image-instruction flow policies, residuals on a frozen base
         # (the checkpoint is loaded once for both: a residual's base is rebuilt with it)
         run = load_run(run_dir)
-        report = export_residual_run(run, fmt) or export_lerobot_run(run, fmt) or export_image_instruction_run(run, fmt)
+        report = (
+            export_lerobot_residual_run(run, fmt)
+            or export_residual_run(run, fmt)
+            or export_lerobot_run(run, fmt)
+            or export_image_instruction_run(run, fmt)
+        )
         if report is None:
             raise
         return report

@@ -12,19 +12,12 @@ ARTIFACT_FILE = "embodied_policy.pt"
 """embodied's policy artifact (its sealed, weights-only ``torch.save`` archive) beside config.json."""
 
 
-@PreTrainedConfig.register_subclass("embodied")
 @dataclass
-class EmbodiedConfig(PreTrainedConfig):
-    """``observation.state [D]`` -> ``action [A]`` through embodied's exported policy.
+class InferenceOnlyConfig(PreTrainedConfig):
+    """What LeRobot's config interface asks of a policy that runs inference only: no normalization
+    by the processors (``IDENTITY``; the policy normalizes itself), no observation or reward
+    offsets, an optimizer preset that LeRobot's trainer would need but never uses here."""
 
-    ``chunk_size``: actions per plan (``H``); ``n_action_steps``: actions of a plan executed before
-    planning again (embodied's ``exec_steps``). The observation normalization lives inside the
-    exported module, so the processors do not normalize (``IDENTITY``).
-    """
-
-    chunk_size: int = 1
-    n_action_steps: int = 1
-    artifact_file: str = ARTIFACT_FILE
     normalization_mapping: dict[str, NormalizationMode] = field(
         default_factory=lambda: {
             "STATE": NormalizationMode.IDENTITY,
@@ -34,18 +27,9 @@ class EmbodiedConfig(PreTrainedConfig):
     )
     push_to_hub: bool = False
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 1 <= self.n_action_steps <= self.chunk_size:
-            raise ValueError(f"n_action_steps must be in [1, chunk_size={self.chunk_size}], got {self.n_action_steps}")
-
     @property
     def observation_delta_indices(self) -> None:
         return None
-
-    @property
-    def action_delta_indices(self) -> list[int]:
-        return list(range(self.chunk_size))
 
     @property
     def reward_delta_indices(self) -> None:
@@ -56,6 +40,30 @@ class EmbodiedConfig(PreTrainedConfig):
 
     def get_scheduler_preset(self) -> None:
         return None
+
+
+@PreTrainedConfig.register_subclass("embodied")
+@dataclass
+class EmbodiedConfig(InferenceOnlyConfig):
+    """``observation.state [D]`` -> ``action [A]`` through embodied's exported policy.
+
+    ``chunk_size``: actions per plan (``H``); ``n_action_steps``: actions of a plan executed before
+    planning again (embodied's ``exec_steps``). The observation normalization lives inside the
+    exported module, so the processors do not normalize (``IDENTITY``).
+    """
+
+    chunk_size: int = 1
+    n_action_steps: int = 1
+    artifact_file: str = ARTIFACT_FILE
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.n_action_steps <= self.chunk_size:
+            raise ValueError(f"n_action_steps must be in [1, chunk_size={self.chunk_size}], got {self.n_action_steps}")
+
+    @property
+    def action_delta_indices(self) -> list[int]:
+        return list(range(self.chunk_size))
 
     def validate_features(self) -> None:
         states = [k for k, f in self.input_features.items() if f.type is FeatureType.STATE]

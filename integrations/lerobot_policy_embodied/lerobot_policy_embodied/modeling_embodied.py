@@ -25,6 +25,30 @@ from embodied.export.artifact import PolicyArtifact
 from lerobot_policy_embodied.configuration_embodied import EmbodiedConfig
 
 T = TypeVar("T", bound="EmbodiedPolicy")
+C = TypeVar("C", bound=PreTrainedConfig)
+
+
+def checkpoint_folder(
+    name_or_path: str | Path, revision: str | None, cache_dir: str | Path | None, local_files_only: bool
+) -> Path:
+    """The local folder of a checkpoint: ``name_or_path`` itself, or a Hub repo's snapshot."""
+    folder = Path(name_or_path)
+    if folder.is_dir():
+        return folder
+    from huggingface_hub import snapshot_download
+
+    return Path(
+        snapshot_download(str(name_or_path), revision=revision, cache_dir=cache_dir, local_files_only=local_files_only)
+    )
+
+
+def checkpoint_config(folder: Path, config_class: builtins.type[C]) -> C:
+    """``folder/config.json``, read through the base class (its ``type`` chooses the subclass);
+    an error unless it is a ``config_class``."""
+    loaded = PreTrainedConfig.from_pretrained(folder)
+    if not isinstance(loaded, config_class):
+        raise ValueError(f"{folder}: config.json is of policy type {loaded.type!r}, not {config_class.__name__}'s")
+    return loaded
 
 
 class EmbodiedPolicy(PreTrainedPolicy):
@@ -50,24 +74,9 @@ class EmbodiedPolicy(PreTrainedPolicy):
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> T:
-        folder = Path(pretrained_name_or_path)
-        if not folder.is_dir():
-            from huggingface_hub import snapshot_download
-
-            folder = Path(
-                snapshot_download(
-                    str(pretrained_name_or_path),
-                    revision=revision,
-                    cache_dir=cache_dir,
-                    local_files_only=local_files_only,
-                )
-            )
+        folder = checkpoint_folder(pretrained_name_or_path, revision, cache_dir, local_files_only)
         if config is None:
-            # through the base class: it reads config.json's "type" to choose the subclass
-            loaded = PreTrainedConfig.from_pretrained(folder)
-            if not isinstance(loaded, EmbodiedConfig):
-                raise ValueError(f"{folder}: config.json is of policy type {loaded.type!r}, not 'embodied'")
-            config = loaded
+            config = checkpoint_config(folder, EmbodiedConfig)
         artifact_path = folder / config.artifact_file
         artifact = PolicyArtifact.from_bytes(artifact_path.read_bytes(), str(artifact_path))
         policy = cls(config, artifact)

@@ -20,8 +20,14 @@ def make_embodied_pre_post_processors(
     config: EmbodiedConfig, dataset_stats: dict[str, Any] | None = None
 ) -> tuple[PolicyProcessorPipeline, PolicyProcessorPipeline]:
     """``(preprocessor, postprocessor)``; ``dataset_stats`` is unused (no normalization step)."""
+    return batching_processors(config.device or "cpu")
+
+
+def batching_processors(device: str) -> tuple[PolicyProcessorPipeline, PolicyProcessorPipeline]:
+    """``(preprocessor, postprocessor)`` that add the batch dimension and move tensors to ``device``
+    (and actions back to the CPU), with LeRobot's default pipeline names."""
     preprocessor = PolicyProcessorPipeline(
-        steps=[AddBatchDimensionProcessorStep(), DeviceProcessorStep(device=config.device or "cpu")],
+        steps=[AddBatchDimensionProcessorStep(), DeviceProcessorStep(device=device)],
         name=POLICY_PREPROCESSOR_DEFAULT_NAME,
     )
     postprocessor = PolicyProcessorPipeline(
