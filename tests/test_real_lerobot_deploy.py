@@ -1,0 +1,256 @@
+"""``embodied deploy`` of LeRobot policies: small ACT and SmolVLA checkpoints (lerobot 0.4.4's real
+classes, random weights, saved with ``save_pretrained``; SmolVLA on the tiny local backbone of
+tests/lerobot_support.py) deployed through the node (:func:`~embodied.real.deploy.build_node`,
+:class:`~embodied.real.node.PolicyNode`) on arm-push's robot config with the top camera. The node's
+commands equal, step for step, what ``embodied eval lerobot:`` computes (``load_lerobot_policy`` on
+the same observations, the same seed for SmolVLA's flow sampling), and the refusals name what is
+wrong.
+
+Limits: the node's transport here is the in-process one (``MemoryTransport``; cyclonedds is not
+in the LeRobot environment, and the DDS transport is tested on its own elsewhere); the robot is
+the MuJoCo task published as the robot's topics (:class:`~embodied.real.sim_state.ArmPushState`).
+
+Runs in the LeRobot environment (``bash scripts/setup_lerobot.sh``); skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from flow_deploy_support import ARM_ROBOT, ArmPublisher
+from lerobot_support import CAMERA, save_policy
+from real_support import write_robot_variant
+from test_real_camera import CAMERA_INPUT
+from test_real_runtime_imports import BLOCK_TORCH
+
+from embodied import registry
+from embodied.cli import main
+from embodied.config import apply_overrides
+from embodied.env import IMAGE_GROUP
+from embodied.errors import EmbodiedError
+from embodied.real.deploy import build_node
+from embodied.real.robot_config import load_robot
+from embodied.real.safety import SafetyState
+from embodied.real.torch_runner import TorchPolicyRunner
+from embodied.real.transports.memory import MemoryTransport
+from embodied.training.lerobot_base import load_lerobot_policy
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lerobot") is None,
+    reason="lerobot is not installed here; its environment comes from bash scripts/setup_lerobot.sh",
+)
+
+TRAINED = "push the block to the goal"
+STEPS = 6
+"""Steps flown after arming: three plans of SmolVLA / ACT (n_action_steps 2)."""
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LeRobotDataset of arm-push with the top camera (for the checkpoints' normalization)."""
+    root = tmp_path_factory.mktemp("lerobot_deploy")
+    argv = ["collect", "scripted:arm-push", "--episodes", "2", "--num-envs", "2", "--images", "--camera", "top"]
+    assert main([*argv, "--format", "lerobot", "--out", str(root / "demos")]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def checkpoints(root: Path) -> dict[str, Path]:
+    return {kind: save_policy(kind, root / "demos", root / kind) for kind in ("act", "smolvla")}
+
+
+def camera_robot(tmp_path: Path, **edits: Any) -> Path:
+    """arm_push_sim.yaml with the top camera as its camera input, plus ``edits`` (dotted keys)."""
+    base: dict[str, Any] = {"inputs.top_camera": CAMERA_INPUT, "camera": {"input": "top_camera"}}
+    return write_robot_variant(tmp_path, ARM_ROBOT, base | edits)
+
+
+def arm_push_env() -> Any:
+    cfg = apply_overrides(registry.task_cfg("arm-push"), {"backend": {"camera": "top"}}, "test")
+    return registry.make_env("arm-push", cfg, 1, "cpu", 0)
+
+
+class Flight:
+    """The node on a hand-driven clock, fed one env's observations as the robot's topics."""
+
+    def __init__(self, source: str, robot: Path, **kwargs: Any) -> None:
+        self.now_s = 1000.0
+        self.seed = 0
+        transport = MemoryTransport()
+        self.node = build_node(transport, source, robot, clock=lambda: self.now_s, **kwargs)
+        self.publish = ArmPublisher(transport, load_robot(robot))
+        spec = self.node.io_spec
+        self.scale = np.array([f.scale for f in spec.action_fields])
+        self.offset = np.array([f.offset for f in spec.action_fields])
+
+    def period(self, obs: dict[str, torch.Tensor]) -> np.ndarray | None:
+        """One control period on ``obs``; the sampling seed of period ``k`` is ``k``. Returns the
+        command as a normalized action (None: nothing sent)."""
+        self.now_s += self.node.period_s
+        self.seed += 1
+        self.publish(obs["policy"][0].numpy(), obs[IMAGE_GROUP][0].numpy())
+        torch.manual_seed(self.seed)
+        command = self.node.step(self.now_s)
+        return None if command is None else (command - self.offset) / self.scale
+
+    def arm(self, obs: dict[str, torch.Tensor]) -> np.ndarray:
+        """Periods on ``obs`` until the node drives (the re-arm rule; the task frozen meanwhile)."""
+        for _ in range(20):
+            action = self.period(obs)
+            if self.node.state is SafetyState.ARMED and action is not None:
+                return action
+        raise AssertionError(f"the node did not arm: {self.node.status()}")
+
+
+def fly_beside(flight: Flight, env: Any, policy: Any, seed: int) -> float:
+    """Fly :data:`STEPS` steps of ``env`` on the node's commands, ``policy`` (``obs dict -> [1, A]``,
+    fresh) run beside it on the env's own observation with the same sampling seed each period.
+    Returns ``max |node action - policy action|``."""
+    obs = env.reset(seed=seed)
+    action = flight.arm(obs)
+    worst = 0.0
+    for step in range(STEPS):
+        if step:
+            action = flight.period(obs)
+            assert action is not None and flight.node.state is SafetyState.ARMED, flight.node.status()
+        torch.manual_seed(flight.seed)
+        want = policy(obs)
+        worst = max(worst, float(np.max(np.abs(action - want[0].numpy()))))
+        obs = env.step(torch.as_tensor(action, dtype=torch.float32)[None])[0]
+    return worst
+
+
+@pytest.mark.parametrize("kind", ["act", "smolvla"])
+def test_the_node_commands_what_eval_computes(kind: str, checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    source = f"lerobot:{checkpoints[kind]}"
+    robot = camera_robot(tmp_path, task="arm-push")
+    flight = Flight(source, robot)
+    assert isinstance(flight.node.runner, TorchPolicyRunner) and flight.node.runner.image_shape == (64, 64, 3)
+    env = arm_push_env()
+    try:
+        # embodied eval lerobot:PATH --task arm-push --camera top: the same loader, the same act()
+        policy = load_lerobot_policy(source, "arm-push", env.obs_spec, env.action_dim, "top")
+        worst = fly_beside(flight, env, lambda obs: policy.act(obs, deterministic=True), seed=4)
+    finally:
+        env.close()
+    assert worst <= 1e-5, worst
+
+
+def test_the_robot_configs_instruction_is_lerobots_task(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    source = f"lerobot:{checkpoints['smolvla']}"
+    default = TorchPolicyRunner(source, load_robot(camera_robot(tmp_path)), task="arm-push")
+    assert default.instruction == TRAINED  # the task's training instruction (LEROBOT_TASKS)
+    flight = Flight(source, camera_robot(tmp_path, task="arm-push", instruction="pick the red cube"))
+    runner = flight.node.runner
+    assert isinstance(runner, TorchPolicyRunner) and runner.instruction == "pick the red cube"
+    seen: list[Any] = []
+    wrapper = runner._policy.lerobot
+    preprocess = wrapper.preprocessor
+    wrapper.preprocessor = lambda batch: (seen.append(batch["task"]), preprocess(batch))[1]
+    obs = np.zeros(18, dtype=np.float32)
+    image = np.full((64, 64, 3), 90, dtype=np.uint8)
+    torch.manual_seed(0)
+    other = runner(obs, image)
+    assert seen == [["pick the red cube"]]
+    default.prepare(load_robot(camera_robot(tmp_path)))
+    torch.manual_seed(0)
+    assert not np.allclose(other, default(obs, image), atol=1e-6)  # the instruction reaches the VLM
+
+
+def test_the_queue_restarts_when_the_node_rearms(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """A deactivation empties LeRobot's action queue: after re-arming the node plans afresh."""
+    flight = Flight(f"lerobot:{checkpoints['act']}", camera_robot(tmp_path, task="arm-push"))
+    env = arm_push_env()
+    try:
+        obs = env.reset(seed=1)
+        first = flight.arm(obs)
+        runner = flight.node.runner
+        assert isinstance(runner, TorchPolicyRunner)
+        act = runner._policy.lerobot.lerobot  # LeRobot's ACTPolicy
+        assert len(act._action_queue) == 1  # n_action_steps 2: one action left of the plan
+        flight.node.deactivate("test")
+        flight.period(obs)
+        assert len(act._action_queue) == 0
+        flight.node.activate()
+        np.testing.assert_allclose(flight.arm(obs), first, rtol=0, atol=1e-6)  # ACT: the same fresh plan
+    finally:
+        env.close()
+
+
+def test_refusals_name_what_is_wrong(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    act = checkpoints["act"]
+    # no task: the feature mapping and the interface are the task's
+    with pytest.raises(EmbodiedError, match=r"--task NAME. or .task: NAME. in robot config .*variant_"):
+        Flight(f"lerobot:{act}", camera_robot(tmp_path))
+    # no camera input for a policy that reads one
+    with pytest.raises(
+        EmbodiedError,
+        match=r"observation\.images\.top, 64x64x3 RGB\) and robot config .*arm_push_sim\.yaml has no camera",
+    ):
+        Flight(f"lerobot:{act}", ARM_ROBOT, task="arm-push")
+    # two cameras, the robot config feeds one
+    two = tmp_path / "two_cameras"
+    shutil.copytree(act, two)
+    config = json.loads((two / "config.json").read_text())
+    config["input_features"]["observation.images.wrist"] = config["input_features"][CAMERA]
+    (two / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        EmbodiedError, match=r"reads 2 cameras \(observation\.images\.top, observation\.images\.wrist\); robot config"
+    ):
+        Flight(f"lerobot:{two}", camera_robot(tmp_path, task="arm-push"))
+    # a task whose actions the policy does not output
+    with pytest.raises(EmbodiedError, match=r"action: the policy outputs shape \(3,\), the task acts with \(4,\)"):
+        Flight(f"lerobot:{act}", camera_robot(tmp_path), task="quad-hover")
+
+
+def test_a_picture_of_another_size_needs_camera_resize(root: Path, tmp_path: Path) -> None:
+    small = save_policy("act", root / "demos", tmp_path / "small", image_px=32)
+    env = arm_push_env()
+    try:
+        obs = env.reset(seed=0)  # 64x64 pictures
+        flight = Flight(f"lerobot:{small}", camera_robot(tmp_path, task="arm-push"))
+        for _ in range(3):
+            assert flight.period(obs) is None or flight.node.state is not SafetyState.ARMED
+        assert flight.node.rejections["invalid_image"] == 3
+        assert "image is 64x64 (height x width), the policy reads 32x32" in flight.node.last_error
+        assert "camera.resize: true" in flight.node.last_error
+        scaled = Flight(
+            f"lerobot:{small}", camera_robot(tmp_path, task="arm-push", camera={"input": "top_camera", "resize": True})
+        )
+        assert np.isfinite(scaled.arm(obs)).all() and not scaled.node.rejections
+    finally:
+        env.close()
+
+
+def _python(code: str, block: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter of this environment in which importing ``block`` fails."""
+    blocker = BLOCK_TORCH.replace('"torch"', repr(block)).replace('"torch."', repr(block + "."))
+    return subprocess.run(
+        [sys.executable, "-c", blocker + textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("missing", ["lerobot", "torch"])
+def test_without_lerobot_the_error_names_its_setup(missing: str, checkpoints: dict[str, Path]) -> None:
+    code = f"""
+        from embodied.errors import EmbodiedError
+        from embodied.real.deploy import open_runner
+        from embodied.real.robot_config import load_robot
+        try:
+            open_runner("lerobot:{checkpoints["act"]}", load_robot("arm_push_sim"), task="arm-push")
+        except EmbodiedError as err:
+            print("ERROR", err)
+        """
+    result = _python(code, missing)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ERROR") and "bash scripts/setup_lerobot.sh" in result.stdout, result.stdout
