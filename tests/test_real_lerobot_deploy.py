@@ -254,3 +254,38 @@ def test_without_lerobot_the_error_names_its_setup(missing: str, checkpoints: di
     result = _python(code, missing)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ERROR") and "bash scripts/setup_lerobot.sh" in result.stdout, result.stdout
+
+
+def _train_argv(algo: str, base: Path, run: Path) -> list[str]:
+    """A tiny ``embodied train arm-push --algo ALGO --base lerobot:BASE`` (as tests/test_reinflow_smolvla.py
+    and tests/test_lerobot_base.py train them)."""
+    argv = ["train", "arm-push", "--algo", algo, "--base", f"lerobot:{base}", "--run-dir", str(run), "--num-envs", "2"]
+    argv += ["--no-progress", "env.backend.camera=top", "trainer.eval_episodes=1", "trainer.torch_threads=1"]
+    if algo == "reinflow":
+        argv += ["trainer.total_env_steps=6", "algo.num_steps_per_env=3", "algo.num_minibatches=2"]
+        return [*argv, "algo.num_epochs=1", "algo.critic_hidden=[32,32]"]
+    return [*argv, "trainer.total_env_steps=8", "algo.batch_size=8", "algo.learning_starts=2"]
+
+
+@pytest.mark.slow  # trains a run first
+@pytest.mark.parametrize(("algo", "kind"), [("reinflow", "smolvla"), ("residual", "act")])
+def test_a_run_on_a_lerobot_base_deploys_from_its_directory(
+    algo: str, kind: str, checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """A run that fine-tuned a LeRobot policy (ReinFlow in place, or a residual on its actions)
+    deploys from its directory and commands what ``embodied eval RUN`` computes."""
+    from embodied.training.evaluate import load_torch_policy
+
+    run = tmp_path / algo
+    assert main(_train_argv(algo, checkpoints[kind], run)) == 0
+    flight = Flight(str(run), camera_robot(tmp_path))  # the task is the run's
+    assert isinstance(flight.node.runner, TorchPolicyRunner)
+    env = arm_push_env()
+    try:
+        policy = load_torch_policy(run, env)  # what `embodied eval RUN` flies
+        worst = fly_beside(flight, env, policy, seed=2)
+    finally:
+        env.close()
+    assert worst <= 1e-5, worst
+    with pytest.raises(EmbodiedError, match="was trained on 'arm-push', the deploy names task 'quad-hover'"):
+        Flight(str(run), camera_robot(tmp_path), task="quad-hover")
