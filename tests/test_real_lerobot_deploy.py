@@ -20,7 +20,6 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +30,13 @@ from flow_deploy_support import ARM_ROBOT, ArmPublisher
 from lerobot_support import CAMERA, save_policy
 from real_support import write_robot_variant
 from test_real_camera import CAMERA_INPUT
-from test_real_runtime_imports import BLOCK_TORCH
 
 from embodied import registry
 from embodied.cli import main
 from embodied.config import apply_overrides
 from embodied.env import IMAGE_GROUP
 from embodied.errors import EmbodiedError
-from embodied.real.deploy import build_node
+from embodied.real.deploy import build_node, open_runner
 from embodied.real.robot_config import load_robot
 from embodied.real.safety import SafetyState
 from embodied.real.torch_runner import TorchPolicyRunner
@@ -59,7 +57,7 @@ STEPS = 6
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A LeRobotDataset of arm-push with the top camera (for the checkpoints' normalization)."""
     root = tmp_path_factory.mktemp("lerobot_deploy")
-    argv = ["collect", "scripted:arm-push", "--episodes", "2", "--num-envs", "2", "--images", "--camera", "top"]
+    argv = ["collect", "scripted:arm-push", "--episodes", "1", "--num-envs", "1", "--images", "--camera", "top"]
     assert main([*argv, "--format", "lerobot", "--out", str(root / "demos")]) == 0
     return root
 
@@ -232,28 +230,32 @@ def test_a_picture_of_another_size_needs_camera_resize(root: Path, tmp_path: Pat
         env.close()
 
 
-def _python(code: str, block: str) -> subprocess.CompletedProcess[str]:
-    """``code`` in a fresh interpreter of this environment in which importing ``block`` fails."""
-    blocker = BLOCK_TORCH.replace('"torch"', repr(block)).replace('"torch."', repr(block + "."))
-    return subprocess.run(
-        [sys.executable, "-c", blocker + textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+@pytest.mark.parametrize("missing", ["lerobot.configs.policies", "torch"])
+def test_without_lerobot_the_error_names_its_setup(
+    missing: str, checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Python without LeRobot (or without torch: a robot-side install for ONNX exports) gets an
+    error naming the LeRobot environment. Absence is simulated the way Python's import system
+    defines it, a ``None`` entry in ``sys.modules`` (importing it raises ImportError), since this
+    environment has both."""
+    import embodied.training
+
+    monkeypatch.setitem(sys.modules, missing, None)
+    # the torch side is imported afresh, as in a process that never loaded it
+    monkeypatch.delitem(sys.modules, "embodied.training.torch_deploy", raising=False)
+    monkeypatch.delattr(embodied.training, "torch_deploy", raising=False)
+    with pytest.raises(EmbodiedError, match=r"bash scripts/setup_lerobot\.sh") as err:
+        open_runner(
+            f"lerobot:{checkpoints['act']}",
+            load_robot(camera_robot(tmp_path)),
+            task="arm-push",
+        )
+    want = (
+        "runs on torch and LeRobot, which this Python cannot import"
+        if missing == "torch"
+        else "needs the 'lerobot.configs.policies' package"
     )
-
-
-@pytest.mark.parametrize("missing", ["lerobot", "torch"])
-def test_without_lerobot_the_error_names_its_setup(missing: str, checkpoints: dict[str, Path]) -> None:
-    code = f"""
-        from embodied.errors import EmbodiedError
-        from embodied.real.deploy import open_runner
-        from embodied.real.robot_config import load_robot
-        try:
-            open_runner("lerobot:{checkpoints["act"]}", load_robot("arm_push_sim"), task="arm-push")
-        except EmbodiedError as err:
-            print("ERROR", err)
-        """
-    result = _python(code, missing)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("ERROR") and "bash scripts/setup_lerobot.sh" in result.stdout, result.stdout
+    assert want in str(err.value)
 
 
 def _train_argv(algo: str, base: Path, run: Path) -> list[str]:
@@ -289,3 +291,44 @@ def test_a_run_on_a_lerobot_base_deploys_from_its_directory(
     assert worst <= 1e-5, worst
     with pytest.raises(EmbodiedError, match="was trained on 'arm-push', the deploy names task 'quad-hover'"):
         Flight(str(run), camera_robot(tmp_path), task="quad-hover")
+
+
+@pytest.mark.slow  # two processes start Cyclone DDS, the simulator renders every step
+def test_a_lerobot_checkpoint_flies_arm_push_over_dds(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """`embodied deploy lerobot:PATH` and `embodied sim-robot arm-push` as two processes over Cyclone
+    DDS on loopback, on simulation time: the command line, the DDS transport and the torch runner."""
+    pytest.importorskip("cyclonedds")
+    from real_support import free_domain_id
+
+    cli = [sys.executable, "-m", "embodied.cli"]
+    common = ["--robot", str(camera_robot(tmp_path, task="arm-push")), "--loopback"]
+    common += ["--domain-id", str(free_domain_id())]
+    deploy = [*cli, "deploy", f"lerobot:{checkpoints['act']}", *common, "--no-live", "--duration", "120"]
+    node = subprocess.Popen(
+        [*deploy, "--use-sim-time", "--rt-priority", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    sim = subprocess.run(
+        [
+            *cli,
+            "sim-robot",
+            "arm-push",
+            *common,
+            "--episodes",
+            "1",
+            "--seed",
+            "3",
+            "--json",
+            "--env",
+            "backend.camera=top",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    node.terminate()
+    node_out, _ = node.communicate(timeout=30)
+    assert sim.returncode == 0, sim.stderr + sim.stdout + node_out
+    summary = json.loads(sim.stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 1 and summary["steps"] >= 10, summary
+    assert summary["missed_commands"] == 0 and summary["safe_commands"] == 0, (summary, node_out)
+    assert "policy runner: torch (a LeRobot checkpoint runs on LeRobot's own torch code)" in node_out, node_out

@@ -121,6 +121,8 @@ def lerobot_config(source: str | Path) -> tuple[str, Any]:
     read by LeRobot's own ``PreTrainedConfig.from_pretrained`` (errors name the source)."""
     ref = lerobot_reference(source)
     configs = import_optional("lerobot.configs.policies", f"loading {source}", SETUP_HINT)
+    # the factory imports every policy's config class, which registers its `type` with PreTrainedConfig
+    import_optional("lerobot.policies.factory", f"loading {source}", SETUP_HINT)
     if Path(ref).exists() and not (Path(ref) / PREPROCESSOR_FILE).is_file():
         raise EmbodiedError(
             f"{ref}: no {PREPROCESSOR_FILE}; a checkpoint saved before LeRobot 0.4 keeps its normalization inside "
