@@ -69,7 +69,7 @@ def open_runner(source: str | Path, robot: RobotConfig, task: str | None = None,
     if not reason:
         if task is not None:
             raise ConfigError(f"--task {task}: only for lerobot:REF; an export deploys on the task it was trained on")
-        runner = PolicyRunner(source)
+        runner = PolicyRunner(Path(source))
         log.info("policy runner: %s (an ONNX export, torch-free)", runner.engine)
         return runner
     from embodied.real.torch_runner import TorchPolicyRunner  # imports torch: only now

@@ -69,12 +69,12 @@ class TorchPolicyRunner:
 
     @property
     def io_spec(self) -> IOSpec:
-        return self._policy.io_spec  # type: ignore[no-any-return]
+        return self._policy.io_spec
 
     @property
     def instruction(self) -> str:
         """The text sent as LeRobot's ``task`` with every observation."""
-        return self._policy.instruction  # type: ignore[no-any-return]
+        return self._policy.instruction
 
     def prepare(self, robot: RobotConfig) -> None:
         """Refuse a robot config without the camera the policy reads; send its ``instruction:``
@@ -92,7 +92,7 @@ class TorchPolicyRunner:
     def __call__(self, obs: np.ndarray, image: np.ndarray | None = None) -> np.ndarray:
         """``obs [obs_dim]`` (and ``image [H, W, C]`` uint8 for a camera policy) -> ``action
         [action_dim]`` float32, a fresh array: the next action of the policy's queue."""
-        return self._policy.act(obs, image)  # type: ignore[no-any-return]
+        return self._policy.act(obs, image)
 
     def reset(self) -> None:
         """Empty LeRobot's action queue: the next call plans from its observation (the node re-arms)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -115,12 +114,12 @@ def fly_beside(flight: Flight, env: Any, policy: Any, seed: int) -> float:
     fresh) run beside it on the env's own observation with the same sampling seed each period.
     Returns ``max |node action - policy action|``."""
     obs = env.reset(seed=seed)
-    action = flight.arm(obs)
+    action: np.ndarray | None = flight.arm(obs)
     worst = 0.0
     for step in range(STEPS):
         if step:
             action = flight.period(obs)
-            assert action is not None and flight.node.state is SafetyState.ARMED, flight.node.status()
+        assert action is not None and flight.node.state is SafetyState.ARMED, flight.node.status()
         torch.manual_seed(flight.seed)
         want = policy(obs)
         worst = max(worst, float(np.max(np.abs(action - want[0].numpy()))))
@@ -154,7 +153,12 @@ def test_the_robot_configs_instruction_is_lerobots_task(checkpoints: dict[str, P
     seen: list[Any] = []
     wrapper = runner._policy.lerobot
     preprocess = wrapper.preprocessor
-    wrapper.preprocessor = lambda batch: (seen.append(batch["task"]), preprocess(batch))[1]
+
+    def recording(batch: dict[str, Any]) -> Any:
+        seen.append(batch["task"])
+        return preprocess(batch)
+
+    wrapper.preprocessor = recording
     obs = np.zeros(18, dtype=np.float32)
     image = np.full((64, 64, 3), 90, dtype=np.uint8)
     torch.manual_seed(0)
@@ -298,37 +302,8 @@ def test_a_lerobot_checkpoint_flies_arm_push_over_dds(checkpoints: dict[str, Pat
     """`embodied deploy lerobot:PATH` and `embodied sim-robot arm-push` as two processes over Cyclone
     DDS on loopback, on simulation time: the command line, the DDS transport and the torch runner."""
     pytest.importorskip("cyclonedds")
-    from real_support import free_domain_id
+    from test_real_arm_dds import fly_arm_push_over_dds
 
-    cli = [sys.executable, "-m", "embodied.cli"]
-    common = ["--robot", str(camera_robot(tmp_path, task="arm-push")), "--loopback"]
-    common += ["--domain-id", str(free_domain_id())]
-    deploy = [*cli, "deploy", f"lerobot:{checkpoints['act']}", *common, "--no-live", "--duration", "120"]
-    node = subprocess.Popen(
-        [*deploy, "--use-sim-time", "--rt-priority", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    sim = subprocess.run(
-        [
-            *cli,
-            "sim-robot",
-            "arm-push",
-            *common,
-            "--episodes",
-            "1",
-            "--seed",
-            "3",
-            "--json",
-            "--env",
-            "backend.camera=top",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    node.terminate()
-    node_out, _ = node.communicate(timeout=30)
-    assert sim.returncode == 0, sim.stderr + sim.stdout + node_out
-    summary = json.loads(sim.stdout.strip().splitlines()[-1])
-    assert summary["episodes"] == 1 and summary["steps"] >= 10, summary
-    assert summary["missed_commands"] == 0 and summary["safe_commands"] == 0, (summary, node_out)
+    robot = camera_robot(tmp_path, task="arm-push")
+    node_out = fly_arm_push_over_dds(f"lerobot:{checkpoints['act']}", robot, ["--env", "backend.camera=top"])
     assert "policy runner: torch (a LeRobot checkpoint runs on LeRobot's own torch code)" in node_out, node_out
