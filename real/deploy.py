@@ -101,7 +101,10 @@ def build_node(
 
 def launch_command(export: Path, robot: str | Path, params: Mapping[str, Any] | None = None) -> str:
     """The ``ros2 launch`` line that runs the same deployment as a ROS 2 node."""
-    export_dir: str | Path = export if str(export).startswith(LEROBOT_PREFIX) else resolve_export_dir(export).resolve()
+    if str(export).startswith(LEROBOT_PREFIX):
+        export_dir: str | Path = export
+    else:  # a run on a LeRobot base (no export) is passed as the run directory itself
+        export_dir = Path(export).resolve() if needs_torch(export) else resolve_export_dir(export).resolve()
     robot_path = resolve_robot_path(robot).resolve()
     args = [
         "ros2", "launch", ROS2_PACKAGE, LAUNCH_FILE,

@@ -234,6 +234,14 @@ def test_a_picture_of_another_size_needs_camera_resize(root: Path, tmp_path: Pat
         env.close()
 
 
+def test_print_launch_passes_the_lerobot_source(
+    checkpoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    robot = camera_robot(tmp_path, task="arm-push")
+    assert main(["deploy", f"lerobot:{checkpoints['act']}", "--robot", str(robot), "--print-launch"]) == 0
+    assert f"export_dir:=lerobot:{checkpoints['act']} robot_config:={robot.resolve()}" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("missing", ["lerobot.configs.policies", "torch"])
 def test_without_lerobot_the_error_names_its_setup(
     missing: str, checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from embodied.config import float_in_range, int_in_range
+from embodied.config import device_flag, float_in_range, int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,9 @@ def register(subparsers: Any) -> None:
         default=None,
         help="with lerobot:REF: the task the checkpoint was trained on (default: the robot config's `task:`)",
     )
-    p.add_argument("--device", default="cpu", help="where torch runs a LeRobot policy: cpu (default) or cuda")
+    p.add_argument(
+        "--device", type=device_flag, default="cpu", help="where torch runs a LeRobot policy: cpu (default), cuda[:N]"
+    )
     p.add_argument("--transport", choices=("dds", "ros2"), default="dds", help="middleware (default: dds)")
     add_middleware_arguments(p)
     p.add_argument("--namespace", default="", help="ROS 2 namespace for the config's relative topic names (dds)")
