@@ -95,7 +95,7 @@ class Flight:
         command as a normalized action (None: nothing sent)."""
         self.now_s += self.node.period_s
         self.seed += 1
-        self.publish(obs["policy"][0].numpy(), obs[IMAGE_GROUP][0].numpy())
+        self.publish(obs["policy"][0].numpy(), obs[IMAGE_GROUP][0].numpy() if IMAGE_GROUP in obs else None)
         torch.manual_seed(self.seed)
         command = self.node.step(self.now_s)
         return None if command is None else (command - self.offset) / self.scale
@@ -210,6 +210,12 @@ def test_refusals_name_what_is_wrong(checkpoints: dict[str, Path], tmp_path: Pat
         EmbodiedError, match=r"reads 2 cameras \(observation\.images\.top, observation\.images\.wrist\); robot config"
     ):
         Flight(f"lerobot:{two}", camera_robot(tmp_path, task="arm-push"))
+    # a policy type no installed LeRobot policy or plugin defines
+    unknown = tmp_path / "unknown_type"
+    shutil.copytree(act, unknown)
+    (unknown / "config.json").write_text(json.dumps(json.loads((act / "config.json").read_text()) | {"type": "nope"}))
+    with pytest.raises(EmbodiedError, match=r"knows no policy type of .*unknown_type.*config\.json"):
+        Flight(f"lerobot:{unknown}", camera_robot(tmp_path, task="arm-push"))
     # a task whose actions the policy does not output
     with pytest.raises(EmbodiedError, match=r"action: the policy outputs shape \(3,\), the task acts with \(4,\)"):
         Flight(f"lerobot:{act}", camera_robot(tmp_path), task="quad-hover")
@@ -315,3 +321,26 @@ def test_a_lerobot_checkpoint_flies_arm_push_over_dds(checkpoints: dict[str, Pat
     robot = camera_robot(tmp_path, task="arm-push")
     node_out = fly_arm_push_over_dds(f"lerobot:{checkpoints['act']}", robot, ["--env", "backend.camera=top"])
     assert "policy runner: torch (a LeRobot checkpoint runs on LeRobot's own torch code)" in node_out, node_out
+
+
+@pytest.mark.slow  # trains and exports a run first
+def test_an_embodied_export_to_lerobot_deploys_as_a_lerobot_checkpoint(root: Path, tmp_path: Path) -> None:
+    """`embodied export RUN --format lerobot` writes a checkpoint of the `embodied` policy type (the
+    plugin in integrations/lerobot_policy_embodied); deployed as lerobot:RUN/export/lerobot it
+    commands what `embodied eval RUN` computes."""
+    from embodied.training.evaluate import load_torch_policy
+
+    run = tmp_path / "bc"
+    argv = ["train", "arm-push", "--algo", "bc-flow", "--dataset", str(root / "demos"), "--run-dir", str(run)]
+    argv += ["--num-envs", "2", "--no-progress", "algo.policy.hidden=[32,32]", "algo.policy.chunk=4"]
+    argv += ["algo.policy.exec_steps=2", "algo.policy.temporal_ensemble=false", "algo.policy.denoise_steps=2"]
+    assert main([*argv, "trainer.eval_episodes=1", "trainer.torch_threads=1", "trainer.total_env_steps=8"]) == 0
+    assert main(["export", str(run), "--format", "lerobot", "--no-record"]) == 0
+    flight = Flight(f"lerobot:{run / 'export' / 'lerobot'}", ARM_ROBOT, task="arm-push")
+    assert isinstance(flight.node.runner, TorchPolicyRunner) and flight.node.runner.image_shape is None
+    env = registry.make_env("arm-push", registry.task_cfg("arm-push"), 1, "cpu", 0)
+    try:
+        worst = fly_beside(flight, env, load_torch_policy(run, env), seed=5)
+    finally:
+        env.close()
+    assert worst <= 1e-5, worst

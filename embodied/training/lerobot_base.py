@@ -121,8 +121,12 @@ def lerobot_config(source: str | Path) -> tuple[str, Any]:
     read by LeRobot's own ``PreTrainedConfig.from_pretrained`` (errors name the source)."""
     ref = lerobot_reference(source)
     configs = import_optional("lerobot.configs.policies", f"loading {source}", SETUP_HINT)
-    # the factory imports every policy's config class, which registers its `type` with PreTrainedConfig
+    # the factory imports every built-in policy's config class, which registers its `type` with
+    # PreTrainedConfig; installed `lerobot_policy_*` plugins (embodied's own type among them) register
+    # when imported, as LeRobot's scripts import them
     import_optional("lerobot.policies.factory", f"loading {source}", SETUP_HINT)
+    import_optional("lerobot.utils.import_utils", f"loading {source}", SETUP_HINT).register_third_party_plugins()
+    unknown_type = import_optional("draccus.utils", f"loading {source}", SETUP_HINT).DecodingError
     if Path(ref).exists() and not (Path(ref) / PREPROCESSOR_FILE).is_file():
         raise EmbodiedError(
             f"{ref}: no {PREPROCESSOR_FILE}; a checkpoint saved before LeRobot 0.4 keeps its normalization inside "
@@ -132,6 +136,11 @@ def lerobot_config(source: str | Path) -> tuple[str, Any]:
         config = configs.PreTrainedConfig.from_pretrained(ref)
     except (OSError, ValueError) as err:  # not found locally or on the Hub (offline), or no config.json
         raise EmbodiedError(f"--base {source}: LeRobot cannot load a policy config from {ref!r} ({err})") from None
+    except unknown_type as err:  # a `type` no installed LeRobot policy or plugin registers
+        raise EmbodiedError(
+            f"{source}: LeRobot knows no policy type of {ref!r}/config.json ({' '.join(str(err).split())[:200]}); "
+            "install the LeRobot policy plugin that defines it"
+        ) from None
     return ref, config
 
 
