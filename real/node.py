@@ -29,10 +29,9 @@ from embodied.real import messages
 from embodied.real.camera_image import decode_image
 from embodied.real.control_loop import Clock, ControlLoop, LoopStats
 from embodied.real.freshness import InputGate, SimClock
-from embodied.real.instruction import robot_instruction_embedding
 from embodied.real.observation import ObservationBuilder, ObservationError, Signal, compile_signal
 from embodied.real.robot_config import IMAGE_TYPES, RobotConfig
-from embodied.real.runner import PolicyRunner, refuse_unsupported
+from embodied.real.runner import DeployRunner
 from embodied.real.safety import Envelope, SafetyLayer, SafetyState
 from embodied.real.sim_input_wait import PeriodInputWait
 from embodied.real.transports import Transport
@@ -96,7 +95,7 @@ class PolicyNode:
         self,
         transport: Transport,
         robot: RobotConfig,
-        runner: PolicyRunner,
+        runner: DeployRunner,
         clock: Clock = time.monotonic,
         period_s: float | None = None,
         stamp_clock: Callable[[], float] = time.time,
@@ -104,11 +103,7 @@ class PolicyNode:
         sim_clock: SimClock | None = None,
         rt_priority: int = 0,
     ) -> None:
-        refuse_unsupported(runner.policy_io, robot)  # a camera / an instruction the policy needs
-        if runner.policy_io.instruction_input is not None:
-            vector = robot_instruction_embedding(runner.policy_io.instruction_input, robot.instruction)
-            if vector is not None:
-                runner.set_instruction(vector)  # checks its size against the graph
+        runner.prepare(robot)  # refuses a camera / an instruction the robot cannot feed
         self.robot = robot
         self.runner = runner
         self.io_spec = runner.io_spec

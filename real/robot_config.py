@@ -186,6 +186,9 @@ class RobotConfig:
     """The camera an image policy reads (``None``: the robot feeds vector policies only)."""
     instruction: str = ""
     """The language instruction an image-instruction policy is given ("": the one it was trained with)."""
+    task: str = ""
+    """The embodied task a LeRobot checkpoint (``deploy lerobot:REF``) was trained on: its interface
+    and LeRobot feature mapping ("": give ``--task``; exports and run directories name their own)."""
 
 
 def builtin_robots() -> list[str]:
@@ -370,6 +373,7 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
             "safety",
             "camera",
             "instruction",
+            "task",
         ),
     )
     if data.get("trigger", "timer") != "timer":
@@ -472,4 +476,5 @@ def load_robot(name_or_path: str | Path, params: Mapping[str, Any] | None = None
         description=str(data.get("description", "")),
         camera=camera,
         instruction=r.string(data, "instruction", "", ""),
+        task=r.string(data, "task", "", ""),
     )

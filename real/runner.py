@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from embodied.policy_io import (
     check_session_hash,
     read_policy_io,
 )
+from embodied.real.instruction import robot_instruction_embedding
 from embodied.real.numpy_policy import NumpySession, unsupported_ops
 from embodied.real.robot_config import IMAGE_TYPES, RobotConfig
 from embodied.residual_graph import ResidualGraph
@@ -85,6 +86,30 @@ def check_deployable(path: Path, robot: RobotConfig | None = None) -> Path:
     export_dir = resolve_export_dir(path)
     refuse_unsupported(read_policy_io(export_dir), robot)
     return export_dir
+
+
+class DeployRunner(Protocol):
+    """What the deploy node (:class:`~embodied.real.node.PolicyNode`) asks of a policy runner:
+    :class:`PolicyRunner` (an ONNX export, numpy/onnxruntime) or
+    :class:`~embodied.real.torch_runner.TorchPolicyRunner` (a LeRobot policy, torch)."""
+
+    engine: str
+    """What runs the policy (``numpy``, ``onnxruntime``, ``torch``), for the logs."""
+    image_shape: tuple[int, int, int] | None
+    """``(H, W, C)`` of the camera picture the policy reads with each observation (None: none)."""
+
+    @property
+    def io_spec(self) -> IOSpec: ...
+
+    def prepare(self, robot: RobotConfig) -> None:
+        """Refuse (naming the robot config) what ``robot`` cannot feed; apply its ``instruction``."""
+        ...
+
+    def __call__(self, obs: np.ndarray, image: np.ndarray | None = None) -> np.ndarray: ...
+
+    def reset(self) -> None:
+        """Drop the plan being executed: the next call plans from its observation."""
+        ...
 
 
 ENGINES = ("auto", "numpy", "onnxruntime")
@@ -221,6 +246,15 @@ class PolicyRunner:
     @property
     def io_spec(self) -> IOSpec:
         return self.policy_io.io_spec
+
+    def prepare(self, robot: RobotConfig) -> None:
+        """Refuse an export ``robot`` cannot feed (:func:`refuse_unsupported`); embed the robot
+        config's ``instruction`` for an image-instruction policy."""
+        refuse_unsupported(self.policy_io, robot)  # a camera / an instruction the policy needs
+        if self.policy_io.instruction_input is not None:
+            vector = robot_instruction_embedding(self.policy_io.instruction_input, robot.instruction)
+            if vector is not None:
+                self.set_instruction(vector)  # checks its size against the graph
 
     def __call__(self, obs: np.ndarray, image: np.ndarray | None = None) -> np.ndarray:
         """``obs [obs_dim]`` (and for an image policy ``image [H, W, C]`` uint8) -> ``action

@@ -37,9 +37,9 @@ for line in requires("lerobot") or []:
 PY
 )
 "${PIP[@]}" -c "$CONSTRAINTS" "${DEPS[@]}"
-# embodied with its MuJoCo, data and export extras (lerobot >= 0.4 shares their gymnasium >= 1), so the sim tasks,
-# Minari datasets and exports work here too; then the LeRobot policy plugin (export --format lerobot)
-"${PIP[@]}" -c "$CONSTRAINTS" -e ".[mujoco,data,export]" "pytest>=8"
+# embodied with its MuJoCo, data, export and DDS extras (lerobot >= 0.4 shares their gymnasium >= 1), so the sim tasks,
+# Minari datasets, exports and `embodied deploy` of a LeRobot policy work here too; then the LeRobot policy plugin (export --format lerobot)
+"${PIP[@]}" -c "$CONSTRAINTS" -e ".[mujoco,data,export,dds]" "pytest>=8"
 "${PIP[@]}" -c "$CONSTRAINTS" --no-deps -e integrations/lerobot_policy_embodied
 if ! "$VENV/bin/python" -c "import torchvision" >/dev/null 2>&1; then
   SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

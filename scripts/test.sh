@@ -58,7 +58,7 @@ fi
 if [ "${EMBODIED_LEROBOT-1}" = 1 ] && tier_fits lerobot .venv-lerobot 4; then
   built=$(built_flag .venv-lerobot)
   bash scripts/setup_lerobot.sh
-  HF_HUB_OFFLINE=1 .venv-lerobot/bin/python -m pytest -q tests/test_vla_lerobot.py tests/test_lerobot_dataset.py tests/test_lerobot_base.py tests/test_lerobot_export.py tests/test_reinflow_smolvla.py tests/test_o2o_residual_lerobot.py tests/test_lerobot_residual_export.py "$@"
+  HF_HUB_OFFLINE=1 .venv-lerobot/bin/python -m pytest -q tests/test_vla_lerobot.py tests/test_lerobot_dataset.py tests/test_lerobot_base.py tests/test_lerobot_export.py tests/test_reinflow_smolvla.py tests/test_o2o_residual_lerobot.py tests/test_lerobot_residual_export.py tests/test_real_lerobot_deploy.py "$@"
   prune_if_short .venv-lerobot "$built"
 fi
 # --- Isaac Lab 3 kit-less (Newton on warp's CPU device) in its own Python 3.12 environment (docs/backends.md) ---

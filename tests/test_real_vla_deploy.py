@@ -73,12 +73,10 @@ def test_the_node_flies_it_on_the_camera_and_takes_the_robot_configs_instruction
     assert result.episodes == 1 and result.steps >= 10 and result.rejections == 0
     assert result.max_action_diff <= 1e-4, result
 
-    default = PolicyRunner(vla_run)
-    same = PolicyNode(MemoryTransport(), load_robot(_camera_robot(tmp_path, INSTRUCTION)), PolicyRunner(vla_run))
-    other = PolicyNode(
-        MemoryTransport(), load_robot(_camera_robot(tmp_path, "pull the block back")), PolicyRunner(vla_run)
-    )
-    np.testing.assert_array_equal(same.runner.instruction, default.instruction)  # the export's own
-    np.testing.assert_array_equal(other.runner.instruction, embed_instruction_array("pull the block back"))
+    default, same, other = PolicyRunner(vla_run), PolicyRunner(vla_run), PolicyRunner(vla_run)
+    PolicyNode(MemoryTransport(), load_robot(_camera_robot(tmp_path, INSTRUCTION)), same)
+    PolicyNode(MemoryTransport(), load_robot(_camera_robot(tmp_path, "pull the block back")), other)
+    np.testing.assert_array_equal(same.instruction, default.instruction)  # the export's own
+    np.testing.assert_array_equal(other.instruction, embed_instruction_array("pull the block back"))
     obs, image = np.zeros(18, dtype=np.float32), np.full((64, 64, 3), 90, dtype=np.uint8)
-    assert not np.allclose(other.runner(obs, image), default(obs, image), atol=1e-6)  # the instruction matters
+    assert not np.allclose(other(obs, image), default(obs, image), atol=1e-6)  # the instruction matters

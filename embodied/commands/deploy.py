@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from embodied.config import float_in_range, int_in_range
+from embodied.config import device_flag, float_in_range, int_in_range
 from embodied.real.transports import add_middleware_arguments
 
 log = logging.getLogger(__name__)
@@ -19,6 +19,13 @@ DESCRIPTION = """\
 Run RUN_DIR/export/policy.onnx on a robot through ROS 2 topics. The robot config (a built-in
 name such as crazyflie_sim / ros2_control_arm, or a YAML path) names the input topics, how
 each policy observation field is built from them, the command topic and the safe command.
+
+A LeRobot policy runs on torch in the LeRobot environment (bash scripts/setup_lerobot.sh):
+lerobot:REF (a LeRobot checkpoint folder or Hub id, e.g. an `embodied export RUN --format
+lerobot` folder; --task or the robot config's `task:` names the task it was trained on), or a
+run directory that fine-tuned one (ReinFlow or residual RL on --base lerobot:REF). The robot
+config's camera input feeds its observation.images.<camera>, its `instruction:` LeRobot's task
+text (default: the task's training instruction). ONNX exports never import torch.
 
 --transport dds (default) speaks ROS 2's wire protocol through Cyclone DDS directly: no ROS 2
 install needed, ROS 2 nodes on the same domain see its topics. --transport ros2 runs it as an
@@ -49,8 +56,21 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or its export/ folder) holding policy.onnx")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR|lerobot:REF",
+        help="run directory (or its export/ folder) holding policy.onnx, a run that fine-tuned a LeRobot policy, "
+        "or lerobot:<folder or hub id>",
+    )
     p.add_argument("--robot", required=True, help="robot config: built-in name or path to a YAML file")
+    p.add_argument(
+        "--task",
+        default=None,
+        help="with lerobot:REF: the task the checkpoint was trained on (default: the robot config's `task:`)",
+    )
+    p.add_argument(
+        "--device", type=device_flag, default="cpu", help="where torch runs a LeRobot policy: cpu (default), cuda[:N]"
+    )
     p.add_argument("--transport", choices=("dds", "ros2"), default="dds", help="middleware (default: dds)")
     add_middleware_arguments(p)
     p.add_argument("--namespace", default="", help="ROS 2 namespace for the config's relative topic names (dds)")
@@ -89,14 +109,19 @@ def run(args: argparse.Namespace) -> int:
 
     from embodied.config import parse_dotted
     from embodied.errors import EmbodiedError
-    from embodied.real.deploy import launch_command
+    from embodied.real.deploy import launch_command, needs_torch, open_runner
     from embodied.real.robot_config import load_robot
     from embodied.real.runner import check_deployable
     from embodied.real.transports.rclpy_node import INSTALL_HINT, rclpy_available
 
     params = parse_dotted(args.param, source="--param")
-    # an export the node cannot run on this robot fails before any middleware starts
-    check_deployable(args.run_dir, load_robot(args.robot, params))
+    robot = load_robot(args.robot, params)
+    # a policy the node cannot run on this robot fails before any middleware starts
+    args.runner = None
+    if not needs_torch(args.run_dir):
+        check_deployable(args.run_dir, robot)
+    if not args.print_launch and args.transport == "dds":
+        args.runner = open_runner(args.run_dir, robot, args.task, args.device)  # loaded once, here
     if args.print_launch:
         print(launch_command(args.run_dir, args.robot, params))
         return 0
@@ -143,7 +168,9 @@ def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any, pr
             node_kwargs["sim_clock"] = sim_clock
         if args.managed:
             node_kwargs["active"] = False
-        node = build_node(transport, args.run_dir, args.robot, params, **node_kwargs)
+        node = build_node(
+            transport, args.run_dir, args.robot, params, args.task, args.device, args.runner, **node_kwargs
+        )
         stop = threading.Event()
         if args.transport == "dds":
             _serve_lifecycle(transport, node, stop, args.managed)

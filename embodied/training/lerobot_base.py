@@ -116,21 +116,18 @@ def chunk_spec_of(config: Any) -> ChunkSpec:
     return ChunkSpec(horizon, exec_steps)
 
 
-def load_lerobot_policy(
-    source: str | Path,
-    task: str,
-    obs_spec: Mapping[str, tuple[int, ...]],
-    action_dim: int,
-    rendered_camera: str | None,
-    device: torch.device | str = "cpu",
-) -> LeRobotPolicy:
-    """Load ``lerobot:<ref>`` with LeRobot's own code and wrap it for task ``task`` (see module docstring)."""
+def lerobot_config(source: str | Path) -> tuple[str, Any]:
+    """``(ref, config)``: the hub id or folder of ``lerobot:<ref>`` and its ``PreTrainedConfig``,
+    read by LeRobot's own ``PreTrainedConfig.from_pretrained`` (errors name the source)."""
     ref = lerobot_reference(source)
     configs = import_optional("lerobot.configs.policies", f"loading {source}", SETUP_HINT)
-    factory = import_optional("lerobot.policies.factory", f"loading {source}", SETUP_HINT)
-    # as LeRobot's scripts do: installed lerobot_policy_* plugins register their policy types
-    # (embodied's exports are types 'embodied' and 'embodied_residual')
+    # the factory imports every built-in policy's config class, which registers its `type` with
+    # PreTrainedConfig; installed `lerobot_policy_*` plugins register
+    # when imported, as LeRobot's scripts import them (embodied's exports: types 'embodied' and
+    # 'embodied_residual')
+    import_optional("lerobot.policies.factory", f"loading {source}", SETUP_HINT)
     import_optional("lerobot.utils.import_utils", f"loading {source}", SETUP_HINT).register_third_party_plugins()
+    unknown_type = import_optional("draccus.utils", f"loading {source}", SETUP_HINT).DecodingError
     if Path(ref).exists() and not (Path(ref) / PREPROCESSOR_FILE).is_file():
         raise EmbodiedError(
             f"{ref}: no {PREPROCESSOR_FILE}; a checkpoint saved before LeRobot 0.4 keeps its normalization inside "
@@ -140,6 +137,25 @@ def load_lerobot_policy(
         config = configs.PreTrainedConfig.from_pretrained(ref)
     except (OSError, ValueError) as err:  # not found locally or on the Hub (offline), or no config.json
         raise EmbodiedError(f"--base {source}: LeRobot cannot load a policy config from {ref!r} ({err})") from None
+    except unknown_type as err:  # a `type` no installed LeRobot policy or plugin registers
+        raise EmbodiedError(
+            f"{source}: LeRobot knows no policy type of {ref!r}/config.json ({' '.join(str(err).split())[:200]}); "
+            "install the LeRobot policy plugin that defines it"
+        ) from None
+    return ref, config
+
+
+def load_lerobot_policy(
+    source: str | Path,
+    task: str,
+    obs_spec: Mapping[str, tuple[int, ...]],
+    action_dim: int,
+    rendered_camera: str | None,
+    device: torch.device | str = "cpu",
+) -> LeRobotPolicy:
+    """Load ``lerobot:<ref>`` with LeRobot's own code and wrap it for task ``task`` (see module docstring)."""
+    ref, config = lerobot_config(source)
+    factory = import_optional("lerobot.policies.factory", f"loading {source}", SETUP_HINT)
     config.device = str(device)
     mapping = task_map(task)
     cameras = mapping.camera_groups(rendered_camera, obs_spec)

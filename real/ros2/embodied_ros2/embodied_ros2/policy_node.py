@@ -59,7 +59,9 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
 
             export_dir = str(self._param("export_dir"))
             if not export_dir:
-                self.get_logger().error("parameter export_dir is required (folder with policy.onnx + policy_io.json)")
+                self.get_logger().error(
+                    "parameter export_dir is required (folder with policy.onnx + policy_io.json, or lerobot:PATH)"
+                )
                 return failure
             try:
                 params = json.loads(str(self._param("params_json")) or "{}")
