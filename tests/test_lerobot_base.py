@@ -117,8 +117,8 @@ def diffusion_one_obs(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -
     return save_policy("diffusion", dataset, tmp_path_factory.mktemp("diffusion1"), overrides={"n_obs_steps": 1})
 
 
-def lerobot_reference_policy(path: Path) -> tuple[Any, Any, Any]:
-    """LeRobot's own policy and processors for ``path``, loaded as lerobot-eval does."""
+def lerobot_diffusion(path: Path) -> tuple[Any, Any, Any]:
+    """LeRobot's own Diffusion policy and processors for ``path``, loaded as lerobot-eval does."""
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
     theirs = get_policy_class("diffusion").from_pretrained(path).eval()
@@ -140,7 +140,7 @@ def test_plan_on_a_diffusion_base_is_lerobots_own_chunk(diffusion_one_obs: Path)
     env = arm_push_env()
     try:
         ours = load_lerobot_policy(f"lerobot:{diffusion_one_obs}", "arm-push", env.obs_spec, env.action_dim, "top")
-        theirs, pre, post = lerobot_reference_policy(diffusion_one_obs)
+        theirs, pre, post = lerobot_diffusion(diffusion_one_obs)
         n_action_steps = theirs.config.n_action_steps
         obs = env.reset(seed=3)
         for rows in (3, 1, 3):
@@ -165,7 +165,7 @@ def test_plans_leave_a_diffusion_bases_own_queue_alone(diffusion_one_obs: Path) 
     env = arm_push_env()
     try:
         ours = load_lerobot_policy(f"lerobot:{diffusion_one_obs}", "arm-push", env.obs_spec, env.action_dim, "top")
-        theirs, pre, post = lerobot_reference_policy(diffusion_one_obs)
+        theirs, pre, post = lerobot_diffusion(diffusion_one_obs)
         for episode in range(2):
             obs = env.reset(seed=episode)
             ours.reset_plan()
