@@ -16,9 +16,10 @@ observation dict (:func:`lerobot_batch`):
 - ``task``: the instruction, one string per env;
 
 and maps the chunk it returns from the policy's action range back to [-1, 1]
-(:func:`actions_to_unit`). lerobot itself is never imported by this module: the wrapped policy
-is built by the caller (in its own environment, ``scripts/setup_lerobot.sh``), so importing
-``embodied.policies.vla`` costs nothing where lerobot is absent.
+(:func:`actions_to_unit`). The wrapped policy is built by the caller (in its own environment,
+``scripts/setup_lerobot.sh``); lerobot is imported only when a policy that keeps its observations
+in queues (diffusion) plans, so importing ``embodied.policies.vla`` costs nothing where lerobot is
+absent.
 
 Shapes: ``N`` = batch (envs), ``H, W`` = image size, ``D`` = proprioception size,
 ``H_a`` = chunk length, ``A`` = action size.
@@ -35,11 +36,17 @@ from torch import nn
 from embodied.action_chunks import ChunkExecutor, ChunkSpec
 from embodied.algo import ExportUnsupportedError
 from embodied.env import ObsDict
-from embodied.errors import EmbodiedError
+from embodied.errors import EmbodiedError, import_optional
 
 LEROBOT_IMAGE_PREFIX = "observation.images."
 LEROBOT_STATE_KEY = "observation.state"
 LEROBOT_TASK_KEY = "task"
+LEROBOT_ACTION_KEY = "action"
+LEROBOT_IMAGES_KEY = "observation.images"
+"""All cameras stacked ``[N, n_cameras, 3, H, W]``: the key a diffusion policy queues its images under."""
+OBSERVATION_QUEUE_TYPES = frozenset({"diffusion"})
+"""LeRobot policy types (``config.type``) whose ``predict_action_chunk`` reads the observations
+from the policy's own queues, which only its ``select_action`` fills."""
 
 
 class ChunkPredictor(Protocol):
@@ -151,6 +158,27 @@ class LeRobotPolicy(nn.Module):
         """The preprocessed LeRobot batch of an observation dict."""
         return self.preprocessor(lerobot_batch(obs, self.instruction, self.cameras, self.state_group))
 
+    def _queue_observation(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The batch for ``predict_action_chunk``, after doing what ``select_action`` does first
+        for a policy of :data:`OBSERVATION_QUEUE_TYPES`: drop the action entry, stack the
+        cameras into :data:`LEROBOT_IMAGES_KEY` and append the observation to the policy's
+        queues with LeRobot's own ``populate_queues``. With one observation of history (``plan``
+        refuses more) those queues then hold exactly this batch: the plan depends on no earlier
+        call (episode, batch size), and the action queue ``select_action`` executes from is
+        left alone."""
+        config: Any = getattr(self._policy, "config", None)
+        if getattr(config, "type", None) not in OBSERVATION_QUEUE_TYPES:
+            return batch
+        utils = import_optional(
+            "lerobot.policies.utils", f"planning with a LeRobot {config.type} policy", "bash scripts/setup_lerobot.sh"
+        )
+        # the processors pass an (empty) action entry through; select_action drops it before queueing
+        batch = {key: value for key, value in batch.items() if key != LEROBOT_ACTION_KEY}
+        if config.image_features:
+            batch[LEROBOT_IMAGES_KEY] = torch.stack([batch[key] for key in config.image_features], dim=-4)
+        utils.populate_queues(getattr(self._policy, "_queues"), batch)  # noqa: B009  # LeRobot's attribute
+        return batch
+
     @torch.no_grad()
     def plan(self, obs: ObsDict) -> torch.Tensor:
         """A chunk ``[N, H_a, A]`` in [-1, 1] for the observation dict (a fresh plan: the wrapped
@@ -160,10 +188,13 @@ class LeRobotPolicy(nn.Module):
         history = int(getattr(getattr(self._policy, "config", None), "n_obs_steps", 1))
         if history > 1:
             raise EmbodiedError(
-                f"{type(self._policy).__name__} conditions on {history} past observations (n_obs_steps), so it has "
-                "no plan of one observation (residual RL needs one); use a policy with n_obs_steps=1"
+                f"{type(self._policy).__name__} conditions on its last {history} observations (n_obs_steps={history}), "
+                "so it has no plan of one observation, which residual RL needs (and the chunk runner, "
+                "lerobot_queue=False); train the LeRobot policy with n_obs_steps=1 (lerobot-train "
+                "--policy.n_obs_steps=1). `embodied eval lerobot:PATH` runs it as it is, history included"
             )
-        chunk = self.postprocessor(self._policy.predict_action_chunk(self._batch(obs)))
+        batch = self._queue_observation(self._batch(obs))
+        chunk = self.postprocessor(self._policy.predict_action_chunk(batch))
         if chunk.dim() != 3 or chunk.shape[0] != obs[self.state_group].shape[0]:
             raise EmbodiedError(f"the LeRobot policy returned {tuple(chunk.shape)}, expected [N, H, A]")
         return actions_to_unit(chunk.float().cpu(), self.action_low, self.action_high)

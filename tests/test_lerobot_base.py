@@ -111,12 +111,98 @@ def test_feature_mismatch_names_feature_and_shapes(dataset: Path, tmp_path: Path
     assert main(["eval", f"lerobot:{small}", "--episodes", "1"]) == 2  # no --task: a named error
 
 
-@pytest.mark.slow
-def test_residual_trains_on_a_lerobot_base(dataset: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def diffusion_one_obs(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small Diffusion policy conditioned on the current observation only (``n_obs_steps=1``)."""
+    return save_policy("diffusion", dataset, tmp_path_factory.mktemp("diffusion1"), overrides={"n_obs_steps": 1})
+
+
+def lerobot_diffusion(path: Path) -> tuple[Any, Any, Any]:
+    """LeRobot's own Diffusion policy and processors for ``path``, loaded as lerobot-eval does."""
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+    theirs = get_policy_class("diffusion").from_pretrained(path).eval()
+    pre, post = make_pre_post_processors(theirs.config, pretrained_path=str(path))
+    return theirs, pre, post
+
+
+def lerobot_raw_batch(obs: Any) -> dict[str, Any]:
+    """LeRobot's batch of an arm-push observation, built by hand (the test's reference side)."""
+    batch = {STATE_KEY: obs["policy"], CAMERA: obs["image"].permute(0, 3, 1, 2).float() / 255.0}
+    batch["task"] = ["push the block to the goal"] * int(obs["policy"].shape[0])
+    return batch
+
+
+def test_plan_on_a_diffusion_base_is_lerobots_own_chunk(diffusion_one_obs: Path) -> None:
+    """``plan`` on a Diffusion base (n_obs_steps=1) returns the chunk LeRobot's own ``select_action``
+    queues for the same observation and noise seed, on consecutive steps and for a smaller batch
+    (the final observations of ended episodes) in between."""
+    env = arm_push_env()
+    try:
+        ours = load_lerobot_policy(f"lerobot:{diffusion_one_obs}", "arm-push", env.obs_spec, env.action_dim, "top")
+        theirs, pre, post = lerobot_diffusion(diffusion_one_obs)
+        n_action_steps = theirs.config.n_action_steps
+        obs = env.reset(seed=3)
+        for rows in (3, 1, 3):
+            part = {group: value[:rows] for group, value in obs.items()}
+            torch.manual_seed(2)  # the diffusion sampler draws the same noise on both sides
+            chunk = ours.plan(part)
+            theirs.reset()
+            torch.manual_seed(2)
+            with torch.no_grad():  # the first call samples the chunk, the others pop it from the queue
+                actions = [post(theirs.select_action(pre(lerobot_raw_batch(part)))) for _ in range(n_action_steps)]
+            expected = torch.stack(actions, dim=1).clamp(-1.0, 1.0)
+            assert chunk.shape == (rows, n_action_steps, 3)
+            torch.testing.assert_close(chunk, expected, rtol=0, atol=1e-6)
+            obs = env.step(ours.plan(obs)[:, 0])[0]
+    finally:
+        env.close()
+
+
+def test_plans_leave_a_diffusion_bases_own_queue_alone(diffusion_one_obs: Path) -> None:
+    """Plans made between the wrapped policy's own ``select_action`` steps (as residual RL's
+    successor labels are) do not change the actions that queue executes, nor its episode resets."""
+    env = arm_push_env()
+    try:
+        ours = load_lerobot_policy(f"lerobot:{diffusion_one_obs}", "arm-push", env.obs_spec, env.action_dim, "top")
+        theirs, pre, post = lerobot_diffusion(diffusion_one_obs)
+        for episode in range(2):
+            obs = env.reset(seed=episode)
+            ours.reset_plan()
+            theirs.reset()
+            for _ in range(6):
+                torch.manual_seed(2)
+                action = ours.act(obs, deterministic=True)
+                torch.manual_seed(2)
+                with torch.no_grad():
+                    expected = post(theirs.select_action(pre(lerobot_raw_batch(obs)))).clamp(-1.0, 1.0)
+                torch.testing.assert_close(action, expected, rtol=0, atol=1e-6)
+                obs = env.step(action)[0]
+                ours.plan({group: value[:2] for group, value in obs.items()})  # another batch size, fresh noise
+    finally:
+        env.close()
+
+
+def test_residual_refuses_a_diffusion_base_with_an_observation_history(
+    dataset: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """n_obs_steps > 1 has no plan of one observation: the run stops at preload, naming the setting."""
+    path = save_policy("diffusion", dataset, tmp_path / "diffusion2", overrides={"n_obs_steps": 2})
+    argv = ["train", "arm-push", "--algo", "residual", "--base", f"lerobot:{path}", "--run-dir", str(tmp_path / "r")]
+    argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.torch_threads=1"]
+    assert main(argv) == 2
+    assert "n_obs_steps=2" in caplog.text and "--policy.n_obs_steps=1" in caplog.text
+
+
+# ACT in the slow suite (the minutes of a whole run); Diffusion is the base whose plan needs
+# LeRobot's observation queues filled, so it stays in the fast one at the smallest budget
+@pytest.mark.parametrize("kind", [pytest.param("act", marks=pytest.mark.slow), "diffusion"])
+def test_residual_trains_on_a_lerobot_base(kind: str, dataset: Path, tmp_path: Path) -> None:
     """`embodied train arm-push --algo residual --base lerobot:PATH` (tiny budget), and the run rebuilds."""
     from embodied.training.run import load_run
 
-    path = save_policy("act", dataset, tmp_path / "act")
+    overrides = {"n_obs_steps": 1} if kind == "diffusion" else None
+    path = save_policy(kind, dataset, tmp_path / kind, overrides=overrides)
     run = tmp_path / "residual"
     argv = ["train", "arm-push", "--algo", "residual", "--base", f"lerobot:{path}", "--run-dir", str(run)]
     argv += ["--num-envs", "2", "--no-progress", "env.backend.camera=top", "trainer.eval_episodes=2"]

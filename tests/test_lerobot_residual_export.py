@@ -107,6 +107,7 @@ def test_export_acts_as_the_run_and_not_as_the_base(residual_run: Path, demos_an
         ("o2o-residual", "act", {}),
         ("residual", "act", {"temporal_ensemble_coeff": 0.01, "n_action_steps": 1}),  # ACT's own ensembling
         ("residual", "smolvla", {}),  # flow sampling: the same seed on both sides
+        ("residual", "diffusion", {"n_obs_steps": 1}),  # diffusion sampling, likewise
     ],
 )
 def test_other_algos_and_bases_export(

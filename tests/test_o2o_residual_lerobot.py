@@ -1,5 +1,5 @@
 """o2o-residual on a pretrained LeRobot base with demonstrations from a LeRobotDataset: a small
-ACT (lerobot 0.4.4's real architecture, random weights, saved with ``save_pretrained``) loaded
+ACT or Diffusion (lerobot 0.4.4's real architectures, random weights, saved with ``save_pretrained``) loaded
 through ``--base lerobot:PATH``, demonstrations that ``embodied collect --format lerobot`` wrote
 (camera images included, which the base needs to label each demonstration step with its action),
 the offline Cal-QL phase, then online, resume, and the rebuilt run.
@@ -60,10 +60,13 @@ def test_demonstrations_carry_the_lerobot_base_actions(demos_and_act: tuple[Path
 
 
 @pytest.mark.slow  # the whole trainer, resume and export (minutes on a loaded 2-core CPU)
-def test_offline_then_online_on_a_lerobot_base(demos_and_act: tuple[Path, Path], tmp_path: Path) -> None:
-    demos, act = demos_and_act
+@pytest.mark.parametrize("kind", ["act", "diffusion"])
+def test_offline_then_online_on_a_lerobot_base(kind: str, demos_and_act: tuple[Path, Path], tmp_path: Path) -> None:
+    demos, base = demos_and_act
+    if kind == "diffusion":  # its plans read the observation queues LeRobotPolicy fills (n_obs_steps=1)
+        base = save_policy("diffusion", demos, tmp_path / "diffusion", overrides={"n_obs_steps": 1})
     run = tmp_path / "o2o_res"
-    argv = ["train", "arm-push", "--algo", "o2o-residual", "--base", f"lerobot:{act}", "--dataset", str(demos)]
+    argv = ["train", "arm-push", "--algo", "o2o-residual", "--base", f"lerobot:{base}", "--dataset", str(demos)]
     argv += ["--run-dir", str(run), "--num-envs", "2", "--no-progress", "env.backend.camera=top"]
     argv += ["trainer.eval_episodes=2", "trainer.torch_threads=1", "trainer.total_env_steps=4"]
     argv += ["algo.num_critics=2", "algo.actor_hidden=[16,16]", "algo.critic_hidden=[16,16]", "algo.batch_size=8"]
