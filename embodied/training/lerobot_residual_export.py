@@ -24,7 +24,6 @@ run's task, both sampling from the same seed each step, to :data:`embodied.expor
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 from pathlib import Path
@@ -34,17 +33,17 @@ import torch
 
 from embodied.errors import EmbodiedError, import_optional
 from embodied.export.bundle import ExportReport, export_dir
-from embodied.export.formats import ALL, FormatResult
+from embodied.export.formats import ALL
 from embodied.export.lerobot_checkpoint import PLUGIN, SETUP_HINT
 from embodied.export.onnx import PARITY_TOL
 from embodied.policies.residual import ResidualPolicy
 from embodied.policies.vla import LeRobotPolicy
 from embodied.training.lerobot_base import load_lerobot_policy, rendered_camera
+from embodied.training.lerobot_run_export import LEROBOT_FORMAT, lerobot_folder_report
 from embodied.training.run import LoadedRun
 
 log = logging.getLogger(__name__)
 
-LEROBOT_FORMAT = "lerobot"
 PARITY_ENVS = 2
 PARITY_STEPS = 8
 """Rollout steps compared, one action at a time (several plans of a chunked base)."""
@@ -86,15 +85,7 @@ def export_lerobot_residual_run(run: LoadedRun, fmt: str) -> ExportReport | None
     exported.save_pretrained(out)
     for processor in plugin.make_embodied_residual_pre_post_processors(config):
         processor.save_pretrained(out)
-    err = _parity(run, policy, out)
-    written = sorted(p for p in out.rglob("*") if p.is_file())
-    digest = hashlib.sha256()
-    for path in sorted(out.rglob("*.safetensors")):
-        digest.update(path.read_bytes())
-    report = ExportReport(model_sha256=digest.hexdigest())
-    report.written += written
-    report.formats[LEROBOT_FORMAT] = FormatResult(written, max_abs_err=err)
-    return report
+    return lerobot_folder_report(out, _parity(run, policy, out))
 
 
 def exportable_base(base: LeRobotPolicy, run_dir: Path) -> Any:

@@ -49,15 +49,19 @@ def export_lerobot_run(run: LoadedRun, fmt: str) -> ExportReport | None:
         save = getattr(processor, "save_pretrained", None)
         if callable(save):
             save(out)
-    err = _parity(run, policy, out)
-    weights = sorted(out.glob("*.safetensors"))
+    return lerobot_folder_report(out, _parity(run, policy, out))
+
+
+def lerobot_folder_report(out: Path, max_abs_err: float) -> ExportReport:
+    """The export report of a LeRobot checkpoint folder: every file under ``out`` (a residual's
+    ``base/`` included), hashed by its ``*.safetensors`` weights, with the parity error."""
+    written = sorted(p for p in out.rglob("*") if p.is_file())
     digest = hashlib.sha256()
-    for path in weights:
+    for path in sorted(out.rglob("*.safetensors")):
         digest.update(path.read_bytes())
-    written = sorted(p for p in out.iterdir() if p.is_file())
     report = ExportReport(model_sha256=digest.hexdigest())
     report.written += written
-    report.formats[LEROBOT_FORMAT] = FormatResult(written, max_abs_err=err)
+    report.formats[LEROBOT_FORMAT] = FormatResult(written, max_abs_err=max_abs_err)
     return report
 
 
