@@ -62,7 +62,8 @@ from typing import Any
 import torch
 
 from embodied import registry
-from embodied.experiment import resolve_experiment
+from embodied.commands.train import preset_file
+from embodied.experiment import ExperimentCfg, resolve_experiment
 from embodied.training.evaluate import evaluate
 from embodied.training.run import read_metrics
 
@@ -72,6 +73,11 @@ SIDE_ENV_HINT = (
     "rsl-rl-lib is not installed in this Python ({exe}); it is not a dependency of embodied. Create the side "
     "environment described at the top of bench/rslrl_compare.py and run this script with its python."
 )
+
+
+def preset_cfg(preset: str | None, seed: int = 0) -> ExperimentCfg:
+    """``quad-hover`` PPO as ``embodied train quad-hover [--preset PRESET] --seed SEED`` resolves it."""
+    return resolve_experiment(TASK, "ppo", preset_file(TASK, "ppo", preset) if preset else None, seed=seed)
 
 
 class RslRlQuadHover:
@@ -229,14 +235,24 @@ def run_rsl_rl(
     return data
 
 
-def run_ours(seed: int, cores: list[int], max_env_steps: int, out: Path, num_envs: int | None = None) -> dict[str, Any]:
-    """Our CLI with the shipped config (``num_envs`` is rsl-rl's option, unused here)."""
+def run_ours(
+    seed: int,
+    cores: list[int],
+    max_env_steps: int,
+    out: Path,
+    num_envs: int | None = None,
+    preset: str | None = None,
+) -> dict[str, Any]:
+    """Our CLI with the shipped config and ``--preset preset`` where given (``num_envs`` is
+    rsl-rl's option, unused here)."""
     run_dir = out / f"ours_seed{seed}"
     command = [
         sys.executable, "-m", "embodied.cli", "train", TASK, "--seed", str(seed), "--run-dir", str(run_dir),
         "--no-progress", "trainer.torch_threads=1", "trainer.tensorboard=false",
     ]  # fmt: skip
-    if max_env_steps < resolve_experiment(TASK, "ppo").trainer.total_env_steps:
+    if preset:
+        command += ["--preset", preset]
+    if max_env_steps < preset_cfg(preset).trainer.total_env_steps:
         command.append(f"trainer.total_env_steps={max_env_steps}")
     with (out / f"ours_seed{seed}.log").open("w") as log:
         code = subprocess.call(

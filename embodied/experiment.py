@@ -251,12 +251,18 @@ BACKGROUND_EVAL_KEYS: dict[str, Any] = {
 }
 """Periodic evaluations in a background process (:mod:`embodied.training.background_eval`)."""
 
+QUAD_RAMP_START_KEYS: dict[str, Any] = {
+    "env.randomization_ramp_start": 0.0,  # the quadrotor curriculum's ramp began with training
+}
+"""The quadrotor tasks' delayed curriculum (``randomization_ramp_start``)."""
+
 KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (
     KEYS_ADDED_LATER,
     FINETUNING_RELEASE_KEYS,
     VISION_RELEASE_KEYS,
     MANISKILL_CAMERA_KEYS,
     BACKGROUND_EVAL_KEYS,
+    QUAD_RAMP_START_KEYS,
 )
 """One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
 

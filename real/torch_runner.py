@@ -1,5 +1,6 @@
 """The deploy node's runner for policies that need torch: a LeRobot checkpoint (``lerobot:REF``:
-ACT, Diffusion, SmolVLA, pi0-class, or a fine-tuned run exported with ``--format lerobot``) and a
+ACT, Diffusion or SmolVLA, the kinds run here; pi0-class policies go through the same loading
+but have not been run; or a fine-tuned run exported with ``--format lerobot``) and a
 run directory whose policy acts through a LeRobot module (ReinFlow or residual RL on a
 ``lerobot:`` base). It offers what :class:`~embodied.real.runner.PolicyRunner` offers the node
 (:class:`~embodied.real.runner.DeployRunner`).

@@ -279,6 +279,23 @@ def test_runs_saved_before_the_finetuning_release_load_as_trained(
     assert getattr(getattr(load_experiment(path), group), name) == old_value
 
 
+def test_runs_saved_before_the_ramp_start_load_with_the_ramp_from_the_first_update(tmp_path: Path) -> None:
+    """A quad-hover run saved before ``env.randomization_ramp_start`` existed ramped from its first
+    update: loading its config gives 0, not the value of the preset it might look like."""
+    import yaml
+
+    from embodied.commands.train import preset_file
+    from embodied.config import to_plain
+    from embodied.experiment import load_experiment, resolve_experiment
+
+    plain = to_plain(resolve_experiment("quad-hover", "ppo", preset_file("quad-hover", "ppo", "sweep")))
+    assert plain["env"]["randomization_ramp_start"] > 0.0
+    del plain["env"]["randomization_ramp_start"]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(plain, sort_keys=False))
+    assert load_experiment(path).env.randomization_ramp_start == 0.0
+
+
 def test_a_union_key_names_its_values_as_yaml_writes_them() -> None:
     from embodied.experiment import resolve_experiment
 

@@ -201,3 +201,58 @@ def test_curriculum_scales_every_draw_towards_the_nominal_vehicle() -> None:
     assert torch.equal(g.rpm_scale, full[1])  # the full range keeps its exact arithmetic
     with pytest.raises(ConfigError, match="randomization_ramp"):
         QuadHoverCfg(randomization_ramp=1.5)
+
+
+def test_sweep_preset_trains_on_every_range_verify_sweeps() -> None:
+    """``--preset sweep`` trains on the whole range of each perturbation of ``embodied verify``'s
+    default sweep that the nominal policy fails or barely holds (mass, motor lag, observation delay,
+    thrust spread), and leaves the rest untrained (inertia and yaw torque, held at 97-98 %; motor
+    delay and battery sag, not swept): widening the sweep without the preset fails here."""
+    from embodied.commands.train import preset_file
+    from embodied.verify.gates import DEFAULT_SWEEP
+
+    cfg = resolve_experiment("quad-hover", "ppo", preset_file("quad-hover", "ppo", "sweep"))
+    env, rand = cfg.env, cfg.env.sim.randomization
+    trained = {
+        "mass_scale": rand.mass_scale,
+        "motor_tau_scale": rand.motor_tau_scale,
+        "obs_delay_steps": env.gaps.obs_delay_steps,
+        "thrust_mismatch": (1.0 - env.gaps.thrust_mismatch[0], env.gaps.thrust_mismatch[1] - 1.0),
+    }
+    for knob, (low, high) in trained.items():
+        values = DEFAULT_SWEEP[knob]
+        if knob == "thrust_mismatch":  # the sweep's m is U(1 - m, 1 + m): both sides must reach m
+            assert min(low, high) >= max(values) - 1e-9, (knob, low, high, values)
+        else:
+            assert low <= min(values) and max(values) <= high, (knob, low, high, values)
+    assert (
+        rand.inertia_scale == (1.0, 1.0) and env.gaps.motor_delay_steps == (0, 0) and env.gaps.battery_sag == (0.0, 0.0)
+    )
+    assert env.pos_err_integral and env.action_history >= 2 and 0.0 < env.randomization_ramp_start < 1.0
+    QuadHover(cfg.env, 4, CPU, seed=0).step(torch.zeros(4, 4))
+
+
+@pytest.mark.parametrize(
+    ("ramp", "start", "expected"),
+    [
+        (0.1, 0.15, ((0.0, 0.0), (0.15, 0.0), (0.2, 0.5), (0.25, 1.0), (0.9, 1.0))),
+        (0.0, 0.3, ((0.0, 0.0), (0.3, 0.0), (0.31, 1.0))),  # no ramp: the full ranges switch on
+    ],
+)
+def test_curriculum_start_keeps_the_nominal_vehicle_until_it(
+    ramp: float, start: float, expected: tuple[tuple[float, float], ...]
+) -> None:
+    """``randomization_ramp_start``: the nominal vehicle until that fraction of training, then the
+    ramp as before; the draws follow the scale (mass x1.2 drawn, 1 + 0.2 s used)."""
+    cfg = QuadHoverCfg(randomization_ramp=ramp, randomization_ramp_start=start)
+    cfg = dataclasses.replace(
+        cfg, sim=dataclasses.replace(cfg.sim, randomization=RandomizationCfg(mass_scale=(1.2, 1.2)))
+    )
+    env = QuadHover(cfg, 4, CPU, seed=0)
+    for progress, s in expected:
+        env.set_training_progress(progress)
+        env.reset(seed=0)
+        assert env.randomization_scale == pytest.approx(s)
+        assert torch.allclose(env.sim.param_scales[:, 0], torch.tensor(1.0 + 0.2 * s))
+    with pytest.raises(ConfigError, match="randomization_ramp_start"):
+        QuadHoverCfg(randomization_ramp_start=-0.1)

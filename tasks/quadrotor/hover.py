@@ -202,10 +202,15 @@ class QuadHoverCfg:
     per-episode draw of the parameter randomization (``sim.randomization``) and of the gap models
     (delays, thrust mismatch, battery sag, position and gyro biases) grows linearly from the
     nominal vehicle to its configured range. A draw ``x`` is used as ``nominal + s (x - nominal)``
-    with ``s = min(1, progress / ramp)`` (delays rounded to whole steps); white noise, drag and
+    with ``s = min(1, progress / ramp)`` (``progress`` counted from ``randomization_ramp_start``; delays rounded to whole steps); white noise, drag and
     ground effect are not scaled. 0 (default): full ranges from the start. Only the training
     env ramps (the trainer reports its progress); envs built for ``eval`` or ``verify`` always
     draw from the full ranges."""
+    randomization_ramp_start: float = ranged(0.0, 0.0, 1.0, "of training")
+    """Curriculum: the fraction of training before ``randomization_ramp`` begins (the nominal
+    vehicle until then), so the policy first learns to hover the vehicle it can learn fastest and
+    only then meets the gap models. The scale is ``clip((progress - start) / ramp, 0, 1)``; with
+    ``randomization_ramp`` 0 a start > 0 switches the full ranges on at that fraction."""
     pos_err_integral_decay: float = ranged(0.995, 0.0, 1.0, "per step")
     """Leak per control step in (0, 1] (1 = pure integrator). 0.995 at 10 ms is a time constant
     dt / (1 - decay) = 2 s: a few seconds, so the integral settles within an episode (5 s) and
@@ -247,6 +252,7 @@ class QuadHoverCfg:
                 "success_max_tilt_rad",
                 "pos_err_integral_decay",
                 "randomization_ramp",
+                "randomization_ramp_start",
             )
         }
         require_finite("quad-hover", {k: tuple(v) if isinstance(v, list) else v for k, v in finite.items()})
@@ -282,6 +288,10 @@ class QuadHoverCfg:
         need(
             0.0 <= self.randomization_ramp <= 1.0,
             f"randomization_ramp must be in [0, 1] (a fraction of training), got {self.randomization_ramp}",
+        )
+        need(
+            0.0 <= self.randomization_ramp_start <= 1.0,
+            f"randomization_ramp_start must be in [0, 1] (a fraction of training), got {self.randomization_ramp_start}",
         )
         need(
             0.0 < self.pos_err_integral_decay <= 1.0,
@@ -626,9 +636,10 @@ class QuadHover:
         """Curriculum hook (:class:`embodied.env.TrainingCurriculum`): ``fraction`` of training
         done, in [0, 1]. With ``cfg.randomization_ramp > 0`` episodes that start from now on draw
         their parameters and gaps from ranges scaled by ``min(1, fraction / ramp)``."""
-        ramp = self.cfg.randomization_ramp
-        if ramp > 0.0:
-            self.randomization_scale = min(1.0, max(0.0, float(fraction)) / ramp)
+        ramp, start = self.cfg.randomization_ramp, self.cfg.randomization_ramp_start
+        if ramp > 0.0 or start > 0.0:
+            past_start = max(0.0, float(fraction) - start)
+            self.randomization_scale = min(1.0, past_start / ramp) if ramp > 0.0 else float(past_start > 0.0)
 
     # ------------------------------------------------------------------ task hooks
     def _setpoint_at(self, step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
