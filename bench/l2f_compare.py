@@ -84,9 +84,9 @@ def run_l2f(binary: Path, cores: list[int], out: Path, index: int) -> dict[str, 
 def score_ours(res: dict[str, Any], target: float | None) -> dict[str, Any]:
     """Seconds to the held target and to the first evaluation at it (None where not reached, or
     with no target)."""
-    evals = res.get("evals", []) if target is not None else []
-    held = time_to_held(evals, target) if target is not None else None
-    first = next((e for e in evals if target is not None and e["success_rate"] >= target), None)
+    evals = res.get("evals", [])
+    held = None if target is None else time_to_held(evals, target)
+    first = None if target is None else next((e for e in evals if e["success_rate"] >= target), None)
     return {
         "held_s": None if held is None else held["train_time_s"],
         "held_env_steps": None if held is None else held["env_steps"],
@@ -100,16 +100,8 @@ def verify_ours(run_dir: Path, cores: list[int], out: Path, seed: int) -> dict[s
     it passed, each check's success rate, and the run's training seconds (the policy verified is
     the run's last one, so that is the time to it)."""
     command = [
-        sys.executable,
-        "-m",
-        "embodied.cli",
-        "verify",
-        str(run_dir),
-        "--no-progress",
-        "--threads",
-        "1",
-        "--json",
-    ]
+        sys.executable, "-m", "embodied.cli", "verify", str(run_dir), "--no-progress", "--threads", "1", "--json",
+    ]  # fmt: skip
     with (out / f"verify_seed{seed}.err").open("w") as err:
         proc = subprocess.run(
             command,

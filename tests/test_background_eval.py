@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from signal_support import signal_handler
 
 from embodied.experiment import ExperimentCfg, replace_trainer, resolve_experiment
 from embodied.training.background_eval import background_eval_choice
@@ -138,12 +139,8 @@ def test_an_evaluation_in_flight_at_a_stop_is_kept_and_redone_on_resume(tmp_path
     trainer.algo.update = update_then_ctrl_c  # type: ignore[method-assign]
     # A test run started as a background job inherits Ctrl-C ignored, and the trainer leaves an
     # ignored signal ignored (embodied.stop.deferred_stop): give this test Python's own handler.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            trainer.train()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with signal_handler(signal.SIGINT, signal.default_int_handler), pytest.raises(KeyboardInterrupt):
+        trainer.train()
     pending = load_checkpoint(tmp_path / "split")["trainer"]["pending_eval"]
     assert pending is not None and pending["env_steps"] == 2 * UPDATE
     # the snapshot is a state dict of the policy's form (tensors), never a pickled module

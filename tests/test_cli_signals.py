@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from signal_support import signal_handler
 
 from embodied.cli import main
 from embodied.stop import EXIT_TERMINATED, Terminated, deferred_stop
@@ -70,11 +71,7 @@ def test_first_signal_is_recorded_second_raises_handlers_restored() -> None:
 
 
 def test_ignored_ctrl_c_stays_ignored() -> None:
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        with deferred_stop() as stop:
-            signal.raise_signal(signal.SIGINT)
-            assert stop.signum is None
-            stop.raise_now()  # nothing recorded: returns
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with signal_handler(signal.SIGINT, signal.SIG_IGN), deferred_stop() as stop:
+        signal.raise_signal(signal.SIGINT)
+        assert stop.signum is None
+        stop.raise_now()  # nothing recorded: returns

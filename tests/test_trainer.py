@@ -170,6 +170,8 @@ def test_a_stop_during_the_final_evaluation_keeps_the_last_step(tmp_path: Path) 
 def test_a_signal_during_a_checkpoint_write_is_honoured_after_it(tmp_path: Path) -> None:
     import signal
 
+    from signal_support import signal_handler
+
     from embodied.stop import Terminated
 
     trainer = Trainer(_tiny_cfg(8 * 64), tmp_path / "run")
@@ -180,12 +182,8 @@ def test_a_signal_during_a_checkpoint_write_is_honoured_after_it(tmp_path: Path)
         return real_save()
 
     trainer.save = save_hit_by_sigterm  # type: ignore[method-assign]
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        with pytest.raises(Terminated):
-            trainer.train()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with signal_handler(signal.SIGTERM, signal.default_int_handler), pytest.raises(Terminated):
+        trainer.train()
     assert load_checkpoint(tmp_path / "run")["trainer"]["env_steps"] == 64
 
 

@@ -202,8 +202,8 @@ class QuadHoverCfg:
     per-episode draw of the parameter randomization (``sim.randomization``) and of the gap models
     (delays, thrust mismatch, battery sag, position and gyro biases) grows linearly from the
     nominal vehicle to its configured range. A draw ``x`` is used as ``nominal + s (x - nominal)``
-    with ``s = min(1, progress / ramp)`` (``progress`` counted from ``randomization_ramp_start``; delays rounded to whole steps); white noise, drag and
-    ground effect are not scaled. 0 (default): full ranges from the start. Only the training
+    with ``s = min(1, progress / ramp)`` (``progress`` counted from ``randomization_ramp_start``;
+    delays rounded to whole steps); white noise, drag and ground effect are not scaled. 0 (default): full ranges from the start. Only the training
     env ramps (the trainer reports its progress); envs built for ``eval`` or ``verify`` always
     draw from the full ranges."""
     randomization_ramp_start: float = ranged(0.0, 0.0, 1.0, "of training")
@@ -634,8 +634,9 @@ class QuadHover:
 
     def set_training_progress(self, fraction: float) -> None:
         """Curriculum hook (:class:`embodied.env.TrainingCurriculum`): ``fraction`` of training
-        done, in [0, 1]. With ``cfg.randomization_ramp > 0`` episodes that start from now on draw
-        their parameters and gaps from ranges scaled by ``min(1, fraction / ramp)``."""
+        done, in [0, 1]. With ``cfg.randomization_ramp`` or ``cfg.randomization_ramp_start`` above 0,
+        episodes that start from now on draw their parameters and gaps from ranges scaled by
+        ``clip((fraction - start) / ramp, 0, 1)`` (a step from 0 to 1 at ``start`` without a ramp)."""
         ramp, start = self.cfg.randomization_ramp, self.cfg.randomization_ramp_start
         if ramp > 0.0 or start > 0.0:
             past_start = max(0.0, float(fraction) - start)
