@@ -256,6 +256,11 @@ QUAD_RAMP_START_KEYS: dict[str, Any] = {
 }
 """The quadrotor tasks' delayed curriculum (``randomization_ramp_start``)."""
 
+QUAD_CRITIC_GAP_KEYS: dict[str, Any] = {
+    "env.critic_gap_inputs": False,  # the quadrotor critic saw parameter scales and disturbances only
+}
+"""The quadrotor tasks' privileged critic inputs of the gap-model draws (``critic_gap_inputs``)."""
+
 KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (
     KEYS_ADDED_LATER,
     FINETUNING_RELEASE_KEYS,
@@ -263,6 +268,7 @@ KEY_GROUPS_ADDED_LATER: tuple[dict[str, Any], ...] = (
     MANISKILL_CAMERA_KEYS,
     BACKGROUND_EVAL_KEYS,
     QUAD_RAMP_START_KEYS,
+    QUAD_CRITIC_GAP_KEYS,
 )
 """One group per release; each group is all-or-nothing, as described for :data:`KEYS_ADDED_LATER`."""
 

@@ -296,6 +296,22 @@ def test_runs_saved_before_the_ramp_start_load_with_the_ramp_from_the_first_upda
     assert load_experiment(path).env.randomization_ramp_start == 0.0
 
 
+def test_runs_saved_before_the_critic_gap_inputs_load_without_them(tmp_path: Path) -> None:
+    """A quad-hover run saved before ``env.critic_gap_inputs`` existed had a critic without the
+    gap draws: its config loads (the key filled in as False), so the run still resumes."""
+    import yaml
+
+    from embodied.commands.train import preset_file
+    from embodied.config import to_plain
+    from embodied.experiment import load_experiment, resolve_experiment
+
+    plain = to_plain(resolve_experiment("quad-hover", "ppo", preset_file("quad-hover", "ppo", "sweep")))
+    del plain["env"]["critic_gap_inputs"]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(plain, sort_keys=False))
+    assert load_experiment(path).env.critic_gap_inputs is False
+
+
 def test_a_union_key_names_its_values_as_yaml_writes_them() -> None:
     from embodied.experiment import resolve_experiment
 

@@ -256,3 +256,36 @@ def test_curriculum_start_keeps_the_nominal_vehicle_until_it(
         assert torch.allclose(env.sim.param_scales[:, 0], torch.tensor(1.0 + 0.2 * s))
     with pytest.raises(ConfigError, match="randomization_ramp_start"):
         QuadHoverCfg(randomization_ramp_start=-0.1)
+
+
+def test_critic_gap_inputs_show_each_episodes_draws_to_the_critic_only() -> None:
+    """With ``critic_gap_inputs`` the critic's last 6 entries are this episode's observation and
+    motor delay (over the range's maximum) and the 4 motors' thrust mismatch (over the range's
+    largest deviation); they are redrawn for the envs that restart, and the policy never sees them."""
+
+    def build(critic_gap_inputs: bool, **gaps: Any) -> QuadHover:
+        cfg = QuadHoverCfg(critic_gap_inputs=critic_gap_inputs, gaps=QuadGapCfg(**gaps))
+        return QuadHover(cfg, 64, CPU, seed=0)
+
+    ranges = {"obs_delay_steps": (0, 2), "motor_delay_steps": (1, 1), "thrust_mismatch": (0.9, 1.1)}
+    env, plain = build(True, **ranges), build(False, **ranges)
+    assert env.cfg.critic_dim == plain.cfg.critic_dim + 6 == env.obs_spec["critic"][0]
+    obs = env.reset()
+    assert obs["critic"].shape == (64, env.cfg.critic_dim)
+    assert obs["policy"].shape == plain.reset()["policy"].shape
+    gaps = env.gaps
+    assert gaps is not None
+    seen = obs["critic"][:, -6:]
+    assert torch.allclose(seen[:, 0], gaps.obs_delay.float() / 2)
+    assert set(seen[:, 0].tolist()) == {0.0, 0.5, 1.0}
+    assert torch.equal(seen[:, 1], torch.ones(64))  # motor delay fixed at its maximum
+    assert torch.allclose(seen[:, 2:], (gaps.rpm_scale.square() - 1.0) / 0.1, atol=1e-5)
+    assert seen[:, 2:].abs().max() <= 1.0 + 1e-5 and seen[:, 2:].std() > 0.3
+    # A restart redraws them, and the critic sees the new draw from the restart's first observation.
+    env._reset_envs(torch.arange(64) < 32)  # what step() does for the envs whose episode ended
+    after = env.observe(noise=False)["critic"][:, -6:]
+    assert not torch.equal(after[:32], seen[:32]) and torch.equal(after[32:], seen[32:])
+    assert torch.allclose(after[:, 2:], (gaps.rpm_scale.square() - 1.0) / 0.1, atol=1e-5)
+    # Without gap models the six entries are zeros (the key alone changes only the size).
+    none = QuadHover(QuadHoverCfg(critic_gap_inputs=True), 4, CPU, seed=0)
+    assert torch.equal(none.reset()["critic"][:, -6:], torch.zeros(4, 6))

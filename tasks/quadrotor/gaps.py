@@ -23,6 +23,9 @@ import torch
 from embodied.config import ConfigError, ranged
 from embodied.sim.quadrotor import LIN_VEL, POS, RPM, require_finite
 
+GAP_CRITIC_DIM = 6
+"""Entries of :meth:`QuadGaps.critic_inputs`."""
+
 
 @dataclass(frozen=True)
 class QuadGapCfg:
@@ -170,6 +173,19 @@ class QuadGaps:
         m3 = mask.view(1, -1, 1)
         self.state_buf = torch.where(m3, state_obs.unsqueeze(0), self.state_buf)
         self.action_buf = torch.where(m3, self.hover_action, self.action_buf)
+
+    def critic_inputs(self) -> torch.Tensor:
+        """``[N, 6]`` this episode's draws for a privileged critic, each about in [-1, 1]:
+        observation and motor delay over their range's maximum, and the four motors' thrust
+        mismatch - 1 over the range's largest deviation from 1 (0 where a model is off)."""
+        c = self.cfg
+        delays = torch.stack((self.obs_delay, self.motor_delay), dim=1).float()
+        delays = delays / torch.tensor(
+            [max(1, c.max_obs_delay), max(1, c.max_motor_delay)], dtype=torch.float32, device=self.device
+        )
+        spread = max(abs(c.thrust_mismatch[0] - 1.0), abs(c.thrust_mismatch[1] - 1.0))
+        mismatch = (self.rpm_scale.square() - 1.0) * (1.0 / spread if spread > 0.0 else 0.0)
+        return torch.cat((delays, mismatch), dim=1)
 
     # ------------------------------------------------------------------ before the physics
     def motor_action(self, action: torch.Tensor) -> torch.Tensor:

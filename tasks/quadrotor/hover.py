@@ -49,7 +49,7 @@ from embodied.sim.quadrotor import (
     QuadrotorCfg,
     require_finite,
 )
-from embodied.tasks.quadrotor.gaps import QuadGapCfg, QuadGaps
+from embodied.tasks.quadrotor.gaps import GAP_CRITIC_DIM, QuadGapCfg, QuadGaps
 from embodied.tasks.quadrotor.hover_core import (
     POOL,
     CoreConsts,
@@ -76,7 +76,9 @@ from embodied.tasks.quadrotor.terms import (
 
 POLICY_STATE_DIM = STATE_DIM
 """pos_err_h (3) + rot_hb (9) + lin_vel_h (3) + ang_vel_b (3) (``quadrotor.terms.STATE_TERMS``)."""
-CRITIC_DIM = POLICY_STATE_DIM + 4 + 6 + 6
+CRITIC_STATIC_DIM = 6 + 6
+"""Per-episode critic inputs: parameter scales - 1 (6), normalized disturbance force and torque (6)."""
+CRITIC_DIM = POLICY_STATE_DIM + 4 + CRITIC_STATIC_DIM
 """Noise-free state, normalized motor speeds (4), parameter scales - 1 (6), disturbance force/torque (6);
 ``QuadHoverCfg.critic_dim`` adds the position-error integral (3) when it is enabled."""
 POS_ERR_INT_DIM = 3
@@ -206,6 +208,11 @@ class QuadHoverCfg:
     delays rounded to whole steps); white noise, drag and ground effect are not scaled. 0 (default): full ranges from the start. Only the training
     env ramps (the trainer reports its progress); envs built for ``eval`` or ``verify`` always
     draw from the full ranges."""
+    critic_gap_inputs: bool = False
+    """Give the critic the episode's gap-model draws (``QuadGaps.critic_inputs``: observation and
+    motor delay, per-motor thrust mismatch; 6 entries after the 12 static ones), so its value
+    estimate need not guess from the delayed, noisy trajectory what vehicle this episode flies.
+    The policy does not see them (the real vehicle does not know them). Zeros without gaps."""
     randomization_ramp_start: float = ranged(0.0, 0.0, 1.0, "of training")
     """Curriculum: the fraction of training before ``randomization_ramp`` begins (the nominal
     vehicle until then), so the policy first learns to hover the vehicle it can learn fastest and
@@ -321,8 +328,13 @@ class QuadHoverCfg:
 
     @property
     def critic_dim(self) -> int:
-        """Size of the critic observation: 34 (+ 3 with the integral)."""
-        return CRITIC_DIM + self.integral_dim
+        """Size of the critic observation: 34 (+ 3 with the integral, + 6 with ``critic_gap_inputs``)."""
+        return CRITIC_DIM + self.integral_dim + self.critic_static_dim - CRITIC_STATIC_DIM
+
+    @property
+    def critic_static_dim(self) -> int:
+        """Per-episode critic inputs: 12 (+ 6 with ``critic_gap_inputs``)."""
+        return CRITIC_STATIC_DIM + (GAP_CRITIC_DIM if self.critic_gap_inputs else 0)
 
 
 class QuadHover:
@@ -422,8 +434,9 @@ class QuadHover:
         self._pool_size = max(1024, 4 * self.num_envs)
         self._pool = torch.zeros(0, POOL.width, dtype=f32, device=self.device)
         self._pool_cursor = 0
-        self._critic_static = torch.zeros(self.num_envs, 12, dtype=f32, device=self.device)
-        """``[N, 12]`` per-episode critic inputs: parameter scales - 1 and normalized disturbances."""
+        self._critic_static = torch.zeros(self.num_envs, cfg.critic_static_dim, dtype=f32, device=self.device)
+        """``[N, 12 (+6)]`` per-episode critic inputs: parameter scales - 1, normalized disturbances
+        (and the gap-model draws with ``cfg.critic_gap_inputs``)."""
 
         self.action_hist = torch.zeros(self.num_envs, 4 * cfg.action_history, dtype=f32, device=self.device)
         self.episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
@@ -455,7 +468,9 @@ class QuadHover:
         """Stream of the fused step's observation noise (``sim/counter_normal.py``): the key
         follows the seed, the counter the steps taken."""
         self._fused = (
-            compiled_fused_step(self.device.type) if cfg.sim.compile and self.gaps is None and self.fusable else None
+            compiled_fused_step(self.device.type)
+            if cfg.sim.compile and self.gaps is None and self.fusable and not cfg.critic_gap_inputs
+            else None
         )
         """The whole step as one compiled function (``tasks/quadrotor/hover_fused.py``), or None:
         the eager step, a task with hooks of its own, or gap models with their own state."""
@@ -884,7 +899,15 @@ class QuadHover:
 
     def _refresh_critic_static(self) -> None:
         sim = self.sim
-        self._critic_static = critic_static_inputs(sim.param_scales, sim.force_w, sim.torque_b, self._disturb_norm)
+        static = critic_static_inputs(sim.param_scales, sim.force_w, sim.torque_b, self._disturb_norm)
+        if self.cfg.critic_gap_inputs:
+            gap_inputs = (
+                torch.zeros(self.num_envs, GAP_CRITIC_DIM, device=self.device)
+                if self.gaps is None
+                else self.gaps.critic_inputs()
+            )
+            static = torch.cat((static, gap_inputs), dim=1)
+        self._critic_static = static
 
     def _draw_initial(self, count: int) -> torch.Tensor:
         """``[count, POOL.width]`` fresh initial conditions from L2F's distribution."""
@@ -965,6 +988,6 @@ class QuadHover:
             self.pos_err_int_h = torch.where(m, 0.0, self.pos_err_int_h)
             self.yaw_sp_rad = torch.where(mask, rows[:, POOL.yaw_sp], self.yaw_sp_rad)
             self.heading = torch.where(m, rows[:, POOL.heading], self.heading)
-        self._refresh_critic_static()
         if self.gaps is not None:  # new per-episode draws; delay buffers start at the fresh state
             self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM], self.randomization_scale)
+        self._refresh_critic_static()  # after the gap draws: the critic may see them
