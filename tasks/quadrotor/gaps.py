@@ -135,6 +135,14 @@ class QuadGaps:
         self.state_buf = torch.zeros(cfg.max_obs_delay + 1, num_envs, state_dim, dtype=f32, device=device)
         self.action_buf = torch.full((cfg.max_motor_delay + 1, num_envs, 4), hover_action, dtype=f32, device=device)
         self._envs = torch.arange(num_envs, device=device)
+        spread = max(abs(cfg.thrust_mismatch[0] - 1.0), abs(cfg.thrust_mismatch[1] - 1.0))
+        self._critic_input_scale = torch.tensor(
+            [1.0 / max(1, cfg.max_obs_delay), 1.0 / max(1, cfg.max_motor_delay)]
+            + [1.0 / spread if spread else 0.0] * 4,
+            dtype=f32,
+            device=device,
+        )
+        """``[6]`` :meth:`critic_inputs`' normalization (fixed by the config, so built once)."""
 
     # ------------------------------------------------------------------ per episode
     def reset(self, mask: torch.Tensor, state_obs: torch.Tensor, scale: float = 1.0) -> None:
@@ -178,14 +186,8 @@ class QuadGaps:
         """``[N, 6]`` this episode's draws for a privileged critic, each about in [-1, 1]:
         observation and motor delay over their range's maximum, and the four motors' thrust
         mismatch - 1 over the range's largest deviation from 1 (0 where a model is off)."""
-        c = self.cfg
         delays = torch.stack((self.obs_delay, self.motor_delay), dim=1).float()
-        delays = delays / torch.tensor(
-            [max(1, c.max_obs_delay), max(1, c.max_motor_delay)], dtype=torch.float32, device=self.device
-        )
-        spread = max(abs(c.thrust_mismatch[0] - 1.0), abs(c.thrust_mismatch[1] - 1.0))
-        mismatch = (self.rpm_scale.square() - 1.0) * (1.0 / spread if spread > 0.0 else 0.0)
-        return torch.cat((delays, mismatch), dim=1)
+        return torch.cat((delays, self.rpm_scale.square() - 1.0), dim=1) * self._critic_input_scale
 
     # ------------------------------------------------------------------ before the physics
     def motor_action(self, action: torch.Tensor) -> torch.Tensor:

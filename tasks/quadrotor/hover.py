@@ -329,7 +329,7 @@ class QuadHoverCfg:
     @property
     def critic_dim(self) -> int:
         """Size of the critic observation: 34 (+ 3 with the integral, + 6 with ``critic_gap_inputs``)."""
-        return CRITIC_DIM + self.integral_dim + self.critic_static_dim - CRITIC_STATIC_DIM
+        return CRITIC_DIM - CRITIC_STATIC_DIM + self.critic_static_dim + self.integral_dim
 
     @property
     def critic_static_dim(self) -> int:
@@ -620,7 +620,7 @@ class QuadHover:
         self._noise_counter = out["noise_counter"]
         if self._host_checks:
             self._pool_cursor = int(out["cursor"])
-        self._critic_static = out["critic"][:, -12:]
+        self._critic_static = out["critic"][:, -CRITIC_STATIC_DIM:]  # fused only without critic_gap_inputs
         info: dict[str, Any] = {
             "final_obs": {"policy": out["final_policy"], "critic": out["final_critic"]},
             "reward_terms": out["terms"],
