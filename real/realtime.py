@@ -16,6 +16,7 @@ Linux only; elsewhere each step is skipped and says so in the returned descripti
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import gc
 import logging
 import os
@@ -123,6 +124,25 @@ def freeze_gc() -> None:
     what the loop allocates afterwards (short-lived arrays), so its pauses stay short."""
     gc.collect()
     gc.freeze()
+
+
+EXIT_GRACE_S = 10.0
+"""How long a node may take to close once its control loop ended (middleware teardown, the
+interpreter's exit) before :func:`arm_exit_guard` ends the process."""
+
+
+def arm_exit_guard(grace_s: float = EXIT_GRACE_S) -> None:
+    """End this process ``grace_s`` from now unless it exits by itself first; call it once the
+    final safe command went out.
+
+    A process manager's SIGTERM, or Ctrl-C, must end the node, but teardown runs through code
+    the node does not own (Cyclone DDS deleting its participant while listener threads deliver,
+    native threads at the interpreter's exit). If anything there blocks, the timer (a native
+    thread of ``faulthandler``: it needs no interpreter lock, so a thread stuck holding it does
+    not stop it) writes every Python thread's stack to stderr, for a report, and exits with
+    status 1. The robot side is already safe at this point: the safe command was the last one.
+    """
+    faulthandler.dump_traceback_later(grace_s, exit=True)
 
 
 class SignalWatcher:

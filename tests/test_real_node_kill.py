@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +82,13 @@ def test_node_killed_mid_flight_leaves_the_robot_safe(tmp_path: Path, sig: signa
         ),
         daemon=True,
     )
-    node_args = [str(export), "--robot", str(robot_path), "--loopback", "--domain-id", str(domain)]
+    node_args = [str(export), "--robot", str(robot_path), "--loopback", "--domain-id", str(domain), "--no-live"]
+    # Its output goes to a file: a pipe nobody reads while it flies would block it once full.
+    node_log_path = tmp_path / "node.log"
+    node_log = node_log_path.open("w")
     node = subprocess.Popen(
-        [sys.executable, "-m", "embodied.commands.deploy", *node_args, "--no-live", "--rt-priority", "0"],
-        stdout=subprocess.PIPE,
+        [sys.executable, "-X", "faulthandler", "-m", "embodied.commands.deploy", *node_args, "--rt-priority", "0"],
+        stdout=node_log,
         stderr=subprocess.STDOUT,
         text=True,
     )
@@ -100,7 +104,12 @@ def test_node_killed_mid_flight_leaves_the_robot_safe(tmp_path: Path, sig: signa
         steps_at_kill = len(applied)
         t_signal = time.time_ns()
         node.send_signal(sig)
-        node.wait(timeout=30)
+        try:
+            node.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            node.send_signal(signal.SIGABRT)  # -X faulthandler: every thread's stack into the log
+            node.wait(timeout=10)
+            pytest.fail("the node did not exit within 30 s of the signal:\n" + node_log_path.read_text())
         # the robot side runs on: past the watchdog (or the final command), then ends the session
         assert wait_until(lambda: len(applied) > steps_at_kill + 4 * WATCHDOG_PERIODS, 30.0)
         time.sleep(0.2)
@@ -111,6 +120,12 @@ def test_node_killed_mid_flight_leaves_the_robot_safe(tmp_path: Path, sig: signa
         flight.join(timeout=10.0)
         transport.close()
         watch.close()
+        node_log.close()
+    node_output = node_log_path.read_text()
+    if "most recent call first" in node_output:  # its exit guard ended a hung teardown: say where
+        warnings.warn("the node's teardown hung; its exit guard ended it:\n" + node_output, stacklevel=1)
+    else:
+        assert node.returncode == (0 if sig == signal.SIGTERM else -signal.SIGKILL), node_output
     (result,) = summary
     normalized_safe = sim.actions.to_normalized(safe)
     is_safe = [bool(np.allclose(a, normalized_safe)) for a in applied]

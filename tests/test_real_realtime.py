@@ -65,3 +65,22 @@ def test_thread_tuning_reports_what_it_got() -> None:
     worker.start()
     worker.join()
     assert result and result[0].startswith("normal")
+
+
+HUNG_TEARDOWN = """
+import threading
+from embodied.real.realtime import arm_exit_guard
+
+arm_exit_guard(0.5)
+stuck = threading.Lock()
+stuck.acquire()
+print("armed", flush=True)
+stuck.acquire()  # a teardown that never returns (holding the interpreter in a wait)
+"""
+
+
+def test_exit_guard_ends_a_hung_teardown_and_says_where() -> None:
+    proc = subprocess.run([sys.executable, "-c", HUNG_TEARDOWN], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "armed"
+    assert proc.returncode == 1
+    assert "most recent call first" in proc.stderr and 'File "<string>", line 9' in proc.stderr

@@ -36,8 +36,9 @@ The control loop runs at the policy's trained rate on its own clock and samples 
 input. Inputs count as stale from their arrival time and header stamps (limits derived from the
 rate; set per input in the robot config). Outside the training envelope, on stale or invalid
 data, on the e-stop topic, and on every way out (SIGINT/SIGTERM, error) the robot's safe command
-is sent. In DDS mode the node is a ROS 2 managed (lifecycle) node: `ros2 lifecycle get/set/list`
-work through its ~/get_state, ~/change_state and ~/get_available_transitions services; with
+is sent. The process then ends within 10 s, even if middleware teardown hangs (every thread's
+stack on stderr, exit status 1). In DDS mode the node is a ROS 2 managed (lifecycle) node:
+`ros2 lifecycle get/set/list` work through its ~/get_state, ~/change_state and ~/get_available_transitions services; with
 --managed it starts unconfigured and sends the safe command until activated. With --rt-priority
 the process runs SCHED_FIFO (the loop thread one level above the rest, the signal thread two), and
 the loop sleeps to just before each deadline and spins the rest.
@@ -146,6 +147,7 @@ def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any, pr
     import threading
 
     from embodied.real.deploy import build_node, open_transport
+    from embodied.real.realtime import arm_exit_guard
 
     if args.transport == "ros2":
         transport = open_transport("ros2")
@@ -180,6 +182,7 @@ def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any, pr
         def on_signal(name: str) -> None:
             stop.set()
             node.shutdown(name)
+            arm_exit_guard()
 
         signals.set_handler(on_signal)
         worker = threading.Thread(target=node.run, args=(stop, args.duration), name="control-loop", daemon=True)
@@ -189,6 +192,7 @@ def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any, pr
         finally:
             stop.set()
             worker.join(timeout=2.0)
+            arm_exit_guard()  # the loop ended with the safe command: nothing may keep the process now
             print(_status_line(node.status()), flush=True)
     finally:
         transport.close()
