@@ -73,3 +73,14 @@ def test_train_closes_its_env_when_training_ends(tmp_path: Path, monkeypatch: py
     argv = ["train", "quad-hover", "--run-dir", str(tmp_path / "run"), "--no-progress", "--num-envs", "16"]
     assert main([*argv, "trainer.total_env_steps=512", "trainer.eval_episodes=0"]) == 0
     assert 16 in closed, f"the 16-env training env was not closed (closed: {closed})"
+
+
+def test_train_with_evaluations_off_passes_its_evaluation_points(tmp_path: Path) -> None:
+    """``trainer.eval_episodes=0`` turns evaluations off even where the grid
+    (``eval_every_env_steps``) falls inside the budget: the run ends with no evaluation row."""
+    run_dir = tmp_path / "run"
+    argv = ["train", "quad-hover", "--run-dir", str(run_dir), "--no-progress", "--num-envs", "16"]
+    overrides = ["trainer.total_env_steps=1024", "trainer.eval_every_env_steps=256", "trainer.eval_episodes=0"]
+    assert main([*argv, *overrides]) == 0
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows and not any("eval/success_rate" in row for row in rows)

@@ -106,8 +106,9 @@ class EvalScheduler:
 
     def due(self, env_steps: int) -> bool:
         """Whether ``env_steps`` has reached the next evaluation point; when it has, the point moves
-        one interval on (each point is due once; an update that crosses several is one evaluation)."""
-        if self._next_point is None or env_steps < self._next_point:
+        one interval on (each point is due once; an update that crosses several is one evaluation).
+        Never with ``eval_episodes`` 0 (evaluations off)."""
+        if self.tcfg.eval_episodes == 0 or self._next_point is None or env_steps < self._next_point:
             return False
         self._next_point += self.tcfg.eval_every_env_steps
         return True
