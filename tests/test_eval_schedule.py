@@ -18,6 +18,7 @@ from torch import nn
 from embodied import registry
 from embodied.algo import Algorithm
 from embodied.experiment import ExperimentCfg, replace_trainer, resolve_experiment
+from embodied.policies.cpu_tanh import use_sigmoid_tanh
 from embodied.progress import TrainProgress
 from embodied.training.background_eval import BackgroundEvaluator, EvalSnapshot, PolicyRecipe
 from embodied.training.checkpoint_schema import check_trainer_entry
@@ -68,8 +69,11 @@ class _Run:
     def evaluator(self) -> BackgroundEvaluator:
         cfg = self.cfg
         recipe = PolicyRecipe(cfg.task_name, cfg.env, cfg.algo_name, cfg.algo)
+        # The child takes this process's tanh form, as the trainer hands it over: with a fixed
+        # "tanh" the two differ in the last bits wherever this process measured sigmoid faster.
+        tanh_form = "sigmoid" if use_sigmoid_tanh() else "tanh"
         return BackgroundEvaluator(
-            EvalEnvs(cfg.task_name, cfg.env, "cpu"), recipe, cfg.trainer.eval_episodes, 1, "tanh"
+            EvalEnvs(cfg.task_name, cfg.env, "cpu"), recipe, cfg.trainer.eval_episodes, 1, tanh_form
         )
 
 

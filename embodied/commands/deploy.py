@@ -38,10 +38,11 @@ rate; set per input in the robot config). Outside the training envelope, on stal
 data, on the e-stop topic, and on every way out (SIGINT/SIGTERM, error) the robot's safe command
 is sent. The process then ends within 10 s, even if middleware teardown hangs (every thread's
 stack on stderr, exit status 1). In DDS mode the node is a ROS 2 managed (lifecycle) node:
-`ros2 lifecycle get/set/list` work through its ~/get_state, ~/change_state and ~/get_available_transitions services; with
---managed it starts unconfigured and sends the safe command until activated. With --rt-priority
-the process runs SCHED_FIFO (the loop thread one level above the rest, the signal thread two), and
-the loop sleeps to just before each deadline and spins the rest.
+`ros2 lifecycle get/set/list` work through its ~/get_state, ~/change_state and
+~/get_available_transitions services; with --managed it starts unconfigured and sends the safe
+command until activated. With --rt-priority the process runs SCHED_FIFO (the loop thread one
+level above the rest, the signal thread two), and the loop sleeps to just before each deadline
+and spins the rest.
 Every state change is logged with its reason and published on /diagnostics and
 ~/state; rejected messages are counted there by reason.
 
@@ -182,6 +183,8 @@ def _run_node(args: argparse.Namespace, params: dict[str, Any], signals: Any, pr
         def on_signal(name: str) -> None:
             stop.set()
             node.shutdown(name)
+            # Armed here too: the main thread may be the one stuck (in join or teardown) and
+            # never reach the call below; a second arming only moves the deadline later.
             arm_exit_guard()
 
         signals.set_handler(on_signal)

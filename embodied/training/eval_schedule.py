@@ -90,25 +90,31 @@ class EvalScheduler:
         self._next_point: int | None = None
 
     # ----------------------------------------------------------------- the grid
+    @property
+    def evaluations_on(self) -> bool:
+        """Whether this run evaluates at all (``trainer.eval_episodes`` 0 turns every evaluation off)."""
+        return self.tcfg.eval_episodes > 0
+
     def periodic_ahead(self, env_steps: int) -> bool:
         """Whether an evaluation point after ``env_steps`` falls within the budget (a run too
         short for one, e.g. a smoke test, needs no background evaluator)."""
         point = next_eval_point(env_steps, self.tcfg.eval_every_env_steps)
-        return point is not None and self.tcfg.eval_episodes > 0 and point <= self.tcfg.total_env_steps
+        return point is not None and self.evaluations_on and point <= self.tcfg.total_env_steps
 
     def begin(self, env_steps: int) -> None:
         """Start the schedule at ``env_steps`` (0, or a resumed run's count): the next point is the
         first after it, and a snapshot the checkpoint had in flight goes to the background
-        evaluator again (without one, :meth:`collect` evaluates it here)."""
-        self._next_point = next_eval_point(env_steps, self.tcfg.eval_every_env_steps)
+        evaluator again (without one, :meth:`collect` evaluates it here). With evaluations off
+        there is no next point, so :meth:`due` never fires."""
+        on = self.evaluations_on
+        self._next_point = next_eval_point(env_steps, self.tcfg.eval_every_env_steps) if on else None
         if self.pending is not None and self.background is not None:
             self._submit(self.pending)
 
     def due(self, env_steps: int) -> bool:
         """Whether ``env_steps`` has reached the next evaluation point; when it has, the point moves
-        one interval on (each point is due once; an update that crosses several is one evaluation).
-        Never with ``eval_episodes`` 0 (evaluations off)."""
-        if self.tcfg.eval_episodes == 0 or self._next_point is None or env_steps < self._next_point:
+        one interval on (each point is due once; an update that crosses several is one evaluation)."""
+        if self._next_point is None or env_steps < self._next_point:
             return False
         self._next_point += self.tcfg.eval_every_env_steps
         return True
@@ -118,7 +124,7 @@ class EvalScheduler:
         the last step."""
         evals = state.evals
         evaluated_last_step = bool(evals) and evals[-1]["eval/env_steps"] == state.env_steps
-        return self.tcfg.eval_episodes > 0 and not evaluated_last_step
+        return self.evaluations_on and not evaluated_last_step
 
     # ----------------------------------------------------------- evaluations
     def seed(self, state: TrainState) -> int:
