@@ -145,6 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         "default: the default config, the nominal vehicle)",
     )
     parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for our runs, after the preset (repeatable; e.g. env.sim.compile=true: "
+        "the fused compiled step, loaded from the compiled-step cache when an earlier run filled it)",
+    )
+    parser.add_argument(
         "--verify",
         action="store_true",
         help="run `embodied verify` (default gates) on each of our runs; the summary then counts the seeds "
@@ -164,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         l2f_cores, our_cores = ([cores[0]], [cores[1]]) if side_by_side else (cores, cores)
         with ThreadPoolExecutor(max_workers=2 if side_by_side else 1) as pool:
             l2f = pool.submit(run_l2f, args.l2f_binary.resolve(), l2f_cores, args.out, index)
-            ours = pool.submit(run_ours, seed, our_cores, max_env_steps, args.out, None, args.preset)
+            ours = pool.submit(
+                run_ours, seed, our_cores, max_env_steps, args.out, None, args.preset, tuple(args.override)
+            )
         l2f_runs.append(l2f.result())
         res = ours.result()
         res["score"] = score_ours(res, target)
@@ -180,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         "ours_held_seeds": sum(r["score"]["held_s"] is not None for r in ours_runs.values()),
         "ours_median_first_s": median_or_none([r["score"]["first_s"] for r in ours_runs.values()]),
         "seeds": len(ours_runs),
+        "preset": args.preset,
+        "overrides": args.override,
     }
     if args.verify:
         verified = [r for r in ours_runs.values() if r.get("verify", {}).get("gates_passed")]

@@ -242,9 +242,10 @@ def run_ours(
     out: Path,
     num_envs: int | None = None,
     preset: str | None = None,
+    overrides: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Our CLI with the shipped config and ``--preset preset`` where given (``num_envs`` is
-    rsl-rl's option, unused here)."""
+    """Our CLI with the shipped config and ``--preset preset`` where given, then ``overrides``
+    (``key=value`` config overrides; ``num_envs`` is rsl-rl's option, unused here)."""
     run_dir = out / f"ours_seed{seed}"
     command = [
         sys.executable, "-m", "embodied.cli", "train", TASK, "--seed", str(seed), "--run-dir", str(run_dir),
@@ -254,6 +255,7 @@ def run_ours(
         command += ["--preset", preset]
     if max_env_steps < preset_cfg(preset).trainer.total_env_steps:
         command.append(f"trainer.total_env_steps={max_env_steps}")
+    command += list(overrides)
     with (out / f"ours_seed{seed}.log").open("w") as log:
         code = subprocess.call(
             command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.sched_setaffinity(0, set(cores))

@@ -229,6 +229,8 @@ def test_sweep_preset_trains_on_every_range_verify_sweeps() -> None:
         rand.inertia_scale == (1.0, 1.0) and env.gaps.motor_delay_steps == (0, 0) and env.gaps.battery_sag == (0.0, 0.0)
     )
     assert env.pos_err_integral and env.action_history >= 2 and 0.0 < env.randomization_ramp_start < 1.0
+    # env.sim.compile=true would run every one of its gap models inside the fused step.
+    assert env.gaps.fusable
     QuadHover(cfg.env, 4, CPU, seed=0).step(torch.zeros(4, 4))
 
 

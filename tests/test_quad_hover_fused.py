@@ -39,8 +39,21 @@ def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
         {},
         {"pos_err_integral": True, "action_history": 2, "pos_bonus_weight": 1.0, "termination_penalty": 3.0},
         {"yaw_symmetry": False, "sim": {"randomization": {"mass_scale": [0.8, 1.2], "motor_tau_scale": [0.8, 1.5]}}},
+        {
+            "pos_err_integral": True,
+            "action_history": 3,
+            "gaps": {
+                "obs_delay_steps": [0, 2],
+                "motor_delay_steps": [0, 1],
+                "thrust_mismatch": [0.9, 1.1],
+                "battery_sag": [0.0, 0.3],
+                "pos_bias_std_m": 0.02,
+                "gyro_bias_std_rad_s": 0.05,
+            },
+            "sim": {"randomization": {"mass_scale": [0.7, 1.3]}},
+        },
     ],
-    ids=["default", "integral-history-bonus", "randomized-no-symmetry"],
+    ids=["default", "integral-history-bonus", "randomized-no-symmetry", "gap-models"],
 )
 def test_fused_step_matches_the_eager_step_through_resets(overrides: dict) -> None:
     """Without observation noise (the two steps draw it from different generators) the fused
@@ -70,6 +83,10 @@ def test_fused_step_matches_the_eager_step_through_resets(overrides: dict) -> No
     assert torch.equal(eager.episode_step, fused.episode_step)
     assert torch.equal(eager.yaw_flip, fused.yaw_flip)
     _close(eager.heading, fused.heading, "heading")
+    if eager.gaps is not None:  # the gap models' state: delays, draws and both buffers
+        assert fused.gaps is not None
+        for name, value in eager.gaps.state_dict().items():
+            _close(value.float(), getattr(fused.gaps, name).float(), f"gap state {name}")
 
 
 def test_fused_step_truncates_with_success_like_the_eager_step() -> None:
@@ -105,21 +122,31 @@ def test_fused_step_zeroes_a_diverged_env_like_the_eager_step() -> None:
     _close(i1["final_obs"]["critic"][kept], i2["final_obs"]["critic"][kept], "final critic")
 
 
-def test_fused_noise_has_the_configured_spread_and_resumes_exactly() -> None:
+@pytest.mark.parametrize(
+    ("overrides", "pos_std_m"),
+    [
+        ({}, QuadHoverCfg().obs_noise_std[0]),
+        ({"obs_noise_std": [0.0] * 4, "yaw_symmetry": False, "gaps": {"pos_noise_std_m": 0.04}}, 0.04),
+    ],
+    ids=["observation-noise", "gap-model-noise"],
+)
+def test_fused_noise_has_the_configured_spread_and_resumes_exactly(overrides: dict, pos_std_m: float) -> None:
     """With noise the fused step's policy observation differs from the clean critic state by
-    N(0, σ) per entry; a checkpoint taken mid-run continues with the same noise."""
-    cfg = QuadHoverCfg()
-    env = QuadHover(cfg, 256, CPU, seed=4)
+    N(0, σ) per entry (the observation noise, or the gap models' estimator noise from the
+    stream's rows after it); a checkpoint taken mid-run continues with the same noise."""
+    env = QuadHover(apply_overrides(QuadHoverCfg(), overrides, "test"), 256, CPU, seed=4)
     env._fused = fused_step
     hover = torch.full((256, 4), env.hover_action)
-    gaps = []
+    diffs = []
     for _ in range(20):
         obs, *_ = env.step(hover)
         # pos_err_h (3) does not change under the yaw relabelling: policy - critic is the noise.
-        gaps.append(obs["policy"][:, 0:3] - obs["critic"][:, 0:3])
-    eps = torch.cat(gaps)
-    assert eps.std().item() == pytest.approx(cfg.obs_noise_std[0], rel=0.1)
-    assert abs(eps.mean().item()) < 3 * cfg.obs_noise_std[0] / math.sqrt(eps.numel())
+        diffs.append(obs["policy"][:, 0:3] - obs["critic"][:, 0:3])
+    eps = torch.cat(diffs)
+    assert eps.std().item() == pytest.approx(pos_std_m, rel=0.1)
+    assert abs(eps.mean().item()) < 3 * pos_std_m / math.sqrt(eps.numel())
+    if "gaps" in overrides:  # the gap models' position noise alone: the rest of the state is clean
+        assert torch.equal(obs["policy"][:, 3:18], obs["critic"][:, 3:18])
     state = env.state_dict()
     first = [env.step(hover)[0]["policy"] for _ in range(3)]
     env.load_state_dict(state)
@@ -176,11 +203,16 @@ def test_counter_normal_mixes_on_int32_to_the_int64_numbers(counter: int, key: i
 
 
 @pytest.mark.slow
-def test_compiled_fused_step_matches_its_eager_run_and_loads_from_its_cache(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "gaps",
+    [{}, {"obs_delay_steps": [0, 2], "thrust_mismatch": [0.9, 1.1], "gyro_noise_std_rad_s": 0.05}],
+    ids=["nominal", "gap-models"],
+)
+def test_compiled_fused_step_matches_its_eager_run_and_loads_from_its_cache(tmp_path: Path, gaps: dict) -> None:
     """The compiled step (``sim.compile``) against the same function run eagerly, noise on; a
     second process (a fresh compiler on the same cache folder) loads the saved step instead of
     compiling, and it steps the same."""
-    cfg = apply_overrides(QuadHoverCfg(pos_err_integral=True), {"sim": {"compile": True}}, "test")
+    cfg = apply_overrides(QuadHoverCfg(pos_err_integral=True), {"sim": {"compile": True}, "gaps": gaps}, "test")
     compiled = QuadHover(cfg, 64, CPU, seed=3)
     assert compiled._fused is not None and compiled._fused is not fused_step
     compiled._fused = CompiledFusedStep("cpu", tmp_path)

@@ -17,6 +17,7 @@ those exactly); only the motors see them late.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -25,6 +26,26 @@ from embodied.sim.quadrotor import LIN_VEL, POS, RPM, require_finite
 
 GAP_CRITIC_DIM = 6
 """Entries of :meth:`QuadGaps.critic_inputs`."""
+
+
+class DrawLayout(NamedTuple):
+    """Columns of one env's per-episode gap draws (:meth:`QuadGaps.draw`), kept in the task's
+    pool of initial conditions beside the start state so the eager and the fused step restart
+    an episode from the same row."""
+
+    obs_delay: int
+    """Observation delay in control steps (a whole number, as float)."""
+    motor_delay: int
+    rpm_scale: slice
+    """sqrt of each motor's thrust mismatch (thrust ∝ rpm²)."""
+    sag_per_step: slice
+    """Fraction of the maximum thrust lost per control step."""
+    pos_bias: slice
+    gyro_bias: slice
+    width: int
+
+
+DRAW = DrawLayout(0, 1, slice(2, 6), slice(6, 7), slice(7, 10), slice(10, 13), 13)
 
 
 @dataclass(frozen=True)
@@ -93,6 +114,22 @@ class QuadGapCfg:
         return self != QuadGapCfg(rotor_radius_m=self.rotor_radius_m)
 
     @property
+    def fusable(self) -> bool:
+        """Whether the fused step (``tasks/quadrotor/hover_fused.py``) models every gap that is on:
+        all but body drag and ground effect (forces from the state, outside its physics inputs)."""
+        return not self.ground_effect and not any(k > 0.0 for k in self.body_drag_n_per_mps)
+
+    @property
+    def noisy(self) -> bool:
+        """Whether any per-step estimator or gyro noise is on."""
+        return (self.pos_noise_std_m, self.lin_vel_noise_std_mps, self.gyro_noise_std_rad_s) != (0.0, 0.0, 0.0)
+
+    @property
+    def noise_std(self) -> tuple[float, float, float]:
+        """σ of the position, velocity and gyro noise."""
+        return (self.pos_noise_std_m, self.lin_vel_noise_std_mps, self.gyro_noise_std_rad_s)
+
+    @property
     def max_obs_delay(self) -> int:
         return int(self.obs_delay_steps[1])
 
@@ -145,28 +182,25 @@ class QuadGaps:
         """``[6]`` :meth:`critic_inputs`' normalization (fixed by the config, so built once)."""
 
     # ------------------------------------------------------------------ per episode
-    def reset(self, mask: torch.Tensor, state_obs: torch.Tensor, scale: float = 1.0) -> None:
-        """New per-episode draws for envs where ``mask [N]``; their buffers hold the fresh
-        observation ``state_obs [N, 18]`` (no older one exists) and the hover command.
+    def draw(self, count: int, scale: float = 1.0) -> torch.Tensor:
+        """``[count, DRAW.width]`` per-episode draws (columns :data:`DRAW`) from the env's generator,
+        for the rows of the task's pool of initial conditions.
 
         ``scale`` in [0, 1] (a training curriculum) shrinks every draw towards the model being
         off: delays ``round(scale * d)``, thrust scale ``1 + scale (m - 1)``, sag and biases
         times ``scale``. The random numbers drawn do not depend on it.
         """
-        c, g, dev, n = self.cfg, self.generator, self.device, self.n
-        u = torch.rand(n, 7, generator=g, device=dev)
-        gauss = torch.randn(n, 6, generator=g, device=dev)
+        c, g, dev = self.cfg, self.generator, self.device
+        u = torch.rand(count, 7, generator=g, device=dev)
+        gauss = torch.randn(count, 6, generator=g, device=dev)
         if scale < 1.0:
             gauss = gauss * scale
-        m1 = mask.unsqueeze(1)
 
         def draw_int(lo_hi: tuple[int, int], col: int) -> torch.Tensor:
             lo, hi = lo_hi
-            steps = lo + (u[:, col] * (hi - lo + 1)).floor().clamp(max=hi - lo)
-            return (steps * scale).round().long() if scale < 1.0 else steps.long()
+            steps = lo + (u[:, col : col + 1] * (hi - lo + 1)).floor().clamp(max=hi - lo)
+            return (steps * scale).round() if scale < 1.0 else steps
 
-        self.obs_delay = torch.where(mask, draw_int(c.obs_delay_steps, 0), self.obs_delay)
-        self.motor_delay = torch.where(mask, draw_int(c.motor_delay_steps, 1), self.motor_delay)
         lo, hi = c.thrust_mismatch
         mismatch = lo + u[:, 2:6] * (hi - lo)
         lo, hi = c.battery_sag
@@ -174,10 +208,32 @@ class QuadGaps:
         if scale < 1.0:  # the full ranges keep their exact arithmetic
             mismatch = 1.0 + (mismatch - 1.0) * scale
             sag = sag * scale
-        self.rpm_scale = torch.where(m1, torch.sqrt(mismatch), self.rpm_scale)
-        self.sag_per_step = torch.where(m1, sag, self.sag_per_step)
-        self.pos_bias = torch.where(m1, gauss[:, 0:3] * c.pos_bias_std_m, self.pos_bias)
-        self.gyro_bias = torch.where(m1, gauss[:, 3:6] * c.gyro_bias_std_rad_s, self.gyro_bias)
+        return torch.cat(
+            (
+                draw_int(c.obs_delay_steps, 0),
+                draw_int(c.motor_delay_steps, 1),
+                torch.sqrt(mismatch),
+                sag,
+                gauss[:, 0:3] * c.pos_bias_std_m,
+                gauss[:, 3:6] * c.gyro_bias_std_rad_s,
+            ),
+            dim=1,
+        )
+
+    def redraw(self, mask: torch.Tensor, draws: torch.Tensor) -> None:
+        """This episode's values for envs where ``mask [N]``, from their rows ``draws [N, DRAW.width]``
+        (:meth:`draw`; rows of other envs are ignored)."""
+        m1 = mask.unsqueeze(1)
+        self.obs_delay = torch.where(mask, draws[:, DRAW.obs_delay].long(), self.obs_delay)
+        self.motor_delay = torch.where(mask, draws[:, DRAW.motor_delay].long(), self.motor_delay)
+        self.rpm_scale = torch.where(m1, draws[:, DRAW.rpm_scale], self.rpm_scale)
+        self.sag_per_step = torch.where(m1, draws[:, DRAW.sag_per_step], self.sag_per_step)
+        self.pos_bias = torch.where(m1, draws[:, DRAW.pos_bias], self.pos_bias)
+        self.gyro_bias = torch.where(m1, draws[:, DRAW.gyro_bias], self.gyro_bias)
+
+    def refill(self, mask: torch.Tensor, state_obs: torch.Tensor) -> None:
+        """Delay buffers of envs where ``mask [N]`` hold the fresh observation ``state_obs [N, 18]``
+        (no older one exists) and the hover command."""
         m3 = mask.view(1, -1, 1)
         self.state_buf = torch.where(m3, state_obs.unsqueeze(0), self.state_buf)
         self.action_buf = torch.where(m3, self.hover_action, self.action_buf)
@@ -232,10 +288,13 @@ class QuadGaps:
         the delay buffer, plus estimator and gyro errors; the rest (integral, history) unchanged."""
         c, g, n = self.cfg, self.generator, self.n
         seen = self.state_buf[self.obs_delay, self._envs].clone()
-        noise = torch.randn(n, 9, generator=g, device=self.device)
-        seen[:, 0:3] += self.pos_bias + noise[:, 0:3] * c.pos_noise_std_m
-        seen[:, 12:15] += noise[:, 3:6] * c.lin_vel_noise_std_mps
-        seen[:, 15:18] += self.gyro_bias + noise[:, 6:9] * c.gyro_noise_std_rad_s
+        seen[:, 0:3] += self.pos_bias
+        seen[:, 15:18] += self.gyro_bias
+        if self.cfg.noisy:  # no draw otherwise: the generator's stream stays the pool's
+            noise = torch.randn(n, 9, generator=g, device=self.device)
+            seen[:, 0:3] += noise[:, 0:3] * c.pos_noise_std_m
+            seen[:, 12:15] += noise[:, 3:6] * c.lin_vel_noise_std_mps
+            seen[:, 15:18] += noise[:, 6:9] * c.gyro_noise_std_rad_s
         return torch.cat((seen, policy[:, state_dim:]), dim=1)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

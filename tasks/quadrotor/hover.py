@@ -49,7 +49,7 @@ from embodied.sim.quadrotor import (
     QuadrotorCfg,
     require_finite,
 )
-from embodied.tasks.quadrotor.gaps import GAP_CRITIC_DIM, QuadGapCfg, QuadGaps
+from embodied.tasks.quadrotor.gaps import DRAW, GAP_CRITIC_DIM, QuadGapCfg, QuadGaps
 from embodied.tasks.quadrotor.hover_core import (
     POOL,
     CoreConsts,
@@ -432,7 +432,7 @@ class QuadHover:
         # On CPU, episodes restart from a pool of pre-drawn initial conditions (state, parameter
         # scales, disturbances) refilled in bulk: a handful of ops per reset instead of ~40.
         self._pool_size = max(1024, 4 * self.num_envs)
-        self._pool = torch.zeros(0, POOL.width, dtype=f32, device=self.device)
+        self._pool = torch.zeros(0, self._pool_width, dtype=f32, device=self.device)
         self._pool_cursor = 0
         self._critic_static = torch.zeros(self.num_envs, cfg.critic_static_dim, dtype=f32, device=self.device)
         """``[N, 12 (+6)]`` per-episode critic inputs: parameter scales - 1, normalized disturbances
@@ -463,22 +463,29 @@ class QuadHover:
             else None
         )
         """Reality-gap state, or None when every gap model is off."""
+        self._no_gap_state = tuple(torch.zeros(0, device=self.device) for _ in range(8))
         self._noise_key = torch.tensor(stream_key(seed), dtype=torch.long, device=self.device)
         self._noise_counter = torch.zeros((), dtype=torch.long, device=self.device)
         """Stream of the fused step's observation noise (``sim/counter_normal.py``): the key
         follows the seed, the counter the steps taken."""
         self._fused = (
             compiled_fused_step(self.device.type)
-            if cfg.sim.compile and self.gaps is None and self.fusable and not cfg.critic_gap_inputs
+            if cfg.sim.compile and cfg.gaps.fusable and self.fusable and not cfg.critic_gap_inputs
             else None
         )
         """The whole step as one compiled function (``tasks/quadrotor/hover_fused.py``), or None:
-        the eager step, a task with hooks of its own, or gap models with their own state."""
+        the eager step, a task with hooks of its own, or gap models it does not model (drag,
+        ground effect)."""
         self._fused_consts = {flip: self._make_fused_consts(flip) for flip in (False, True)}
         self.randomization_scale = 1.0
         """``s`` of ``cfg.randomization_ramp``: how far per-episode draws reach into their ranges
         (1 = full); only :meth:`set_training_progress` lowers it."""
         self.reset(seed)
+
+    @property
+    def _pool_width(self) -> int:
+        """Columns of a pool row: the start (``POOL``), then the gap models' draws (``gaps.DRAW``) when on."""
+        return POOL.width + (DRAW.width if self.cfg.gaps.enabled else 0)
 
     # ------------------------------------------------------------------ VecEnv
     def in_layout(self, x: torch.Tensor) -> torch.Tensor:
@@ -604,7 +611,25 @@ class QuadHover:
             cursor,
             self._noise_counter,
             self._noise_key,
+            *self._fused_gap_state(),
             self._fused_consts[not self.physical_actions],
+        )
+
+    def _fused_gap_state(self) -> tuple[torch.Tensor, ...]:
+        """The gap models' per-env state in :func:`~embodied.tasks.quadrotor.hover_fused.fused_step`'s
+        order (``GapState``); empty tensors when every model is off (the step never reads them)."""
+        g = self.gaps
+        if g is None:
+            return self._no_gap_state
+        return (
+            g.obs_delay,
+            g.motor_delay,
+            g.rpm_scale,
+            g.sag_per_step,
+            g.pos_bias,
+            g.gyro_bias,
+            g.state_buf,
+            g.action_buf,
         )
 
     def _step_fused(self, action: torch.Tensor) -> StepResult:
@@ -618,6 +643,9 @@ class QuadHover:
         self.action_hist, self.pos_err_int_h, self.heading = out["action_hist"], out["pos_err_int_h"], out["heading"]
         self.episode_step, self.yaw_sp_rad, self.yaw_flip = out["episode_step"], out["yaw_sp_rad"], out["yaw_flip"]
         self._noise_counter = out["noise_counter"]
+        if self.gaps is not None:
+            for name, value in out["gaps"].items():
+                setattr(self.gaps, name, value)
         if self._host_checks:
             self._pool_cursor = int(out["cursor"])
         self._critic_static = out["critic"][:, -CRITIC_STATIC_DIM:]  # fused only without critic_gap_inputs
@@ -645,6 +673,8 @@ class QuadHover:
             flip_actions=flip_actions,
             success_radius_m=cfg.success_radius_m,
             cos_success_tilt=self._cos_success_tilt,
+            gaps=cfg.gaps.enabled,
+            gap_noise_std=cfg.gaps.noise_std if cfg.gaps.noisy else (),
         )
 
     def set_training_progress(self, fraction: float) -> None:
@@ -778,6 +808,8 @@ class QuadHover:
         pool = state["init_pool"].to(self.device, torch.float32)
         if pool.shape[1] == POOL.yaw_sp + 1:  # checkpoints from before the heading columns
             pool = torch.cat((pool, heading_cos_sin(pool[:, POOL.yaw_sp])), dim=1)
+        if self.gaps is not None and pool.shape[1] == POOL.width:  # from before the pool held gap draws
+            pool = torch.cat((pool, self.gaps.draw(pool.shape[0], self.randomization_scale)), dim=1)
         self._pool = pool.clone()
         self._pool_cursor = int(state.get("init_pool_cursor", 0))  # older checkpoints: the unused rows only
         if "noise_stream" in state:  # checkpoints from before the fused step keep the seeded stream
@@ -910,7 +942,8 @@ class QuadHover:
         self._critic_static = static
 
     def _draw_initial(self, count: int) -> torch.Tensor:
-        """``[count, POOL.width]`` fresh initial conditions from L2F's distribution."""
+        """``[count, pool width]`` fresh initial conditions from L2F's distribution (columns
+        ``POOL``), then the gap models' per-episode draws (``gaps.DRAW``) when they are on."""
         c, g, dev = self.cfg, self.generator, self.device
         scales = self.sim.sample_param_scales(count)
         if self.randomization_scale < 1.0:  # curriculum: towards the nominal vehicle (scale 1)
@@ -936,9 +969,19 @@ class QuadHover:
         hover_rpm = self._hover_rpm_nominal * torch.sqrt(scales[:, 0:1] / scales[:, 4:5])
         disturb = gauss[:, 3:9] * self._disturb_std
         heading = heading_cos_sin(yaw_sp[:, 0])
-        return torch.cat(
-            (position_w, quat_wb, lin_vel_w, ang_vel_b, hover_rpm.expand(count, 4), scales, disturb, yaw_sp, heading), 1
+        start = (
+            position_w,
+            quat_wb,
+            lin_vel_w,
+            ang_vel_b,
+            hover_rpm.expand(count, 4),
+            scales,
+            disturb,
+            yaw_sp,
+            heading,
         )
+        gap_draws = () if self.gaps is None else (self.gaps.draw(count, self.randomization_scale),)
+        return torch.cat((*start, *gap_draws), 1)
 
     def _ensure_pool(self, count: int) -> None:
         """Keep at least ``count`` unused rows in the CPU pool of initial conditions, refilling
@@ -975,6 +1018,10 @@ class QuadHover:
             self.pos_err_int_h[ids] = 0.0
             self.yaw_sp_rad[ids] = rows[:, POOL.yaw_sp]
             self.heading[ids] = rows[:, POOL.heading]
+            if self.gaps is not None:  # each restarted env's draws in its own row
+                draws = torch.zeros(self.num_envs, DRAW.width, device=self.device)
+                draws[ids] = rows[:, POOL.width :]
+                self.gaps.redraw(mask, draws)
         else:  # branch-free: draw for every env, keep the rows of envs that did not end
             rows = self._draw_initial(self.num_envs)
             m = mask.unsqueeze(1)
@@ -988,6 +1035,8 @@ class QuadHover:
             self.pos_err_int_h = torch.where(m, 0.0, self.pos_err_int_h)
             self.yaw_sp_rad = torch.where(mask, rows[:, POOL.yaw_sp], self.yaw_sp_rad)
             self.heading = torch.where(m, rows[:, POOL.heading], self.heading)
-        if self.gaps is not None:  # new per-episode draws; delay buffers start at the fresh state
-            self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM], self.randomization_scale)
+            if self.gaps is not None:
+                self.gaps.redraw(mask, rows[:, POOL.width :])
+        if self.gaps is not None:  # delay buffers start at the fresh (noise-free) state
+            self.gaps.refill(mask, self._observe(None)["policy"][:, :STATE_DIM])
         self._refresh_critic_static()  # after the gap draws: the critic may see them

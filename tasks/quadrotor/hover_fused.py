@@ -25,9 +25,12 @@ the layout comes from the functions the eager step calls
 rest has a row form here (:func:`observe_rows`, :func:`static_rows`, :func:`flip_rows`, the
 action relabelling), held to the eager step's results by ``tests/test_quad_hover_fused.py``.
 
-``QuadHover`` uses it when its simulator compiles (``sim.compile``) and no reality-gap model is
-on (the gap models keep per-step state outside; ``tasks/quadrotor/gaps.py``). With the same pool and
-zero observation noise it gives the eager step's results (``tests/test_quad_hover_fused.py``).
+``QuadHover`` uses it when its simulator compiles (``sim.compile``). The reality-gap models
+(``tasks/quadrotor/gaps.py``) run inside it too, all but body drag and ground effect: their
+per-episode draws come from the same pool rows as the start (columns ``gaps.DRAW``), their
+delay buffers are inputs and outputs, and their noise is rows 18-26 of the step's counter
+stream. With the same pool and zero observation and gap noise it gives the eager step's
+results (``tests/test_quad_hover_fused.py``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from embodied.sim.quadrotor import (
     rk4_rows,
 )
 from embodied.tasks import compiled_step_cache
+from embodied.tasks.quadrotor.gaps import DRAW
 from embodied.tasks.quadrotor.hover_core import (
     POOL,
     CoreConsts,
@@ -91,6 +95,10 @@ class FusedConsts(NamedTuple):
     """Critic scaling of force (3) and torque (3) disturbances."""
     success_radius_m: float
     cos_success_tilt: float
+    gaps: bool = False
+    """Reality-gap models on (``tasks/quadrotor/gaps.py``): the step reads and returns their state."""
+    gap_noise_std: tuple[float, ...] = ()
+    """σ of the gap models' position, velocity and gyro noise; empty when all are zero."""
 
 
 Rows = list[torch.Tensor]
@@ -177,6 +185,31 @@ def flip_rows(policy: Rows, k: FusedConsts) -> tuple[Rows, torch.Tensor]:
     return canonical, flip
 
 
+def delayed_rows(buffer: list[Rows], delay: torch.Tensor) -> Rows:
+    """Each env's entry ``delay [N]`` (long) steps back in ``buffer`` (newest first): a chain of
+    selects, as the buffers are a few entries deep."""
+    picked = buffer[0]
+    for steps_back in range(1, len(buffer)):
+        picked = [torch.where(delay == steps_back, old, new) for old, new in zip(buffer[steps_back], picked)]
+    return picked
+
+
+def seen_rows(state: Rows, pos_bias: Rows, gyro_bias: Rows, eps: Rows | None, k: FusedConsts) -> Rows:
+    """``QuadGaps.view``'s estimator errors on the 18 state rows: position bias (and noise),
+    velocity noise, gyro bias (and noise); ``eps`` 9 standard normal rows or None."""
+    seen = list(state)
+    for i in range(3):
+        seen[i] = seen[i] + pos_bias[i]
+        seen[15 + i] = seen[15 + i] + gyro_bias[i]
+    if eps is not None:
+        pos_std, vel_std, gyro_std = k.gap_noise_std
+        for i in range(3):
+            seen[i] = seen[i] + eps[i] * pos_std
+            seen[12 + i] = seen[12 + i] + eps[3 + i] * vel_std
+            seen[15 + i] = seen[15 + i] + eps[6 + i] * gyro_std
+    return seen
+
+
 def fused_step(
     action: torch.Tensor,
     yaw_flip: torch.Tensor,
@@ -196,6 +229,14 @@ def fused_step(
     cursor: torch.Tensor,
     noise_counter: torch.Tensor,
     noise_key: torch.Tensor,
+    obs_delay: torch.Tensor,
+    motor_delay: torch.Tensor,
+    rpm_scale: torch.Tensor,
+    sag_per_step: torch.Tensor,
+    pos_bias: torch.Tensor,
+    gyro_bias: torch.Tensor,
+    state_buf: torch.Tensor,
+    action_buf: torch.Tensor,
     k: FusedConsts,
 ) -> dict[str, Any]:
     """One full quad-hover step for ``N`` envs, auto-reset included; pure.
@@ -214,12 +255,17 @@ def fused_step(
             ``cursor`` (0-dim long) the next unused one.
             The caller keeps at least ``N`` rows after the cursor.
         noise_counter, noise_key: 0-dim int64 state of the observation noise stream.
+        obs_delay ... action_buf: ``QuadGaps``' state under its names (``[N]`` long delays,
+            ``[N, 4]``, ``[N, 1]``, ``[N, 3]``, ``[N, 3]``, ``[D + 1, N, 18]``, ``[M + 1, N, 4]``);
+            read only with ``k.gaps`` (empty tensors otherwise). The pool then carries each
+            row's gap draws after its ``POOL.width`` columns (``gaps.DRAW``).
     Returns:
         The new per-env state under the same names (``[N, K]`` column-major), ``cursor`` and
         ``noise_counter`` advanced, ``policy`` / ``critic`` (observation after the resets),
         ``final_policy`` / ``final_critic`` (before them, non-finite entries zeroed), ``terms``
         (dict of ``[N]``), ``reward``, ``terminated``, ``truncated``, ``success`` (``[N]``) and
-        ``yaw_flip`` (``[N, 1]``).
+        ``yaw_flip`` (``[N, 1]``), and ``gaps``: the gap models' new state under the input names
+        (empty without them).
     """
     c = k.core
     n = state.shape[0]
@@ -227,7 +273,14 @@ def fused_step(
     if k.flip_source is not None and k.flip_actions:
         # ``quadrotor.terms.yaw_flip_action`` on rows; history and action cost see the motors' labels.
         sent = [torch.where(yaw_flip[:, 0], sent[src], row) for row, src in zip(sent, MOTOR_FLIP)]
-    rpm_cmd = action_to_rpm_cmd(stacked(sent), c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
+    motor, action_rows = sent, []
+    if k.gaps:  # the motors get the command motor_delay steps old (QuadGaps.motor_action)
+        action_rows = [sent] + [rows_of(a) for a in action_buf[:-1].unbind(0)]
+        motor = delayed_rows(action_rows, motor_delay)
+    rpm_cmd = action_to_rpm_cmd(stacked(motor), c.max_thrust_n, c.min_thrust_n, c.inv_thrust_coef, c.max_rpm)
+    if k.gaps:  # thrust mismatch (scale) and battery sag (cap), as QuadGaps.rpm_limits
+        available = (1.0 - sag_per_step[:, 0] * episode_step.to(torch.float32)).clamp(min=0.0)
+        rpm_cmd = torch.minimum(rpm_cmd * rpm_scale, (torch.sqrt(available) * c.max_rpm).unsqueeze(1))
     per_env = rk4_inputs(derived_params(param_scales, nominal), gravity_w, force_w, torque_b)
     s = rk4_rows(
         rows_of(state), rows_of(rpm_cmd), tuple(rows_of(x) for x in per_env), *k.dynamics_tables, c.dt_s, c.substeps
@@ -244,12 +297,21 @@ def fused_step(
             (i * c.integral_decay + e * c.dt_s).clamp(-c.integral_limit_ms, c.integral_limit_ms)
             for i, e in zip(integral, err_h)
         ]
-    noise = None
-    if k.noise_std:
-        eps = counter_normal(noise_counter, noise_key, POLICY_STATE_DIM, n)
-        noise = [eps[i] * std for i, std in enumerate(k.noise_std)]
+    noise, gap_eps = None, None
+    if k.noise_std or k.gap_noise_std:  # rows 0-17 the observation noise, 18-26 the gap models'
+        eps = counter_normal(noise_counter, noise_key, POLICY_STATE_DIM + (9 if k.gap_noise_std else 0), n)
+        if k.noise_std:
+            noise = [eps[i] * std for i, std in enumerate(k.noise_std)]
+        if k.gap_noise_std:
+            gap_eps = list(eps[POLICY_STATE_DIM:].unbind(0))
     scales, force, torque = rows_of(param_scales), rows_of(force_w), rows_of(torque_b)
     final = observe_rows(s, heading_r, hist, integral, static_rows(scales, force, torque, k), noise, setpoint_w, k)
+    final_seen = final.policy
+    state_rows: list[Rows] = []
+    if k.gaps:  # push the new state terms, then the policy sees its env's delayed ones (QuadGaps.view)
+        state_rows = [final.policy[:POLICY_STATE_DIM]] + [rows_of(x) for x in state_buf[:-1].unbind(0)]
+        seen = seen_rows(delayed_rows(state_rows, obs_delay), rows_of(pos_bias), rows_of(gyro_bias), gap_eps, k)
+        final_seen = seen + final.policy[POLICY_STATE_DIM:]
     rot = final.rot_hb
     dist_sq = err_h[0] * err_h[0] + err_h[1] * err_h[1] + err_h[2] * err_h[2]
     inside = functools.reduce(torch.logical_and, [e.abs() <= c.position_bound_m for e in err_h])
@@ -267,7 +329,7 @@ def fused_step(
     # A diverged env must not poison the learner's batch (finite values pass unchanged).
     terms = {name: finite(value) for name, value in terms.items()}
     reward = sum_terms(terms)
-    final_policy, final_critic = [finite(r) for r in final.policy], [finite(r) for r in final.critic]
+    final_policy, final_critic = [finite(r) for r in final_seen], [finite(r) for r in final.critic]
 
     done = terminated | truncated
     rank = torch.cumsum(done.to(torch.long), dim=0) - 1
@@ -296,6 +358,29 @@ def fused_step(
         k,
     )
     policy, new_flip = after.policy, yaw_flip[:, 0]
+    new_gaps: dict[str, torch.Tensor] = {}
+    if k.gaps:
+        draws = init[POOL.width :]
+        new_pos_bias = restart(draws[DRAW.pos_bias], rows_of(pos_bias))
+        new_gyro_bias = restart(draws[DRAW.gyro_bias], rows_of(gyro_bias))
+        # A restarted env's buffers hold its fresh noise-free state and the hover command
+        # (QuadGaps.refill), so it sees that state with its new biases, whatever its delay.
+        fresh = after.critic[:POLICY_STATE_DIM]
+        fresh_seen = seen_rows(fresh, new_pos_bias, new_gyro_bias, gap_eps, k)
+        policy = restart(fresh_seen, final_seen[:POLICY_STATE_DIM]) + after.policy[POLICY_STATE_DIM:]
+        # Row-major, as QuadGaps holds them: the next call then has this call's signature.
+        new_gaps = {
+            "obs_delay": torch.where(done, draws[DRAW.obs_delay].to(torch.long), obs_delay),
+            "motor_delay": torch.where(done, draws[DRAW.motor_delay].to(torch.long), motor_delay),
+            "rpm_scale": torch.stack(restart(draws[DRAW.rpm_scale], rows_of(rpm_scale)), dim=1),
+            "sag_per_step": torch.where(done, draws[DRAW.sag_per_step.start], sag_per_step[:, 0]).unsqueeze(1),
+            "pos_bias": torch.stack(new_pos_bias, dim=1),
+            "gyro_bias": torch.stack(new_gyro_bias, dim=1),
+            "state_buf": torch.stack([torch.stack(restart(fresh, rows), dim=1) for rows in state_rows]),
+            "action_buf": torch.stack(
+                [torch.stack([torch.where(done, c.hover_action, a) for a in rows], dim=1) for rows in action_rows]
+            ),
+        }
     if k.flip_source is not None:
         final_policy, _ = flip_rows(final_policy, k)
         policy, new_flip = flip_rows(policy, k)
@@ -321,6 +406,7 @@ def fused_step(
         "terminated": terminated,
         "truncated": truncated,
         "success": success,
+        "gaps": new_gaps,
     }
 
 

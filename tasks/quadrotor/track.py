@@ -325,7 +325,7 @@ class QuadTrack(QuadHover):
         state[:, LIN_VEL] = torch.where(mask[:, None], state[:, LIN_VEL] + vel0, state[:, LIN_VEL])
         self.sim.state = state
         if self.gaps is not None:  # delay buffers start at the state with the path's velocity
-            self.gaps.reset(mask, self._observe(None)["policy"][:, :STATE_DIM])
+            self.gaps.refill(mask, self._observe(None)["policy"][:, :STATE_DIM])
 
     def _draw_paths(self) -> Paths:
         """A fresh path for every env (``cfg.path``), rotated by a random yaw."""
