@@ -122,7 +122,7 @@ class QuadGapCfg:
     @property
     def noisy(self) -> bool:
         """Whether any per-step estimator or gyro noise is on."""
-        return (self.pos_noise_std_m, self.lin_vel_noise_std_mps, self.gyro_noise_std_rad_s) != (0.0, 0.0, 0.0)
+        return any(self.noise_std)
 
     @property
     def noise_std(self) -> tuple[float, float, float]:
@@ -297,22 +297,27 @@ class QuadGaps:
             seen[:, 15:18] += noise[:, 6:9] * c.gyro_noise_std_rad_s
         return torch.cat((seen, policy[:, state_dim:]), dim=1)
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The per-env state in :data:`STATE_KEYS` order (what the fused step takes and returns)."""
+        return tuple(getattr(self, k) for k in STATE_KEYS)
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: getattr(self, k).clone() for k in _STATE_KEYS}
+        return {k: getattr(self, k).clone() for k in STATE_KEYS}
 
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        for k in _STATE_KEYS:
+        for k in STATE_KEYS:
             if k in sd:
                 setattr(self, k, sd[k].to(self.device).clone())
 
 
-_STATE_KEYS = (
+STATE_KEYS = (
     "obs_delay",
     "motor_delay",
-    "pos_bias",
-    "gyro_bias",
     "rpm_scale",
     "sag_per_step",
+    "pos_bias",
+    "gyro_bias",
     "state_buf",
     "action_buf",
 )
+"""Names of :class:`QuadGaps`' per-env state, in the order the fused step's arguments take them."""

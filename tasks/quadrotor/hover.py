@@ -50,6 +50,7 @@ from embodied.sim.quadrotor import (
     require_finite,
 )
 from embodied.tasks.quadrotor.gaps import DRAW, GAP_CRITIC_DIM, QuadGapCfg, QuadGaps
+from embodied.tasks.quadrotor.gaps import STATE_KEYS as GAP_STATE_KEYS
 from embodied.tasks.quadrotor.hover_core import (
     POOL,
     CoreConsts,
@@ -463,7 +464,7 @@ class QuadHover:
             else None
         )
         """Reality-gap state, or None when every gap model is off."""
-        self._no_gap_state = tuple(torch.zeros(0, device=self.device) for _ in range(8))
+        self._no_gap_state = tuple(torch.zeros(0, device=self.device) for _ in GAP_STATE_KEYS)
         self._noise_key = torch.tensor(stream_key(seed), dtype=torch.long, device=self.device)
         self._noise_counter = torch.zeros((), dtype=torch.long, device=self.device)
         """Stream of the fused step's observation noise (``sim/counter_normal.py``): the key
@@ -617,20 +618,8 @@ class QuadHover:
 
     def _fused_gap_state(self) -> tuple[torch.Tensor, ...]:
         """The gap models' per-env state in :func:`~embodied.tasks.quadrotor.hover_fused.fused_step`'s
-        order (``GapState``); empty tensors when every model is off (the step never reads them)."""
-        g = self.gaps
-        if g is None:
-            return self._no_gap_state
-        return (
-            g.obs_delay,
-            g.motor_delay,
-            g.rpm_scale,
-            g.sag_per_step,
-            g.pos_bias,
-            g.gyro_bias,
-            g.state_buf,
-            g.action_buf,
-        )
+        order (``gaps.STATE_KEYS``); empty tensors when every model is off (the step never reads them)."""
+        return self._no_gap_state if self.gaps is None else self.gaps.tensors()
 
     def _step_fused(self, action: torch.Tensor) -> StepResult:
         """:meth:`step` through :func:`~embodied.tasks.quadrotor.hover_fused.fused_step` (one compiled call)."""
