@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -252,10 +253,12 @@ def test_lr_cooldown_lowers_the_cap_to_lr_min_over_the_last_fraction() -> None:
     assert float(algo.lr) == pytest.approx(1e-5)
 
 
-def test_ppo_learns_point_mass_reach() -> None:
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16-autocast"])
+def test_ppo_learns_point_mass_reach(bf16: bool) -> None:
     torch.manual_seed(0)
     env = PointMassReach(64, seed=1)
-    algo = PPO(FAST, env)
+    algo = PPO(dataclasses.replace(FAST, bf16=bf16), env)
+    assert algo.use_bf16 is bf16
     assert isinstance(algo, Algorithm) and isinstance(algo.policy, Policy)
     untrained_return, _ = evaluate(algo.policy, seed=123)
     obs = env.reset()
@@ -266,6 +269,33 @@ def test_ppo_learns_point_mass_reach() -> None:
     # scores above 30, while an untrained policy drifts away (about -6 to +6 here).
     assert untrained_return < 15.0
     assert trained_return > 30.0, (untrained_return, trained_return)
+
+
+def test_bf16_update_rounds_only_the_networks() -> None:
+    """With ``bf16`` the update's matmuls run in bfloat16 (the result differs from float32's, so the
+    setting is in effect) while the parameters, the optimizer state and the metrics stay float32
+    and the first minibatch's KL, measured against the float32 rollout, stays near 0."""
+
+    def one_update(bf16: bool) -> tuple[PPO, dict[str, float]]:
+        torch.manual_seed(7)
+        env = PointMassReach(64, seed=8)
+        # one minibatch per update: its KL is that of the networks' rounding alone
+        algo = PPO(PPOCfg(num_steps_per_env=16, num_epochs=1, num_minibatches=1, bf16=bf16), env)
+        obs = env.reset()
+        metrics = None
+        while metrics is None:
+            obs, metrics = rollout_step(algo, env, obs)
+        return algo, metrics
+
+    full, full_metrics = one_update(False)
+    rounded, rounded_metrics = one_update(True)
+    assert all(p.dtype == torch.float32 for p in rounded.policy.parameters())
+    assert all(v.dtype == torch.float32 for s in rounded.optimizer.state.values() for v in s.values())
+    changed = [not torch.equal(a, b) for a, b in zip(full.policy.parameters(), rounded.policy.parameters())]
+    assert any(changed)
+    assert full_metrics["approx_kl"] < 1e-9  # float32: the rollout's own networks
+    assert 0.0 < rounded_metrics["approx_kl"] < 1e-3, rounded_metrics
+    assert rounded_metrics["clip_fraction"] == 0.0
 
 
 def test_init_action_mean_from_env_and_tuple() -> None:

@@ -31,6 +31,7 @@ from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
 from embodied.policies.actor_critic import ActorCritic
+from embodied.precision import Bf16Setting, resolve_bf16
 
 METRIC_NAMES: tuple[str, ...] = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 """Per-minibatch metrics, averaged over one ``update``."""
@@ -107,6 +108,12 @@ class PPOCfg:
     """With ``encoder: cnn``: width of the CNN's output features."""
     obs_clip: float = ranged(10.0, 0.1, 1e6, "standard deviations")
     """Normalized observations are clipped to ``± obs_clip``."""
+    bf16: Bf16Setting = False
+    """bfloat16 autocast of the networks' forward and backward in the update: ``true``, ``false``
+    or ``auto`` (on exactly where the device computes bf16 natively: CUDA, or a CPU with AVX-512
+    BF16 / AMX; elsewhere it is emulated and slower). Log-probabilities, ratios, losses, the KL and
+    the optimizer stay float32, and the rollout's actions are sampled in float32, so only the
+    update's matmuls round. The decision is logged."""
 
     def __post_init__(self) -> None:
         positive_ints = ("num_steps_per_env", "num_epochs", "num_minibatches")
@@ -245,6 +252,7 @@ class PPO:
         # fused Adam accepts it on CPU and CUDA.
         self.lr = torch.tensor(cfg.learning_rate, device=self.device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr, fused=True)
+        self.use_bf16 = resolve_bf16(cfg.bf16, self.device)
         self.storage = RolloutStorage(
             cfg.num_steps_per_env,
             self.num_envs,
@@ -376,10 +384,13 @@ class PPO:
                 actions, mean_old, logp_old, value_old, adv, ret = rest
                 logp_old, value_old, adv, ret = (x.squeeze(-1) for x in (logp_old, value_old, adv, ret))
 
-                features = pi.encode(actor_in)
-                mean = pi.mean_net(features)
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16):
+                    features = pi.encode(actor_in)
+                    mean = pi.mean_net(features)
+                    value = pi.value(critic_in if st.separate_critic else features)
+                # log-probabilities, losses and the KL in float32 (exp of a bf16 difference is coarse)
+                mean, value = mean.float(), value.float()
                 logp = pi.log_prob(actions, mean)
-                value = pi.value(critic_in if st.separate_critic else features)
                 entropy = pi.entropy()
 
                 with torch.no_grad():
