@@ -99,8 +99,15 @@ def build_node(
     return PolicyNode(transport, robot_cfg, runner, **node_kwargs)
 
 
-def launch_command(export: Path, robot: str | Path, params: Mapping[str, Any] | None = None) -> str:
-    """The ``ros2 launch`` line that runs the same deployment as a ROS 2 node."""
+def launch_command(
+    export: Path,
+    robot: str | Path,
+    params: Mapping[str, Any] | None = None,
+    task: str | None = None,
+    device: str = "cpu",
+) -> str:
+    """The ``ros2 launch`` line that runs the same deployment as a ROS 2 node (``task`` and
+    ``device`` as ``embodied deploy --task/--device`` take them, for a LeRobot policy)."""
     if str(export).startswith(LEROBOT_PREFIX):
         export_dir: str | Path = export
     else:  # a run on a LeRobot base (no export) is passed as the run directory itself
@@ -115,4 +122,8 @@ def launch_command(export: Path, robot: str | Path, params: Mapping[str, Any] | 
 
         # Overrides travel as one JSON string parameter (ROS 2 parameters cannot be nested maps).
         args.append(f"params_json:={json.dumps(dict(params), separators=(',', ':'))}")
+    if task:
+        args.append(f"task:={task}")
+    if device != "cpu":
+        args.append(f"device:={device}")
     return " ".join(shlex.quote(a) for a in args)

@@ -193,3 +193,20 @@ def test_deploy_print_launch_line_is_accepted_by_launch(tmp_path: Path, source: 
     result = _launch(tmp_path, source, PACKAGE_DIR / "launch/policy.launch.py", arguments)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(_node_params(tmp_path)["params_json"]) == {"setpoint_w": [0, 0, 1.5]}
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["defaults", "task-and-device"])
+def test_task_and_device_reach_the_node(tmp_path: Path, source: Path, given: bool) -> None:
+    """A ``lerobot:`` export's task and torch device, as ``embodied deploy --task/--device --print-launch``
+    writes them, arrive as string parameters; without them the node gets "" (the robot config's
+    ``task:``) and cpu."""
+    from embodied.real.deploy import launch_command
+
+    task, device = ("arm-push", "cuda:1") if given else (None, "cpu")
+    line = launch_command(Path("lerobot:/abs/ckpt/act"), "crazyflie_sim", None, task, device)
+    arguments = dict(w.split(":=", 1) for w in shlex.split(line)[4:])
+    result = _launch(tmp_path, source, PACKAGE_DIR / "launch/policy.launch.py", arguments)
+    assert result.returncode == 0, result.stdout + result.stderr
+    merged = _node_params(tmp_path)
+    assert merged["export_dir"] == "lerobot:/abs/ckpt/act"
+    assert (merged["task"], merged["device"]) == (("arm-push", "cuda:1") if given else ("", "cpu"))

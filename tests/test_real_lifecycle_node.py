@@ -140,7 +140,8 @@ def test_lifecycle_and_parameters_drive_the_runtime(node_class: tuple[Any, Memor
         n = len(sent)
         assert node.set_parameter("params_json", '{"setpoint_w": [0, 0, 1.1]}').successful
         assert np.all(messages.to_vector(sent[n].data) == 0.0)  # the next command is the safe one
-        assert not node.set_parameter("export_dir", "/elsewhere").successful  # needs cleanup + configure
+        for name, value in (("export_dir", "/elsewhere"), ("task", "arm-push"), ("device", "cuda")):
+            assert not node.set_parameter(name, value).successful, name  # read at configure: needs cleanup
         assert not node.set_parameter("params_json", '{"no_such_param": [1]}').successful
         assert _wait(flying, lambda: odom(odometry())), node.policy.status()
         assert node.on_deactivate(None) == OK
@@ -170,3 +171,25 @@ def test_configure_checks_the_controllers_joint_order(
         assert (node.policy is None) == reverse
     finally:
         node._stop_loop("test end")
+
+
+@pytest.mark.parametrize(("task", "device", "expected"), [("", "cpu", None), ("arm-push", "cuda:1", "arm-push")])
+def test_configure_hands_task_and_device_to_the_loader(
+    node_class: tuple[Any, MemoryTransport], monkeypatch: pytest.MonkeyPatch, task: str, device: str, expected: Any
+) -> None:
+    """The ``task`` / ``device`` parameters reach the policy loader as ``embodied deploy --task/--device``
+    (an empty task: the robot config's ``task:``)."""
+    import embodied.real.deploy as deploy_module
+
+    seen: dict[str, Any] = {}
+
+    def loader(transport: Any, export: Any, robot: Any, params: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        raise RuntimeError("stop after the call")  # configure then fails and stays unconfigured
+
+    monkeypatch.setattr(deploy_module, "build_node", loader)
+    cls, _transport = node_class
+    node = cls()
+    node._params.update(export_dir="lerobot:/some/checkpoint", task=task, device=device)
+    assert node.on_configure(None) == FAILURE
+    assert seen["task"] == expected and seen["device"] == device

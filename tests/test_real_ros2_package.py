@@ -79,15 +79,12 @@ def test_launch_file_declares_arguments_and_node() -> None:
         for c in calls
         if getattr(c.func, "id", "") == "DeclareLaunchArgument" and c.args and isinstance(c.args[0], ast.Constant)
     }
-    assert {"export_dir", "robot_config", "params_json", "params_file", "autostart"} <= declared
+    assert {"export_dir", "robot_config", "params_json", "params_file", "autostart", "task", "device"} <= declared
     (node,) = [c for c in calls if getattr(c.func, "id", "") == "Node"]
-    # `autostart:=false` must reach the node as a parameter, not be dropped by launch
-    assert any(
-        isinstance(k, ast.Constant) and k.value == "autostart"
-        for d in ast.walk(node)
-        if isinstance(d, ast.Dict)
-        for k in d.keys
-    )
+    # `autostart:=false`, `task:=...` and `device:=...` must reach the node as parameters, not be
+    # dropped by launch
+    handed = {k.value for d in ast.walk(node) if isinstance(d, ast.Dict) for k in d.keys if isinstance(k, ast.Constant)}
+    assert {"autostart", "task", "device"} <= handed
     kw = {k.arg for k in node.keywords}
     assert {"package", "executable", "parameters", "remappings"} <= kw
 
@@ -112,6 +109,15 @@ def test_launch_line_points_at_absolute_export_and_config(tmp_path: Path) -> Non
     assert Path(args["export_dir"]) == export.resolve()
     assert args["robot_config"].endswith("real/robots/crazyflie_sim.yaml") and Path(args["robot_config"]).is_absolute()
     assert args["params_json"] == '{"setpoint_w":[0,0,1]}'
+    assert "task" not in args and "device" not in args  # the node's defaults: the config's task, cpu
+
+
+def test_launch_line_carries_task_and_device(tmp_path: Path) -> None:
+    """``deploy lerobot:REF --task T --device D --print-launch`` gives the node the same task and device."""
+    line = launch_command(Path("lerobot:/ckpt/act"), "crazyflie_sim", None, "arm-push", "cuda:1")
+    args = dict(a.split(":=", 1) for a in shlex.split(line)[4:])
+    assert args["export_dir"] == "lerobot:/ckpt/act"
+    assert args["task"] == "arm-push" and args["device"] == "cuda:1"
 
 
 def _deploy_args(run_dir: Path, **extra: object) -> argparse.Namespace:

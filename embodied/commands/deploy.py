@@ -102,7 +102,11 @@ def register(subparsers: Any) -> None:
         "--duration", type=float_in_range(0.001, 1e7, "s"), default=None, metavar="S", help="stop after S seconds"
     )
     p.add_argument("--no-live", action="store_true", help="no live status line (log a status every 5 s)")
-    p.add_argument("--print-launch", action="store_true", help="print the ros2 launch line and exit")
+    p.add_argument(
+        "--print-launch",
+        action="store_true",
+        help="print the equivalent ros2 launch line (with --task/--device for lerobot:REF) and exit",
+    )
     p.set_defaults(func=run)
 
 
@@ -125,10 +129,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.print_launch and args.transport == "dds":
         args.runner = open_runner(args.run_dir, robot, args.task, args.device)  # loaded once, here
     if args.print_launch:
-        print(launch_command(args.run_dir, args.robot, params))
+        print(launch_command(args.run_dir, args.robot, params, args.task, args.device))
         return 0
     if args.transport == "ros2" and not rclpy_available():
-        print(launch_command(args.run_dir, args.robot, params))
+        print(launch_command(args.run_dir, args.robot, params, args.task, args.device))
         raise EmbodiedError(
             "--transport ros2: " + INSTALL_HINT + "; on a ROS 2 machine run the line above "
             "after `colcon build` of real/ros2/embodied_ros2"

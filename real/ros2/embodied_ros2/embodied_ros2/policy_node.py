@@ -9,7 +9,9 @@ this file maps the ROS 2 lifecycle and parameters onto it:
 - ``deactivate``: safe command at once, and every period until activated again.
 - ``cleanup`` / ``shutdown`` / errors / SIGINT: the loop stops and sends the safe command last.
 - parameter ``params_json`` (robot params, e.g. the setpoint) changes live: safe command, then
-  re-arm; ``export_dir`` / ``robot_config`` need cleanup + configure.
+  re-arm; ``export_dir`` / ``robot_config`` / ``task`` / ``device`` need cleanup + configure.
+- ``task`` / ``device`` (a ``lerobot:`` export): the embodied task the checkpoint was trained on
+  (default: the robot config's ``task:``) and where torch runs it, as ``embodied deploy --task/--device``.
 - ``autostart`` (default true): configure and activate on start, as a plain node would run.
 - ros2_control robots: ``configure`` reads the controller's ``joints`` parameter
   (``command.controller``) and fails when it differs from the robot config's ``command.joints``.
@@ -27,6 +29,9 @@ from typing import Any
 
 NODE_NAME = "embodied_policy"
 
+RELOAD_PARAMETERS = ("export_dir", "robot_config", "task", "device")
+"""Parameters read when the policy is loaded (``configure``): they change only after cleanup."""
+
 
 def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
     """The node class on ``base`` (rclpy's lifecycle ``Node``); ``ok``/``failure`` are its
@@ -38,6 +43,8 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
             self.declare_parameter("export_dir", "")
             self.declare_parameter("robot_config", "crazyflie_sim")
             self.declare_parameter("params_json", "")
+            self.declare_parameter("task", "")
+            self.declare_parameter("device", "cpu")
             self.declare_parameter("status_period_s", 5.0)
             self.declare_parameter("autostart", True)
             self.policy: Any = None
@@ -71,6 +78,8 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
                     Path(export_dir),
                     str(self._param("robot_config")),
                     params,
+                    task=str(self._param("task")) or None,
+                    device=str(self._param("device")),
                     stamp_clock=self._ros_time_s,
                     active=False,
                 )
@@ -157,7 +166,7 @@ def _policy_node_class(base: Any, ok: Any, failure: Any) -> Any:
             from rcl_interfaces.msg import SetParametersResult
 
             for p in parameters:
-                if p.name in ("export_dir", "robot_config") and self.policy is not None:
+                if p.name in RELOAD_PARAMETERS and self.policy is not None:
                     return SetParametersResult(successful=False, reason=f"{p.name}: deactivate, cleanup, configure")
                 if p.name == "params_json" and self.policy is not None:
                     try:

@@ -31,6 +31,12 @@ def generate_launch_description() -> LaunchDescription:
             "robot_config", default_value="crazyflie_sim", description="built-in robot config or YAML path"
         ),
         DeclareLaunchArgument("params_json", default_value="", description="robot param overrides as JSON"),
+        DeclareLaunchArgument(
+            "task",
+            default_value="",
+            description="with export_dir:=lerobot:REF, the task it was trained on (default: the robot config's task:)",
+        ),
+        DeclareLaunchArgument("device", default_value="cpu", description="where torch runs a LeRobot policy"),
         DeclareLaunchArgument("params_file", default_value=default_params, description="node parameter YAML"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the node and its topics"),
         DeclareLaunchArgument("use_sim_time", default_value="false", description="judge stamps against /clock"),
@@ -58,6 +64,8 @@ def generate_launch_description() -> LaunchDescription:
                 # A JSON object would otherwise be parsed as YAML into a mapping, which a ROS 2
                 # parameter cannot hold ("Got <class 'dict'>"): keep it a string.
                 "params_json": ParameterValue(LaunchConfiguration("params_json"), value_type=str),
+                "task": ParameterValue(LaunchConfiguration("task"), value_type=str),
+                "device": ParameterValue(LaunchConfiguration("device"), value_type=str),
                 "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
                 "autostart": ParameterValue(LaunchConfiguration("autostart"), value_type=bool),
             },
