@@ -35,7 +35,13 @@ class TrainerCfg:
     eval_episodes: int = 1000
     """Episodes per evaluation (run in parallel, each env counted once)."""
     success_target: float | None = None
-    """Stop early once two consecutive evaluations reach this success rate (e.g. 0.95)."""
+    """Stop early once two consecutive evaluations hold this success rate (e.g. 0.95; how:
+    ``success_hold``), keeping the policy of the second."""
+    success_hold: Literal["each", "mean"] = "each"
+    """How two consecutive evaluations hold ``success_target``: ``each`` at or above it, or
+    ``mean``: the second (whose policy is kept) at or above it and the mean of the two as well,
+    an estimate from twice the episodes that does not let one unlucky evaluation of a policy at
+    the target delay the stop by an interval or more."""
     log_every_updates: int = 1
     """Write metrics every this many algorithm updates."""
     checkpoint_every_updates: int = 50

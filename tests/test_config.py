@@ -319,3 +319,12 @@ def test_a_union_key_names_its_values_as_yaml_writes_them() -> None:
         resolve_experiment("quad-hover", overrides=["trainer.background_eval=maybe"])
     with pytest.raises(ConfigError, match=r"'trainer.success_target' expects float or null, got 'high'"):
         resolve_experiment("quad-hover", overrides=["trainer.success_target=high"])
+
+
+def test_the_success_hold_rule_is_one_of_its_names() -> None:
+    from embodied.experiment import resolve_experiment
+
+    with pytest.raises(ConfigError, match=r"trainer.success_hold.*each.*mean"):
+        resolve_experiment("quad-hover", overrides=["trainer.success_hold=median"])
+    assert resolve_experiment("quad-hover", overrides=["trainer.success_hold=mean"]).trainer.success_hold == "mean"
+    assert resolve_experiment("quad-hover").trainer.success_hold == "each"  # the nominal config

@@ -22,7 +22,7 @@ from embodied.policies.cpu_tanh import use_sigmoid_tanh
 from embodied.progress import TrainProgress
 from embodied.training.background_eval import BackgroundEvaluator, EvalSnapshot, PolicyRecipe
 from embodied.training.checkpoint_schema import check_trainer_entry
-from embodied.training.eval_schedule import EvalScheduler, next_eval_point
+from embodied.training.eval_schedule import EvalScheduler, next_eval_point, target_held_by
 from embodied.training.evaluate import EvalEnvs, evaluate_module
 from embodied.training.train_state import TrainState
 
@@ -105,6 +105,32 @@ def test_without_a_grid_or_episodes_nothing_is_due() -> None:
     no_episodes = _Run(_cfg(eval_episodes=0))
     assert not no_episodes.scheduler.periodic_ahead(0)
     assert not no_episodes.scheduler.final_due(TrainState(env_steps=TOTAL))
+
+
+@pytest.mark.parametrize(
+    ("rates", "each", "mean"),
+    [
+        ([0.93], False, False),  # one evaluation holds nothing
+        ([0.92, 0.93], True, True),
+        ([0.916, 0.928], False, True),  # one unlucky evaluation: the mean of 1,000 episodes holds it
+        ([0.95, 0.90], False, False),  # the kept (last) policy itself is below the target
+        ([0.90, 0.93], False, False),  # the mean is below
+        ([0.5, 0.92, 0.93], True, True),  # only the last two count
+    ],
+)
+def test_two_evaluations_hold_the_target_each_or_on_the_mean(rates: list[float], each: bool, mean: bool) -> None:
+    assert target_held_by(rates, 0.92, "each") is each
+    assert target_held_by(rates, 0.92, "mean") is mean
+
+
+def test_the_scheduler_holds_the_target_by_the_configured_rule() -> None:
+    state = TrainState(env_steps=TOTAL)
+    state.evals += [{"eval/success_rate": 0.916}, {"eval/success_rate": 0.928}]
+    for hold, held in (("each", False), ("mean", True)):
+        cfg = _cfg()
+        cfg = replace_trainer(cfg, success_target=0.92, success_hold=hold)
+        scheduler = EvalScheduler(cfg.trainer, 0, None, None, Path("config.yaml"), lambda *_: None)  # type: ignore[arg-type]
+        assert scheduler.target_held(state) is held
 
 
 def test_the_final_evaluation_is_due_unless_the_last_step_was_evaluated(run: _Run) -> None:

@@ -54,6 +54,17 @@ def next_eval_point(env_steps: int, every_env_steps: int) -> int | None:
     return (env_steps // every_env_steps + 1) * every_env_steps if every_env_steps > 0 else None
 
 
+def target_held_by(rates: list[float], target: float, rule: str) -> bool:
+    """Whether the last two success rates of ``rates`` hold ``target`` under ``rule``: ``each``
+    at or above it, or ``mean`` (the last at or above it, and the mean of the two)."""
+    if len(rates) < 2:
+        return False
+    previous, last = rates[-2:]
+    if rule == "mean":
+        return last >= target and (previous + last) / 2.0 >= target
+    return previous >= target and last >= target
+
+
 class EvalScheduler:
     """The periodic and final evaluations of one training run.
 
@@ -226,10 +237,10 @@ class EvalScheduler:
             state.env_steps_to_target = int(row["eval/env_steps"])
 
     def target_held(self, state: TrainState) -> bool:
-        """Two consecutive evaluations at or above the success target."""
+        """The last two evaluations hold the success target (``trainer.success_hold``)."""
         target = self.tcfg.success_target
-        evals = state.evals
-        return target is not None and len(evals) >= 2 and all(e["eval/success_rate"] >= target for e in evals[-2:])
+        rates = [e["eval/success_rate"] for e in state.evals[-2:]]
+        return target is not None and target_held_by(rates, target, self.tcfg.success_hold)
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:

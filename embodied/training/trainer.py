@@ -601,7 +601,11 @@ class Trainer:
                 if st.updates % tcfg.checkpoint_every_updates == 0 or ended_early:
                     self.save()
                 if ended_early:
-                    log.info("success target %.2f held on two consecutive evaluations: stopping", tcfg.success_target)
+                    log.info(
+                        "success target %.2f held on two consecutive evaluations (%s): stopping",
+                        tcfg.success_target,
+                        tcfg.success_hold,
+                    )
                     break
                 tick = time.perf_counter()
             if not ended_early:
