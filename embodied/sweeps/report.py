@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from embodied.training.eval_schedule import target_held_by
 from embodied.training.run import read_metrics
 from embodied.training.sweep import mean_std
 
@@ -34,7 +35,12 @@ def target_points(evals: Sequence[dict[str, float]], target: float) -> dict[str,
     """First evaluation at or above ``target``, and the second of the first two in a row ("held")."""
     first = next((e for e in evals if e["success_rate"] >= target), None)
     held = next(
-        (b for a, b in itertools.pairwise(evals) if a["success_rate"] >= target and b["success_rate"] >= target), None
+        (
+            b
+            for a, b in itertools.pairwise(evals)
+            if target_held_by([a["success_rate"], b["success_rate"]], target, "each")
+        ),
+        None,
     )
     return {"first": first, "held": held}
 
