@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import multiprocessing as mp
@@ -62,7 +63,7 @@ from typing import Any
 import torch
 
 from embodied import registry
-from embodied.commands.train import preset_file
+from embodied.commands.train import default_preset, preset_file
 from embodied.experiment import ExperimentCfg, resolve_experiment
 from embodied.training.evaluate import evaluate
 from embodied.training.run import read_metrics
@@ -76,8 +77,10 @@ SIDE_ENV_HINT = (
 
 
 def preset_cfg(preset: str | None, seed: int = 0) -> ExperimentCfg:
-    """``quad-hover`` PPO as ``embodied train quad-hover [--preset PRESET] --seed SEED`` resolves it."""
-    return resolve_experiment(TASK, "ppo", preset_file(TASK, "ppo", preset) if preset else None, seed=seed)
+    """``quad-hover`` PPO as ``embodied train quad-hover [--preset PRESET] --seed SEED`` resolves it
+    (None: the task's default preset, as the command without ``--preset``)."""
+    name = preset or default_preset(TASK, "ppo")
+    return resolve_experiment(TASK, "ppo", preset_file(TASK, "ppo", name) if name else None, seed=seed)
 
 
 class RslRlQuadHover:
@@ -299,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     cores = [int(c) for c in args.cores.split(",")]
     target = resolve_experiment(TASK, "ppo").trainer.success_target
-    runners = {"ours": run_ours, "rsl-rl": run_rsl_rl}
+    # rsl-rl's runner trains the nominal config (configs/quad_hover/ppo.yaml alone): ours too
+    runners = {"ours": functools.partial(run_ours, preset="nominal"), "rsl-rl": run_rsl_rl}
     results: dict[str, dict[str, Any]] = {name: {} for name in args.contenders.split(",")}
     side_by_side = len(cores) >= len(results)
     for seed in (int(s) for s in args.seeds.split(",")):

@@ -2,7 +2,9 @@
 
 Layers, later wins: the task's and algorithm's dataclass defaults; ``configs/<task>/<algo>.yaml``
 shipped with the package (``<task>`` lowercased with ``-`` and ``:`` replaced by ``_``); the
-``--config FILE.yaml`` the user gives; ``key=value`` overrides; explicit flags (``--seed``,
+``--config FILE.yaml`` the user gives (``embodied train`` puts a ``--preset`` file, or the task's
+default preset from ``configs/<task>/default_presets.yaml``, under it; this module layers only the
+file it is handed); ``key=value`` overrides; explicit flags (``--seed``,
 ``--device``, ``--num-envs``). YAML and overrides use the same keys as the saved ``config.yaml``:
 top-level ``seed``, ``device``, ``num_envs``, and sections ``env:``, ``algo:``, ``trainer:``.
 """

@@ -18,4 +18,6 @@ for extra in ${EMBODIED_EXTRAS:-}; do
         .venv/bin/python -m pip install -q --no-deps "mani-skill==3.0.1" "sapien==3.0.3"
     fi
 done
+# The default `embodied train quad-hover` compiles its simulator step on first use: do it now.
+if [ "${EMBODIED_WARM_COMPILE-1}" = 1 ]; then bash scripts/warm_compile.sh; fi
 echo "ready: .venv/bin/embodied --help"

@@ -46,8 +46,12 @@ EOF
 
 cli="$out/venv/bin/embodied"
 run="$out/work/run"
-"$cli" train quad-hover --run-dir "$run" --no-progress --num-envs 16 \
+# The default command's config (its default preset, sweep, read from the wheel's
+# configs/quad_hover/default_presets.yaml), with the eager step: a cold compile at 16 envs costs a minute.
+"$cli" train quad-hover --run-dir "$run" --no-progress --num-envs 16 env.sim.compile=false \
   trainer.total_env_steps=1024 trainer.eval_every_env_steps=0 trainer.eval_episodes=4 >/dev/null
+grep -q "^  action_history: 16$" "$run/config.yaml" \
+  || { echo "the wheel's quad-hover default is not its sweep preset ($run/config.yaml)" >&2; exit 1; }
 "$cli" export "$run" --format all
 if command -v qemu-system-arm >/dev/null 2>&1 && command -v arm-none-eabi-gcc >/dev/null 2>&1; then
   "$cli" firmware emulate "$run"

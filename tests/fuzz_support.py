@@ -55,7 +55,7 @@ CASE_TIMEOUT_S = 60.0
 """A case running longer than this counts as a hang (loaded 2-core machines included)."""
 
 TINY_RUN = [
-    "train", "quad-hover", "--no-progress", "num_envs=8", "algo.num_steps_per_env=8",
+    "train", "quad-hover", "--preset", "nominal", "--no-progress", "num_envs=8", "algo.num_steps_per_env=8",
     "trainer.total_env_steps=128", "trainer.eval_episodes=4", "trainer.tensorboard=false",
 ]  # fmt: skip
 """A run of two PPO updates (a few seconds): the base every run-directory case damages a copy of."""
@@ -499,7 +499,7 @@ ISSUE_PHYSICS = [
 """The values that trained to exit 0 before physical ranges existed."""
 
 TINY_TRAIN = [
-    "train", "quad-hover", "--no-progress", "--run-dir", "{dir}/run-new", "num_envs=8", "algo.num_steps_per_env=8",
+    "train", "quad-hover", "--preset", "nominal", "--no-progress", "--run-dir", "{dir}/run-new", "num_envs=8", "algo.num_steps_per_env=8",
     "trainer.total_env_steps=64", "trainer.eval_episodes=2", "trainer.tensorboard=false",
 ]  # fmt: skip
 """A training run of one PPO update: a value it accepts really trains."""

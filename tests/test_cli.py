@@ -21,7 +21,7 @@ def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[s
 def test_train_eval_play_export_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
     code = main([
-        "train", "quad-hover", "--run-dir", str(run_dir), "--no-progress", "--num-envs", "16",
+        "train", "quad-hover", "--preset", "nominal", "--run-dir", str(run_dir), "--no-progress", "--num-envs", "16",
         "trainer.total_env_steps=1024", "trainer.eval_every_env_steps=0", "trainer.eval_episodes=20",
     ])  # fmt: skip
     assert code == 0
@@ -70,7 +70,8 @@ def test_train_closes_its_env_when_training_ends(tmp_path: Path, monkeypatch: py
         real_close(self)
 
     monkeypatch.setattr(QuadHover, "close", close)
-    argv = ["train", "quad-hover", "--run-dir", str(tmp_path / "run"), "--no-progress", "--num-envs", "16"]
+    argv = ["train", "quad-hover", "--preset", "nominal", "--run-dir", str(tmp_path / "run"), "--no-progress"]
+    argv += ["--num-envs", "16"]
     assert main([*argv, "trainer.total_env_steps=512", "trainer.eval_episodes=0"]) == 0
     assert 16 in closed, f"the 16-env training env was not closed (closed: {closed})"
 
@@ -79,7 +80,17 @@ def test_train_with_evaluations_off_passes_its_evaluation_points(tmp_path: Path)
     """``trainer.eval_episodes=0`` turns evaluations off even where the grid
     (``eval_every_env_steps``) falls inside the budget: the run ends with no evaluation row."""
     run_dir = tmp_path / "run"
-    argv = ["train", "quad-hover", "--run-dir", str(run_dir), "--no-progress", "--num-envs", "16"]
+    argv = [
+        "train",
+        "quad-hover",
+        "--preset",
+        "nominal",
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        "--num-envs",
+        "16",
+    ]
     overrides = ["trainer.total_env_steps=1024", "trainer.eval_every_env_steps=256", "trainer.eval_episodes=0"]
     assert main([*argv, *overrides]) == 0
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

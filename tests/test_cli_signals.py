@@ -28,7 +28,7 @@ def test_sigterm_writes_a_checkpoint_exits_cleanly_and_the_run_resumes(tmp_path:
     run_dir = tmp_path / "run"
     # No periodic checkpoint: the only one can come from the stop itself.
     command = [
-        sys.executable, "-m", "embodied.cli", "train", "quad-hover", "--run-dir", str(run_dir), "--no-progress",
+        sys.executable, "-m", "embodied.cli", "train", "quad-hover", "--preset", "nominal", "--run-dir", str(run_dir), "--no-progress",
         "trainer.total_env_steps=1000000000", "trainer.eval_every_env_steps=0",
         "trainer.checkpoint_every_updates=1000000000", "trainer.log_every_updates=1", "trainer.tensorboard=false",
     ]  # fmt: skip

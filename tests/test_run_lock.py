@@ -69,7 +69,7 @@ def test_a_run_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
 def test_two_trains_into_one_run_dir_one_wins(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     command = [
-        sys.executable, "-m", "embodied.cli", "train", "quad-hover", "--run-dir", str(run_dir), "--no-progress",
+        sys.executable, "-m", "embodied.cli", "train", "quad-hover", "--preset", "nominal", "--run-dir", str(run_dir), "--no-progress",
         "num_envs=8", "algo.num_steps_per_env=8", "trainer.total_env_steps=256", "trainer.eval_episodes=4",
         "trainer.tensorboard=false",
     ]  # fmt: skip

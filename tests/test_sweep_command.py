@@ -102,7 +102,7 @@ def test_report_counts_held_targets_and_failed_runs() -> None:
 def test_local_sweep_trains_reports_and_skips_finished_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = _write(
         tmp_path,
-        f"name: tiny\ntask: quad-hover\nseeds: [3]\noverrides: {json.dumps(TINY)}\nconfigs: [{{name: base}}]\n",
+        f"name: tiny\ntask: quad-hover\npreset: nominal\nseeds: [3]\noverrides: {json.dumps(TINY)}\nconfigs: [{{name: base}}]\n",
     )
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "--out", str(out), "--workers", "1"]) == 0
@@ -124,7 +124,7 @@ def test_ray_engine_runs_the_same_job_on_a_local_ray(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="the sweep extra (ray) is not installed")
     from embodied.sweeps.engines import run_ray
 
-    job = Job("r", "quad-hover", "ppo", 1, tuple(TINY), 600.0)
+    job = Job("r", "quad-hover", "ppo", 1, tuple(TINY), 600.0, preset="nominal")
     (result,) = run_ray(tmp_path, [job], address=None, cores_per_run=1)
     assert result["returncode"] == 0 and len(result["evals"]) >= 2
     assert finished_result(tmp_path, job) == result
@@ -132,7 +132,10 @@ def test_ray_engine_runs_the_same_job_on_a_local_ray(tmp_path: Path) -> None:
 
 def test_allow_unphysical_reaches_every_run_and_its_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     heavy = [*TINY, "env.sim.params.mass_kg=80"]  # outside the quadrotor's plausible mass range
-    spec = _write(tmp_path, f"task: quad-hover\nseeds: [0]\noverrides: {json.dumps(heavy)}\nconfigs: [{{name: h}}]\n")
+    spec = _write(
+        tmp_path,
+        f"task: quad-hover\npreset: nominal\nseeds: [0]\noverrides: {json.dumps(heavy)}\nconfigs: [{{name: h}}]\n",
+    )
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "--out", str(out), "--dry-run"]) == 0
     assert "--allow-unphysical" not in capsys.readouterr().out

@@ -16,7 +16,9 @@ from embodied.experiment import ExperimentCfg
 log = logging.getLogger("embodied.train")
 
 EXAMPLES = """examples:
-  embodied train quad-hover                         # default task, PPO, CPU, a few seconds
+  embodied train quad-hover                         # default task, PPO, CPU: a policy `verify` passes
+                                                    # (its default preset, sweep; 1-2 minutes on 2 cores)
+  embodied train quad-hover --preset nominal        # the nominal vehicle only: 15-35 s, quick experiments
   embodied train quad-hover --algo ppo --seed 3 --num-envs 512 algo.learning_rate=3e-4
   embodied train quad-hover --config my.yaml trainer.total_env_steps=2e6
   embodied train --resume runs/quad_hover/20261129-101500_ppo_s0 trainer.total_env_steps=4e6
@@ -47,13 +49,18 @@ SEED_FLAG = int_in_range(0, 2**31 - 1)
 """``--seed`` and each of ``--seeds``: the config's ``seed`` range."""
 
 
-def preset_file(task_name: str, algo_name: str, preset: str) -> Path:
-    """``configs/<task>/<algo>.<preset>.yaml``; a :class:`ConfigError` lists the presets there are."""
+def configs_root() -> Path:
+    """The shipped ``configs/`` folder (the ``embodied.configs`` package)."""
     import importlib.resources
 
+    return Path(str(importlib.resources.files("embodied.configs")))
+
+
+def preset_file(task_name: str, algo_name: str, preset: str) -> Path:
+    """``configs/<task>/<algo>.<preset>.yaml``; a :class:`ConfigError` lists the presets there are."""
     from embodied.experiment import config_key
 
-    folder = Path(str(importlib.resources.files("embodied.configs") / config_key(task_name)))
+    folder = configs_root() / config_key(task_name)
     path = folder / f"{algo_name}.{preset}.yaml"
     if not path.is_file():
         found = sorted(p.name for p in folder.glob(f"{algo_name}.*.yaml")) if folder.is_dir() else []
@@ -62,16 +69,44 @@ def preset_file(task_name: str, algo_name: str, preset: str) -> Path:
     return path
 
 
-def list_presets() -> str:
-    """One line per task folder with presets, e.g. ``quad_hover: ppo.robust``."""
-    import importlib.resources
+DEFAULT_PRESETS_FILE = "default_presets.yaml"
+"""``configs/<task>/default_presets.yaml``: algorithm -> the preset ``embodied train`` layers when
+no ``--preset`` is given (e.g. ``ppo: sweep``: the default quad-hover command trains a policy that
+``verify`` passes). The Python API (:func:`embodied.experiment.resolve_experiment`) layers only
+what it is handed."""
 
-    root = Path(str(importlib.resources.files("embodied.configs")))
+
+def default_preset(task_name: str, algo_name: str) -> str | None:
+    """The preset ``embodied train`` uses for ``task_name`` with ``algo_name`` when ``--preset`` is
+    not given, from :data:`DEFAULT_PRESETS_FILE` (None: the algorithm's YAML alone)."""
+    from embodied.config import load_yaml
+    from embodied.experiment import config_key
+
+    path = configs_root() / config_key(task_name) / DEFAULT_PRESETS_FILE
+    if not path.is_file():
+        return None
+    name = load_yaml(path).get(algo_name)
+    if name is not None and not isinstance(name, str):
+        raise ConfigError(f"{path}: {algo_name!r} expects a preset name (e.g. sweep), got {name!r}")
+    return name
+
+
+def list_presets() -> str:
+    """One line per task folder with presets, e.g. ``quad_hover: ppo.robust``; a default preset is
+    marked ``(default)``."""
     lines = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        names = sorted(p.name.removesuffix(".yaml") for p in folder.glob("*.*.yaml"))
+    for folder in sorted(p for p in configs_root().iterdir() if p.is_dir()):
+        # a preset layers over its algorithm's YAML beside it (configs/vehicles holds no presets)
+        names = sorted(
+            p.name.removesuffix(".yaml")
+            for p in folder.glob("*.*.yaml")
+            if (folder / f"{p.name.split('.')[0]}.yaml").is_file()
+        )
+        algos = {n.split(".")[0] for n in names}
+        defaults = {f"{algo}.{name}" for algo in algos if (name := default_preset(folder.name, algo))}
         if names:
-            lines.append(f"  {folder.name}: {', '.join(names)}  (<algo>.<preset>)")
+            shown = [f"{n} (default)" if n in defaults else n for n in names]
+            lines.append(f"  {folder.name}: {', '.join(shown)}  (<algo>.<preset>)")
     return "\n".join(lines) or "  (none shipped)"
 
 
@@ -138,7 +173,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="NAME",
         help="shipped variant layered after the algo YAML, e.g. robust (quad-hover: reality-gap models "
-        "randomized); listed below",
+        "randomized); listed below. A task may name a default one (marked (default) below: quad-hover's "
+        "sweep); --preset nominal there is the algo YAML alone",
     )
     p.add_argument(
         "--run-dir",
@@ -232,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from embodied import distributed
-    from embodied.experiment import check_allow_keys, resolve_experiment
+    from embodied.experiment import check_allow_keys, config_key, resolve_experiment
     from embodied.registry import resolve_device
     from embodied.training.run import CONFIG_FILE, make_run_dir, new_run_dir
 
@@ -261,8 +297,14 @@ def _run(args: argparse.Namespace) -> int:
     algo = args.algo or "ppo"
     config_file = args.config
     with tempfile.TemporaryDirectory() as tmp:
-        if args.preset is not None:
-            preset = preset_file(task, algo, args.preset)
+        preset_name = args.preset if args.preset is not None else default_preset(task, algo)
+        if preset_name is not None:
+            if args.preset is None and distributed.is_main():
+                log.info(
+                    "preset %s: %s's default with %s (configs/%s/%s)",
+                    preset_name, task, algo, config_key(task), DEFAULT_PRESETS_FILE,
+                )  # fmt: skip
+            preset = preset_file(task, algo, preset_name)
             config_file = preset if args.config is None else _merged_yaml(preset, args.config, Path(tmp))
         agent = _isaaclab_agent_yaml(task, algo, args.num_envs, overrides, Path(tmp))
         if agent is not None:  # a layer under the preset, the config file and the command line

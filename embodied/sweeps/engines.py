@@ -76,6 +76,8 @@ def job_argv(out_dir: Path, job: Job, threads: int) -> list[str]:
     # Evaluations stay in the run's own process: a background evaluator would use a core outside
     # the run's share (Ray places runs by --cores-per-run without pinning them).
     flags = ["--allow-unphysical"] if job.allow_unphysical else []
+    if job.preset is not None:
+        flags += ["--preset", job.preset]
     return [
         *base, job.task, "--algo", job.algo, "--seed", str(job.seed), "--run-dir", str(run_dir),
         "--no-progress", *flags, f"trainer.torch_threads={threads}", "trainer.background_eval=false",

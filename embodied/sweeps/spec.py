@@ -5,6 +5,7 @@ Shape of the YAML file (every key optional except ``task``, which may also be gi
     name: hover_std              # default: the file name
     task: quad-hover
     algo: ppo
+    preset: nominal              # `embodied train --preset` (default: the task's default preset)
     seeds: [0, 1, 2]
     overrides: ["trainer.total_env_steps=500000"]   # key=value, as on the `embodied train` line
     timeout_s: 900               # wall limit per run
@@ -16,7 +17,7 @@ Shape of the YAML file (every key optional except ``task``, which may also be gi
       - name: base
         overrides: []
 
-A plain YAML list of entries (``name``, ``task``, ``algo``, ``seeds``, ``overrides``) is read as
+A plain YAML list of entries (``name``, ``task``, ``algo``, ``preset``, ``seeds``, ``overrides``) is read as
 ``configs`` with no defaults.
 """
 
@@ -33,8 +34,8 @@ import yaml
 
 from embodied.config import ConfigError, load_yaml_text
 
-TOP_KEYS = frozenset({"name", "task", "algo", "seeds", "overrides", "timeout_s", "target", "grid", "configs"})
-ENTRY_KEYS = frozenset({"name", "task", "algo", "seeds", "overrides", "timeout_s"})
+TOP_KEYS = frozenset({"name", "task", "algo", "preset", "seeds", "overrides", "timeout_s", "target", "grid", "configs"})
+ENTRY_KEYS = frozenset({"name", "task", "algo", "preset", "seeds", "overrides", "timeout_s"})
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Job:
     seed: int
     overrides: tuple[str, ...]
     timeout_s: float
+    preset: str | None = None
+    """``embodied train --preset``; None: the task's default preset (``configs/<task>/default_presets.yaml``)."""
     allow_unphysical: bool = False
     """``embodied sweep --allow-unphysical``: the run is started with ``--allow-unphysical`` (and
     records it in its config.yaml, so its ``--resume`` accepts the same values)."""
@@ -132,6 +135,7 @@ def load_spec(path: Path) -> SweepSpec:
     defaults = {
         "task": raw.get("task"),
         "algo": raw.get("algo", "ppo"),
+        "preset": raw.get("preset"),
         "seeds": _seeds(raw.get("seeds", [0]), where),
         "overrides": _overrides(raw.get("overrides", []), where),
         "timeout_s": raw.get("timeout_s", 3600.0),
@@ -163,10 +167,17 @@ def load_spec(path: Path) -> SweepSpec:
     jobs = []
     for e in entries:
         _need(isinstance(e["task"], str), where, f"configuration {e['name']!r} has no 'task' (e.g. task: quad-hover)")
+        preset = e["preset"]
+        _need(
+            preset is None or (isinstance(preset, str) and bool(preset)),
+            where,
+            f"'preset' expects a preset name (e.g. nominal), got {preset!r}",
+        )
         timeout = e["timeout_s"]
         _need(
             isinstance(timeout, int | float) and timeout > 0, where, f"'timeout_s' expects seconds > 0, got {timeout!r}"
         )
         for seed in e["seeds"]:
-            jobs.append(Job(e["name"], e["task"], str(e["algo"]), int(seed), tuple(e["overrides"]), float(timeout)))
+            overrides = tuple(e["overrides"])
+            jobs.append(Job(e["name"], e["task"], str(e["algo"]), int(seed), overrides, float(timeout), preset))
     return SweepSpec(name=str(raw.get("name", path.stem)), target=float(target), jobs=tuple(jobs))
