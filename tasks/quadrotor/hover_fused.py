@@ -512,6 +512,7 @@ class CompiledFusedStep:
             if loaded is not None:
                 self.loaded += 1
                 return loaded
+        log.info("compiling the fused quad-hover step (cold: about a minute on 2 cores; saved for later runs)")
         options = {**(self.options or {}), "guard_filter_fn": no_guards}
         compiled: Any = torch.compile(fused_step, fullgraph=True, dynamic=False, options=options)
         ahead = compiled.aot_compile((tensors, {"k": k}))
