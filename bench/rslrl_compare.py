@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import itertools
 import json
 import multiprocessing as mp
 import os
@@ -65,6 +64,7 @@ import torch
 from embodied import registry
 from embodied.commands.train import default_preset, preset_file
 from embodied.experiment import ExperimentCfg, resolve_experiment
+from embodied.sweeps.report import target_points
 from embodied.training.evaluate import evaluate
 from embodied.training.run import read_metrics
 
@@ -166,12 +166,11 @@ def runner_cfg(algo: Any) -> dict[str, Any]:
     }
 
 
-def time_to_held(evals: list[dict[str, float]], target: float) -> dict[str, float] | None:
-    """The second of the first two consecutive evaluations at or above ``target`` (None if never)."""
-    for prev, cur in itertools.pairwise(evals):
-        if prev["success_rate"] >= target and cur["success_rate"] >= target:
-            return cur
-    return None
+def time_to_held(evals: list[dict[str, float]], target: float, hold: str = "each") -> dict[str, float] | None:
+    """The second of the first two consecutive evaluations that hold ``target`` under the rule
+    ``hold`` (``trainer.success_hold``: each at or above it, or the mean), None if never."""
+    held: dict[str, float] | None = target_points(evals, target, hold)["held"]
+    return held
 
 
 def _rsl_rl_child(seed: int, cores: list[int], max_env_steps: int, out_file: str, num_envs: int | None) -> None:

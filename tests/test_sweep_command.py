@@ -148,3 +148,21 @@ def test_allow_unphysical_reaches_every_run_and_its_config(tmp_path: Path, capsy
     config = run_dir_of(out, load_spec(spec).jobs[0]) / "config.yaml"
     assert UNPHYSICAL in load_yaml(config)["i_know_what_im_doing"]  # so eval, play and --resume load it
     assert load_experiment(config).env.sim.params.mass_kg == 80.0
+
+
+def test_the_hold_rule_of_a_sweep_file_counts_the_target_as_its_runs_do(tmp_path: Path) -> None:
+    """``hold: mean`` (``trainer.success_hold: mean``): a run whose kept evaluation and the mean
+    of the last two reach the target held it, even with one evaluation under it."""
+    evals = [{"env_steps": s, "train_time_s": s / 100, "success_rate": r, "mean_return": 0.0} for s, r in
+             [(100, 0.5), (200, 0.96), (300, 0.93), (400, 0.99)]]  # fmt: skip
+    assert target_points(evals, 0.95)["held"] is None
+    assert target_points(evals, 0.95, "mean")["held"]["env_steps"] == 400
+    results = [{"config": "a", "seed": 0, "returncode": 0, "evals": evals}]
+    assert "| a | 0/1 |" in table(results, 0.95) and "| a | 1/1 | 400 |" in table(results, 0.95, "mean")
+    assert "held ≥ 95% (mean of two)" in table(results, 0.95, "mean")
+    spec = load_spec(_write(tmp_path, "task: quad-hover\nhold: mean\nconfigs: [{name: a}]\n"))
+    assert (
+        spec.hold == "mean" and load_spec(_write(tmp_path, "task: quad-hover\nconfigs: [{name: a}]\n")).hold == "each"
+    )
+    with pytest.raises(ConfigError, match=r"'hold' expects one of each, mean, got 'both'"):
+        load_spec(_write(tmp_path, "task: quad-hover\nhold: both\nconfigs: [{name: a}]\n"))

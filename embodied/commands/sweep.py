@@ -30,7 +30,7 @@ examples:
   embodied sweep mass.yaml --allow-unphysical         # every run: embodied train --allow-unphysical
 
 Writes OUT/runs/<config>_s<seed>/ (ordinary run directories), OUT/status/, and the report:
-OUT/results.md (one row per configuration: seeds that held the target, env steps and training
+OUT/results.md (one row per configuration: seeds that held the target, by the sweep file's `hold` rule, env steps and training
 seconds to it, final success), OUT/results.json and OUT/curves.png. Running the same command
 again skips finished runs and resumes interrupted ones from their checkpoints.
 Cluster: start Ray on every machine (`ray start --head` on one, `ray start --address HEAD:6379`
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         usable = len(os.sched_getaffinity(0))
         workers = args.workers if args.workers is not None else max(1, usable // args.cores_per_run)
         results = run_local(out_dir, spec.jobs, workers, args.cores_per_run)
-    print(write_report(out_dir, spec.name, results, spec.target))
+    print(write_report(out_dir, spec.name, results, spec.target, spec.hold))
     print(out_dir / "results.md")
     failed = [r for r in results if r["returncode"] != 0]
     for r in failed:

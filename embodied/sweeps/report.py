@@ -31,14 +31,15 @@ def summarize_evals(run_dir: Path) -> dict[str, Any]:
     return {"evals": evals}
 
 
-def target_points(evals: Sequence[dict[str, float]], target: float) -> dict[str, Any]:
-    """First evaluation at or above ``target``, and the second of the first two in a row ("held")."""
+def target_points(evals: Sequence[dict[str, float]], target: float, hold: str = "each") -> dict[str, Any]:
+    """First evaluation at or above ``target``, and the second of the first two in a row that hold
+    it under the rule ``hold`` (``each`` or ``mean``, as ``trainer.success_hold``)."""
     first = next((e for e in evals if e["success_rate"] >= target), None)
     held = next(
         (
             b
             for a, b in itertools.pairwise(evals)
-            if target_held_by([a["success_rate"], b["success_rate"]], target, "each")
+            if target_held_by([a["success_rate"], b["success_rate"]], target, hold)
         ),
         None,
     )
@@ -49,16 +50,17 @@ def _configs(results: Sequence[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(r["config"] for r in results))
 
 
-def table(results: Sequence[dict[str, Any]], target: float) -> str:
-    """Markdown: per configuration, seeds that held the target, env steps and training s to it."""
+def table(results: Sequence[dict[str, Any]], target: float, hold: str = "each") -> str:
+    """Markdown: per configuration, seeds that held the target (rule ``hold``), env steps and training s to it."""
+    held_by = "" if hold == "each" else f" ({hold} of two)"
     lines = [
-        f"| config | seeds held ≥ {target:.0%} | held: env steps (median) | held: training s (median) "
+        f"| config | seeds held ≥ {target:.0%}{held_by} | held: env steps (median) | held: training s (median) "
         "| final success (mean ± std) | per seed (held steps / s; best) |",
         "|---|---|---|---|---|---|",
     ]
     for config in _configs(results):
         rows = [r for r in results if r["config"] == config]
-        held = [target_points(r["evals"], target)["held"] for r in rows]
+        held = [target_points(r["evals"], target, hold)["held"] for r in rows]
         reached = [h for h in held if h is not None]
         steps = statistics.median(h["env_steps"] for h in reached) if reached else float("nan")
         secs = statistics.median(h["train_time_s"] for h in reached) if reached else float("nan")
@@ -102,11 +104,12 @@ def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(out_dir: Path, name: str, results: Sequence[dict[str, Any]], target: float) -> str:
+def write_report(out_dir: Path, name: str, results: Sequence[dict[str, Any]], target: float, hold: str = "each") -> str:
     """Write ``results.json``, ``results.md`` and ``curves.png`` into ``out_dir``; return the table."""
-    rows = [{**r, **target_points(r["evals"], target)} for r in results]
-    (out_dir / "results.json").write_text(json.dumps({"sweep": name, "target": target, "runs": rows}, indent=1))
-    md = table(results, target)
+    rows = [{**r, **target_points(r["evals"], target, hold)} for r in results]
+    summary = {"sweep": name, "target": target, "hold": hold, "runs": rows}
+    (out_dir / "results.json").write_text(json.dumps(summary, indent=1))
+    md = table(results, target, hold)
     (out_dir / "results.md").write_text(f"# sweep {name}\n\n{md}\n")
     plot(results, out_dir / "curves.png")
     return md

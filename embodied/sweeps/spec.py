@@ -10,6 +10,8 @@ Shape of the YAML file (every key optional except ``task``, which may also be gi
     overrides: ["trainer.total_env_steps=500000"]   # key=value, as on the `embodied train` line
     timeout_s: 900               # wall limit per run
     target: 0.95                 # success rate counted as reached in the table
+    hold: each                   # "held": two evaluations in a row each at the target, or "mean":
+                                 # the second at it and the mean of the two (trainer.success_hold)
     grid:                        # cartesian product; each point is one configuration
       algo.init_std: [0.2, 0.3]
       env.pos_weight: [10, 15]
@@ -34,8 +36,12 @@ import yaml
 
 from embodied.config import ConfigError, load_yaml_text
 
-TOP_KEYS = frozenset({"name", "task", "algo", "preset", "seeds", "overrides", "timeout_s", "target", "grid", "configs"})
+TOP_KEYS = frozenset(
+    {"name", "task", "algo", "preset", "seeds", "overrides", "timeout_s", "target", "hold", "grid", "configs"}
+)
 ENTRY_KEYS = frozenset({"name", "task", "algo", "preset", "seeds", "overrides", "timeout_s"})
+HOLD_RULES = ("each", "mean")
+"""The values of ``hold`` (:func:`embodied.training.eval_schedule.target_held_by`)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class Job:
 class SweepSpec:
     name: str
     target: float
+    hold: str = "each"
+    """How the table counts the target held (``trainer.success_hold``'s rules: ``each``, ``mean``)."""
     jobs: tuple[Job, ...] = field(default_factory=tuple)
 
 
@@ -146,6 +154,8 @@ def load_spec(path: Path) -> SweepSpec:
         where,
         f"'target' expects a success rate in (0, 1], got {target!r}",
     )
+    hold = raw.get("hold", "each")
+    _need(hold in HOLD_RULES, where, f"'hold' expects one of {', '.join(HOLD_RULES)}, got {hold!r}")
     entries: list[dict[str, Any]] = []
     if "grid" in raw:
         for label, point in grid_points(raw["grid"], where):
@@ -180,4 +190,4 @@ def load_spec(path: Path) -> SweepSpec:
         for seed in e["seeds"]:
             overrides = tuple(e["overrides"])
             jobs.append(Job(e["name"], e["task"], str(e["algo"]), int(seed), overrides, float(timeout), preset))
-    return SweepSpec(name=str(raw.get("name", path.stem)), target=float(target), jobs=tuple(jobs))
+    return SweepSpec(name=str(raw.get("name", path.stem)), target=float(target), hold=str(hold), jobs=tuple(jobs))
