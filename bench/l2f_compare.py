@@ -58,7 +58,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rslrl_compare import machine_info, preset_cfg, run_ours, time_to_held
+from rslrl_compare import machine_info, preset_cfg, run_ours
+
+from embodied.sweeps.report import target_points
 
 L2F_TIME = re.compile(r"Training took:\s*([0-9.]+)\s*s")
 
@@ -86,7 +88,7 @@ def score_ours(res: dict[str, Any], target: float | None, hold: str = "each") ->
     """Seconds to the held target (rule ``hold``, the config's ``success_hold``) and to the first
     evaluation at it (None where not reached, or with no target)."""
     evals = res.get("evals", [])
-    held = None if target is None else time_to_held(evals, target, hold)
+    held = None if target is None else target_points(evals, target, hold)["held"]
     first = None if target is None else next((e for e in evals if e["success_rate"] >= target), None)
     return {
         "held_s": None if held is None else held["train_time_s"],

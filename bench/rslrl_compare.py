@@ -166,13 +166,6 @@ def runner_cfg(algo: Any) -> dict[str, Any]:
     }
 
 
-def time_to_held(evals: list[dict[str, float]], target: float, hold: str = "each") -> dict[str, float] | None:
-    """The second of the first two consecutive evaluations that hold ``target`` under the rule
-    ``hold`` (``trainer.success_hold``: each at or above it, or the mean), None if never."""
-    held: dict[str, float] | None = target_points(evals, target, hold)["held"]
-    return held
-
-
 def _rsl_rl_child(seed: int, cores: list[int], max_env_steps: int, out_file: str, num_envs: int | None) -> None:
     """Child process: train with rsl-rl until the target is held or the step budget is spent
     (``num_envs``: rsl-rl's env count; None: the shipped config's)."""
@@ -217,7 +210,7 @@ def _rsl_rl_child(seed: int, cores: list[int], max_env_steps: int, out_file: str
         actor.train()
         evals.append({"env_steps": env_steps, "train_time_s": train_time_s, "success_rate": result.success_rate})
         print(f"rsl-rl seed {seed}: {env_steps} steps, {train_time_s:.1f} s, success {result.success_rate:.3f}")
-        if time_to_held(evals, cfg.trainer.success_target) is not None:
+        if target_points(evals, cfg.trainer.success_target)["held"] is not None:
             break
     Path(out_file).write_text(json.dumps({"evals": evals, "runner_cfg": train_cfg}))
 
@@ -320,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         for name, future in futures.items():
             res = future.result()
-            held = time_to_held(res.get("evals", []), target)
+            held = target_points(res.get("evals", []), target)["held"]
             res["held"] = held
             results[name][str(seed)] = res
             print(

@@ -76,19 +76,26 @@ no ``--preset`` is given (e.g. ``ppo: sweep``: the default quad-hover command tr
 what it is handed."""
 
 
+def _default_presets(folder: Path) -> dict[str, str]:
+    """Algorithm -> default preset of one task's config folder (empty without :data:`DEFAULT_PRESETS_FILE`)."""
+    from embodied.config import load_yaml
+
+    path = folder / DEFAULT_PRESETS_FILE
+    if not path.is_file():
+        return {}
+    named = load_yaml(path)
+    for algo_name, name in named.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"{path}: {algo_name!r} expects a preset name (e.g. sweep), got {name!r}")
+    return named
+
+
 def default_preset(task_name: str, algo_name: str) -> str | None:
     """The preset ``embodied train`` uses for ``task_name`` with ``algo_name`` when ``--preset`` is
     not given, from :data:`DEFAULT_PRESETS_FILE` (None: the algorithm's YAML alone)."""
-    from embodied.config import load_yaml
     from embodied.experiment import config_key
 
-    path = configs_root() / config_key(task_name) / DEFAULT_PRESETS_FILE
-    if not path.is_file():
-        return None
-    name = load_yaml(path).get(algo_name)
-    if name is not None and not isinstance(name, str):
-        raise ConfigError(f"{path}: {algo_name!r} expects a preset name (e.g. sweep), got {name!r}")
-    return name
+    return _default_presets(configs_root() / config_key(task_name)).get(algo_name)
 
 
 def list_presets() -> str:
@@ -102,8 +109,7 @@ def list_presets() -> str:
             for p in folder.glob("*.*.yaml")
             if (folder / f"{p.name.split('.')[0]}.yaml").is_file()
         )
-        algos = {n.split(".")[0] for n in names}
-        defaults = {f"{algo}.{name}" for algo in algos if (name := default_preset(folder.name, algo))}
+        defaults = {f"{algo}.{name}" for algo, name in _default_presets(folder).items()}
         if names:
             shown = [f"{n} (default)" if n in defaults else n for n in names]
             lines.append(f"  {folder.name}: {', '.join(shown)}  (<algo>.<preset>)")
