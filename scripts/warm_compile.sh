@@ -11,10 +11,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run_root=$(mktemp -d)
 trap 'rm -rf "$run_root"' EXIT
-echo "compiling the default quad-hover step ahead (1-2 minutes, once per machine) ..."
+echo "preparing the default quad-hover compiled step (1-2 minutes when not yet cached, once per machine) ..."
 if .venv/bin/embodied train quad-hover --no-progress trainer.total_env_steps=8192 \
     --run-dir "$run_root/run" > "$run_root/log" 2>&1; then
-  echo "compiled: the first \`embodied train quad-hover\` loads it"
+  compiled=$(grep -c "compiling the fused quad-hover step" "$run_root/log" || true)
+  if [ "$compiled" -gt 0 ]; then
+    echo "compiled $compiled step(s) and saved them: \`embodied train quad-hover\` loads them"
+  else
+    echo "already compiled on this machine: \`embodied train quad-hover\` loads it"
+  fi
 else
   tail -n 20 "$run_root/log" >&2
   echo "warning: compiling the quad-hover step failed (above); \`embodied train quad-hover\` will report the same" >&2

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,45 @@ def test_check_verified_accepts_only_a_passing_report_of_the_current_export(tiny
     (run / "verify.json").write_text(json.dumps(failed))
     with pytest.raises(EmbodiedError, match=r"failed verification \(gates: mujoco_success_min\)"):
         check_verified(run)
+
+
+def test_verify_flies_a_compiled_run_with_the_eager_step(
+    tiny_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run trained with ``env.sim.compile: true`` (the default command's) is verified with the
+    eager step: a cold compile per distinct task config made a first verify take minutes."""
+    import embodied.tasks.quadrotor.hover as hover
+    from embodied.config import load_yaml
+
+    run = _copy_run(tiny_run, tmp_path)
+    config = run / "config.yaml"
+    assert "compile: false" in config.read_text()
+    config.write_text(config.read_text().replace("compile: false", "compile: true", 1))
+    assert load_yaml(config)["env"]["sim"]["compile"] is True, "the edit reached env.sim.compile"
+
+    def compiled_step_that_refuses(*_args: object, **_kwargs: object) -> Callable[..., None]:
+        def step(*_a: object, **_k: object) -> None:
+            raise AssertionError("verify stepped a compiled step")
+
+        return step
+
+    # Building a compiled step is lazy and cheap (export builds one); stepping it compiles.
+    monkeypatch.setattr(hover, "compiled_step_core", compiled_step_that_refuses)
+    monkeypatch.setattr(hover, "compiled_fused_step", compiled_step_that_refuses)
+    assert main(["verify", str(run), *QUICK, *QUICK_SWEEP, *LENIENT]) == 0
+    assert (run / "verify.png").is_file(), "the trajectory plot (its own torch envs) ran too"
+
+
+def test_eager_and_quiet_task_cfg_leave_configs_without_those_fields_alone() -> None:
+    from embodied.config import apply_overrides
+    from embodied.eval_cfg import eager_task_cfg, quiet_task_cfg
+    from embodied.registry import task_cfg
+    from embodied.tasks.quadrotor.hover import QuadHoverCfg
+
+    compiled = apply_overrides(task_cfg("quad-hover"), {"sim": {"compile": True}}, "test")
+    assert isinstance(compiled, QuadHoverCfg)
+    assert eager_task_cfg(compiled).sim.compile is False and compiled.sim.compile is True
+    quiet = quiet_task_cfg(compiled)
+    assert quiet.sim.compile is False and quiet.disturbance_force_std_n == 0.0
+    other = task_cfg("arm-push")
+    assert eager_task_cfg(other) is other

@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from embodied import registry
     from embodied.errors import EmbodiedError
+    from embodied.eval_cfg import eager_task_cfg
     from embodied.experiment import load_experiment
     from embodied.training.evaluate import EvalEnvs, evaluate, load_policy
     from embodied.training.lerobot_base import is_lerobot_source
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     device = registry.resolve_device(args.device)
     result = evaluate(
         lambda env: load_policy(args.policy, args.run_dir, env),
-        EvalEnvs(cfg.task_name, cfg.env, str(device)),
+        EvalEnvs(cfg.task_name, eager_task_cfg(cfg.env), str(device)),
         episodes=args.episodes,
         seed=args.seed,
     )

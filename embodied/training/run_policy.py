@@ -18,6 +18,7 @@ from embodied.algo import ExportUnsupportedError
 from embodied.checkpoint_seal import MAGIC, SealError, verify_file
 from embodied.env import IMAGE_GROUP, RenderingEnv
 from embodied.errors import EmbodiedError
+from embodied.eval_cfg import eager_task_cfg
 from embodied.experiment import load_experiment
 from embodied.export.artifact import (
     POLICY_FILE,
@@ -193,9 +194,10 @@ def export_run(run_dir: Path, fmt: str = "all", record: bool = True) -> ExportRe
             raise
         return report
     cfg = load_experiment(run_dir / CONFIG_FILE)
+    env_cfg = eager_task_cfg(cfg.env)  # a few hundred recorded steps: compiling would cost more
 
     def make_env(num_envs: int, seed: int) -> Any:
-        return registry.make_env(cfg.task_name, cfg.env, num_envs, "cpu", seed)
+        return registry.make_env(cfg.task_name, env_cfg, num_envs, "cpu", seed)
 
     env = make_env(1, 0)
     try:

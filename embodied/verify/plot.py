@@ -10,17 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from embodied.eval_cfg import quiet_task_cfg
 from embodied.io_spec import IOSpec
 from embodied.verify.episodes import ArrayPolicy, EpisodeRules, InitialStates, run_episodes, sample_initial_states
 
 log = logging.getLogger(__name__)
-
-
-def _quiet_task_cfg(task_cfg: Any) -> Any:
-    """The task config without observation noise and disturbances (fields left alone if absent)."""
-    quiet = {"obs_noise_std": (0.0, 0.0, 0.0, 0.0), "disturbance_force_std_n": 0.0, "disturbance_torque_std_nm": 0.0}
-    names = {f.name for f in dataclasses.fields(task_cfg)} if dataclasses.is_dataclass(task_cfg) else set()
-    return dataclasses.replace(task_cfg, **{k: v for k, v in quiet.items() if k in names})
 
 
 def _takes_yaw(env: Any) -> bool:
@@ -44,7 +38,7 @@ def _torch_trajectories(
     cfg = load_experiment(run_dir / CONFIG_FILE)
     k = starts.position_w.shape[0]
     # The quadrotor task's state setters are not part of the VecEnv contract: probed below.
-    env: Any = registry.make_env(cfg.task_name, _quiet_task_cfg(cfg.env), k, "cpu", 0)
+    env: Any = registry.make_env(cfg.task_name, quiet_task_cfg(cfg.env), k, "cpu", 0)
     try:
         if not hasattr(env, "set_physical_state"):
             log.info("%s cannot be set to a given state: no torch trajectories in the plot", cfg.task_name)

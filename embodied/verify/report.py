@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from embodied.errors import EmbodiedError
+from embodied.eval_cfg import eager_task_cfg
 from embodied.verify.gates import DEFAULT_GATES, DEFAULT_SWEEP, check_gates
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def _torch_task_eval(run_dir: Path, kind: str, episodes: int, seed: int) -> dict
     cfg = load_experiment(run_dir / CONFIG_FILE)
     result = evaluate(
         lambda env: load_policy(kind, run_dir, env),
-        EvalEnvs(cfg.task_name, cfg.env, "cpu"),
+        EvalEnvs(cfg.task_name, eager_task_cfg(cfg.env), "cpu"),
         episodes=episodes,
         seed=seed,
     )
