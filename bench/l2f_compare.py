@@ -60,6 +60,7 @@ from typing import Any
 
 from rslrl_compare import machine_info, preset_cfg, run_ours
 
+from embodied.experiment import load_experiment
 from embodied.sweeps.report import target_points
 
 L2F_TIME = re.compile(r"Training took:\s*([0-9.]+)\s*s")
@@ -82,6 +83,16 @@ def run_l2f(binary: Path, cores: list[int], out: Path, index: int) -> dict[str, 
     if code != 0 or match is None:
         return {"error": f"exit code {code}; no 'Training took' line in {log_path}", "wall_s": wall_s}
     return {"training_s": float(match.group(1)), "wall_s": wall_s}
+
+
+def run_success_rule(run_dir: Path, target: float | None, hold: str) -> tuple[float | None, str]:
+    """The success target and hold rule the run trained with (its ``config.yaml``, so an
+    ``--override trainer.success_target=...`` counts), or the shipped ones if it wrote none."""
+    config = run_dir / "config.yaml"
+    if not config.is_file():
+        return target, hold
+    trainer = load_experiment(config).trainer
+    return trainer.success_target, trainer.success_hold
 
 
 def score_ours(res: dict[str, Any], target: float | None, hold: str = "each") -> dict[str, Any]:
@@ -180,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         l2f_runs.append(l2f.result())
         res = ours.result()
-        res["score"] = score_ours(res, target, shipped.success_hold)
+        res["score"] = score_ours(res, *run_success_rule(args.out / f"ours_seed{seed}", target, shipped.success_hold))
         if args.verify and res.get("evals"):
             res["verify"] = verify_ours(args.out / f"ours_seed{seed}", our_cores, args.out, seed)
             res["score"]["trained_s"] = res["evals"][-1]["train_time_s"]
