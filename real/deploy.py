@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from embodied.config import ConfigError, unknown_choice_message
+from embodied.lerobot_source import is_lerobot_source
 from embodied.policy_io import ONNX_FILENAME
 from embodied.real.node import PolicyNode
 from embodied.real.robot_config import RobotConfig, load_robot, resolve_robot_path
@@ -26,8 +27,6 @@ log = logging.getLogger(__name__)
 
 ROS2_PACKAGE = "embodied_ros2"
 LAUNCH_FILE = "policy.launch.py"
-LEROBOT_PREFIX = "lerobot:"
-"""``lerobot:<folder or hub id>``: a LeRobot checkpoint (the prefix ``--base`` and ``eval`` take)."""
 RUN_CONFIG_FILE = "config.yaml"
 """A run directory's resolved config (:mod:`embodied.training.run`; read here without torch)."""
 
@@ -45,8 +44,7 @@ def needs_torch(source: str | Path) -> str:
     """Why ``source`` runs on torch (:class:`~embodied.real.torch_runner.TorchPolicyRunner`), or
     "" when it is an ONNX export the torch-free :class:`PolicyRunner` runs. Decided from names and
     files alone, without importing torch."""
-    text = str(source)
-    if text.startswith(LEROBOT_PREFIX):
+    if is_lerobot_source(source):
         return "a LeRobot checkpoint runs on LeRobot's own torch code"
     path = Path(source)
     if (path / "export" / ONNX_FILENAME).is_file() or (path / ONNX_FILENAME).is_file() or path.is_file():
@@ -57,7 +55,7 @@ def needs_torch(source: str | Path) -> str:
             base = ((yaml.safe_load(config.read_text()) or {}).get("trainer") or {}).get("base_run")
         except (OSError, yaml.YAMLError, AttributeError):
             return ""  # PolicyRunner names what is missing
-        if isinstance(base, str) and base.startswith(LEROBOT_PREFIX):
+        if isinstance(base, str) and is_lerobot_source(base):
             return f"run {path} acts through its LeRobot base ({base}) and has no {ONNX_FILENAME}"
     return ""
 
@@ -108,7 +106,7 @@ def launch_command(
 ) -> str:
     """The ``ros2 launch`` line that runs the same deployment as a ROS 2 node (``task`` and
     ``device`` as ``embodied deploy --task/--device`` take them, for a LeRobot policy)."""
-    if str(export).startswith(LEROBOT_PREFIX):
+    if is_lerobot_source(export):
         export_dir: str | Path = export
     else:  # a run on a LeRobot base (no export) is passed as the run directory itself
         export_dir = Path(export).resolve() if needs_torch(export) else resolve_export_dir(export).resolve()

@@ -27,30 +27,15 @@ import torch
 from embodied.action_chunks import ChunkSpec
 from embodied.data.lerobot_format import ACTION_KEY, IMAGE_PREFIX, STATE_KEY, task_map
 from embodied.errors import EmbodiedError, import_optional
+from embodied.lerobot_source import is_lerobot_source, lerobot_reference
 from embodied.policies.vla import LeRobotPolicy
 
-LEROBOT_SOURCE_PREFIX = "lerobot:"
 SETUP_HINT = "bash scripts/setup_lerobot.sh, then run embodied from .venv-lerobot"
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 
 
 class LeRobotFeatureError(EmbodiedError):
     """The env's observations do not match a LeRobot policy's declared features."""
-
-
-def is_lerobot_source(source: str | Path | None) -> bool:
-    """True for ``lerobot:<hub id or folder>``."""
-    return source is not None and str(source).startswith(LEROBOT_SOURCE_PREFIX)
-
-
-def lerobot_reference(source: str | Path) -> str:
-    """The hub id or folder of ``lerobot:<ref>`` (an error when empty)."""
-    ref = str(source)[len(LEROBOT_SOURCE_PREFIX) :]
-    if not ref:
-        raise EmbodiedError(
-            "lerobot: needs a Hub id or a folder, e.g. lerobot:lerobot/smolvla_base or lerobot:outputs/act/pretrained_model"
-        )
-    return ref
 
 
 def provided_features(
