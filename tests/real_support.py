@@ -198,9 +198,17 @@ def wait_until(predicate: Any, timeout_s: float) -> bool:
     return False
 
 
+_DOMAINS_HANDED_OUT: set[int] = set()
+
+
 def free_domain_id() -> int:
-    """A DDS domain unlikely to be used by a concurrent test run on this machine."""
-    return random.Random().randrange(100, 230)
+    """A DDS domain unlikely to be used by a concurrent test run on this machine, and never one
+    handed out before in this process: a node SIGKILLed in an earlier test stays in this process's
+    discovery cache (its writers matched) until its lease expires."""
+    choices = [d for d in range(100, 230) if d not in _DOMAINS_HANDED_OUT] or list(range(100, 230))
+    domain = random.Random().choice(choices)
+    _DOMAINS_HANDED_OUT.add(domain)
+    return domain
 
 
 PERIOD = 0.01

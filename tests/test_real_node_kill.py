@@ -100,7 +100,10 @@ def test_node_killed_mid_flight_leaves_the_robot_safe(tmp_path: Path, sig: signa
                 return sum(not np.allclose(v, safe) for _, v in wire)
 
         assert wait_until(lambda: policy_commands() >= 30, 90.0), node.poll()
-        assert driver.get_subscription_matched_status().current_count == 1  # the offered deadline is compatible
+        # The offered deadline is compatible: the node's writer matched and none was refused for its
+        # QoS. At least one, not exactly one: another process's participant can share the domain.
+        assert driver.get_subscription_matched_status().current_count >= 1
+        assert driver.get_requested_incompatible_qos_status().total_count == 0
         steps_at_kill = len(applied)
         t_signal = time.time_ns()
         node.send_signal(sig)
