@@ -15,6 +15,9 @@ Run from the LeRobot environment, one thread, beside nothing heavy::
     HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv-lerobot/bin/python bench/smolvla_finetune.py \\
         --algo reinflow --num-envs 2 --chains 2 --updates 2 --out bench_out/smolvla_reinflow.json
 
+``--dataset DEMOS`` (arm-push demonstrations with the top camera) adds ReinFlow's demonstration
+term (``algo.demo_batch`` = ``--demo-batch`` rows per update, in ``--micro-batch`` parts).
+
 ``--train expert,last_layers,lora`` measures ReinFlow with each of those ``algo.vla.train``
 settings in one run (a fresh build of the same policy each; trainable parameters, median seconds
 per update and its ratio to the first setting's, under ``per_train``).
@@ -163,6 +166,7 @@ def time_reinflow(args: argparse.Namespace, train: str, base: Any, env: Any, bf1
     )
     cfg = ReinFlowCfg(
         vla=vla,
+        demo_batch=args.demo_batch,
         num_steps_per_env=args.chains,
         num_epochs=1,
         num_minibatches=1,
@@ -170,13 +174,15 @@ def time_reinflow(args: argparse.Namespace, train: str, base: Any, env: Any, bf1
         critic_warmup_updates=0,
     )
     algo: Any = ReinFlow(cfg, env)
-    algo.preload(PreloadSource(base_policy=base))
+    algo.preload(PreloadSource(base_policy=base, dataset=args.dataset))
     trainable = sum(p.numel() for p in algo.chain.trainable_parameters())
     out: dict[str, Any] = {"train": train, "trainable": trainable, "trainable_m": round(trainable / 1e6, 3)}
     if train == "lora":
         out["lora_rank"] = args.lora_rank
     out["chunk"], out["exec_steps"] = algo.chain.chunk, algo.exec_steps
     out["denoise_steps"] = algo.chain.denoise_steps
+    if args.dataset is not None:
+        out["demo_batch"] = args.demo_batch
     obs = env.reset(seed=0)
     act_s, update_s, env_steps = [], [], 0
     for _ in range(args.updates):
@@ -220,6 +226,14 @@ def main() -> int:
         help="reinflow: algo.vla.train (expert, last_layers, lora), or several comma-separated "
         "(expert,last_layers,lora): each measured in this run on a fresh build of the same policy",
     )
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=None,
+        help="reinflow: demonstrations with the top camera (`embodied collect scripted:arm-push --images "
+        "--camera top`); every update then also takes the flow-matching loss on --demo-batch of them",
+    )
+    parser.add_argument("--demo-batch", type=int, default=8, help="reinflow --dataset: algo.demo_batch")
     parser.add_argument("--lora-rank", type=int, default=8, help="reinflow --train lora: algo.vla.lora_rank")
     parser.add_argument("--bf16", default="auto", help="backbone bf16 autocast: auto, true or false")
     parser.add_argument("--max-rss-gib", type=float, default=12.0)

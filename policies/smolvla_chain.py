@@ -244,6 +244,37 @@ class SmolVLAChain:
         out = self.base.postprocessor(chunk)
         return actions_to_unit(out.float().to(self.device), self.base.action_low, self.base.action_high)
 
+    def demo_chain_state(self, chunks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Demonstrated chunks ``[B, H, A]`` in [-1, 1] -> the chain state ``[B, F]`` LeRobot's
+        sampler would end in for them: mapped to the policy's action range, normalized as the
+        checkpoint's post-processor un-normalizes (the inverse of its per-action affine map), and
+        padded to ``max_action_dim`` (padded slots weigh 0)."""
+        low, high = self.base.action_low.to(chunks.device), self.base.action_high.to(chunks.device)
+        actions = low + 0.5 * (chunks + 1.0) * (high - low)
+        offset, scale = self._postprocessor_affine()
+        normalized = (actions - offset) / scale
+        b = chunks.shape[0]
+        state = torch.zeros(b, self.chunk, self.slots, device=chunks.device)
+        state[:, :, : self.action_dim] = normalized
+        weight = torch.zeros_like(state)
+        weight[:, :, : self.action_dim] = 1.0
+        return state.reshape(b, -1), weight.reshape(b, -1)
+
+    def _postprocessor_affine(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``offset, scale`` ``[A]`` of the post-processor, ``post(z) = offset + scale * z``, read by
+        probing it at 0, 1 and 2 (LeRobot's mean/std and min/max un-normalizations are affine per
+        action; anything else is refused rather than inverted wrongly)."""
+        probe = torch.tensor([0.0, 1.0, 2.0], device=self.device)[:, None, None].expand(3, 1, self.action_dim)
+        out = self.base.postprocessor(probe.contiguous()).float().to(self.device).reshape(3, self.action_dim)
+        offset, scale = out[0], out[1] - out[0]
+        if not torch.allclose(out[2], offset + 2.0 * scale, rtol=1e-4, atol=1e-5) or bool((scale.abs() < 1e-12).any()):
+            raise EmbodiedError(
+                "the SmolVLA checkpoint's action post-processor is not an invertible per-action affine map "
+                "(mean/std or min/max), so demonstrated actions cannot be put in its chain's space: train without "
+                "--dataset"
+            )
+        return offset, scale
+
 
 def smolvla_chain(base: object, vla_cfg: Any, device: torch.device) -> SmolVLAChain:
     """The chain of a SmolVLA base for ReinFlow's ``algo.vla`` settings (``VLAFineTuneCfg``)."""

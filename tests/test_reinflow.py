@@ -192,3 +192,83 @@ def test_a_chunk_drives_exec_steps_env_steps(env: ArmPush) -> None:
     # 1 + gamma: the chunk's two rewards, discounted inside the chunk
     torch.testing.assert_close(algo.storage.rewards, torch.full((3, 4), 1.5))
     assert math.isfinite(algo.update()["value_loss"])
+
+
+@pytest.fixture
+def demos(tmp_path: Path) -> Path:
+    from embodied.cli import main
+
+    out = tmp_path / "demos"
+    assert main(["collect", "scripted:arm-push", "--episodes", "2", "--num-envs", "2", "--out", str(out)]) == 0
+    return out
+
+
+def _with_demos(env: ArmPush, dataset: Path, **kw: Any) -> ReinFlow:
+    torch.manual_seed(0)
+    cfg = ReinFlowCfg(policy=FLOW, num_steps_per_env=6, num_minibatches=2, num_epochs=2, critic_warmup_updates=0, **kw)
+    algo = ReinFlow(cfg, env)
+    base = FlowPolicy(18, 3, FLOW)
+    base.set_obs_stats(torch.zeros(18), torch.full((18,), 0.3))
+    algo.preload(PreloadSource(base_policy=base, dataset=dataset))
+    return algo
+
+
+def test_demonstrations_are_the_datasets_chunks_in_chain_space(env: ArmPush, demos: Path) -> None:
+    """``--dataset`` gives every demonstration step its next H actions (the last one repeated past
+    its episode's end) as a flow policy's chain state, all of it weighted."""
+    from embodied.data.demos import load_dataset
+
+    algo = _with_demos(env, demos)
+    assert algo.demos is not None
+    data = load_dataset(demos)
+    want = torch.as_tensor(data.action_chunks(FLOW.chunk), dtype=torch.float32).clamp(-1, 1)
+    torch.testing.assert_close(algo.demos.target, want.reshape(len(want), -1))
+    assert torch.equal(algo.demos.weight, torch.ones_like(algo.demos.target))
+    torch.testing.assert_close(algo.demos.obs["policy"], torch.as_tensor(data.obs, dtype=torch.float32))
+    # the chain's own inverse: its actions are the demonstrated chunks
+    torch.testing.assert_close(algo.chain.actions(algo.demos.target), want)
+
+
+def test_demonstration_loss_moves_the_noise_free_chain_toward_the_demonstrations(env: ArmPush, demos: Path) -> None:
+    """Updates with the demonstration term (no reward, so PPO has nothing to climb) bring the
+    noise-free chunks on demonstrated observations closer to the demonstrated chunks; without the
+    dataset the same updates do not."""
+
+    def distance(algo: ReinFlow) -> float:
+        assert algo.demos is not None
+        cond = algo.chain.encode(algo.demos.obs)
+        x = torch.zeros(algo.demos.steps, algo.chain.flat_dim)
+        with torch.no_grad():
+            for k in range(algo.chain.denoise_steps):
+                x = algo.chain.step_mean(cond, x, k)
+        return float((x - algo.demos.target).square().mean())
+
+    def train(algo: ReinFlow) -> list[dict[str, float]]:
+        obs = env.reset(seed=0)
+        metrics = []
+        for _ in range(4):
+            while not algo.ready_to_update():
+                action = algo.act(obs)
+                nxt, _, term, trunc, info = env.step(action)
+                zero = torch.zeros(4)  # no reward: only the demonstrations move the velocity field
+                algo.observe(Transition(obs, action, zero, term, trunc, nxt, info["final_obs"]))
+                obs = nxt
+            metrics.append(algo.update())
+        return metrics
+
+    with_demos = _with_demos(env, demos, actor_lr=3e-3, demo_batch=32)
+    before = distance(with_demos)
+    metrics = train(with_demos)
+    after = distance(with_demos)
+    assert all(m["demo_loss"] > 0.0 for m in metrics)
+
+    without = _with_demos(env, demos, actor_lr=3e-3)
+    without.demos, reference = None, without.demos
+    assert all(m["demo_loss"] == 0.0 for m in train(without))
+    without.demos = reference
+    assert after < 0.7 * min(before, distance(without)), (before, after, distance(without))
+
+
+def test_a_dataset_with_demo_coef_zero_is_refused(env: ArmPush, demos: Path) -> None:
+    with pytest.raises(ConfigError, match=r"algo\.demo_coef=0, so reinflow would not use it"):
+        _with_demos(env, demos, demo_coef=0.0)

@@ -23,6 +23,7 @@ from test_lerobot_base import arm_push_env
 from embodied.algo import PreloadSource
 from embodied.algos.reinflow import RATIO_TOL, ReinFlow, ReinFlowCfg, VLAFineTuneCfg, check_first_ratio
 from embodied.cli import main
+from embodied.env import IMAGE_GROUP
 from embodied.errors import EmbodiedError
 from embodied.policies.lora import lora_parameter_count
 from embodied.policies.vla import LeRobotPolicy, actions_to_unit, lerobot_batch
@@ -140,6 +141,46 @@ def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatc
     assert not any("vlm.model" in name for name in changed)  # the backbone stays frozen
     last = len(algo.chain.model.vlm_with_expert.lm_expert.layers) - 1  # type: ignore[attr-defined]
     assert all("lm_expert.layers" not in n or f"layers.{last}." in n for n in changed)
+    env.close()
+
+
+def test_demonstrated_chunks_map_into_the_experts_chain(smolvla: Path) -> None:
+    """A demonstrated chunk's chain state (normalized as the checkpoint's processors do, padded to
+    max_action_dim) is one whose actions, through LeRobot's own post-processor, are that chunk."""
+    env = arm_push_env(2)
+    algo = reinflow(smolvla, env, vla=VLAFineTuneCfg(bf16=False))
+    chain = algo.chain
+    chunks = torch.rand(5, chain.chunk_spec.length, env.action_dim, generator=torch.Generator().manual_seed(0))
+    chunks = 1.8 * chunks - 0.9
+    state, weight = chain.demo_chain_state(chunks)
+    torch.testing.assert_close(chain.actions(state), chunks, atol=1e-5, rtol=0)
+    slots = weight.reshape(5, chain.chunk_spec.length, -1)
+    assert slots.shape[-1] > env.action_dim  # the tiny config pads actions, so padding is checked
+    assert bool(slots[..., : env.action_dim].eq(1).all()) and bool(slots[..., env.action_dim :].eq(0).all())
+    env.close()
+
+
+def test_demonstrations_train_the_expert_beside_ppo(smolvla: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --dataset (a LeRobotDataset with the camera), every actor step takes the flow-matching
+    loss on demonstrations; the first importance ratio is still 1 and the backbone stays frozen."""
+    env = arm_push_env(2)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    demos = smolvla.parent / "demos"
+    base = load_lerobot_policy(f"lerobot:{smolvla}", "arm-push", env.obs_spec, env.action_dim, "top")
+    algo = ReinFlow(ReinFlowCfg(**(SMALL | {"demo_batch": 4, "micro_batch": 2})), env)  # demos in 2 parts
+    algo.preload(PreloadSource(base_run=smolvla, base_policy=base, dataset=demos))
+    assert algo.demos is not None and IMAGE_GROUP in algo.demos.obs
+    seen = spy_on_first_ratio(monkeypatch)
+    before = {name: p.detach().clone() for name, p in algo.policy.lerobot.named_parameters()}
+    obs = env.reset(seed=0)
+    for _ in range(2):
+        obs = fill_rollout(algo, env, obs)
+        metrics = algo.update()
+        assert math.isfinite(metrics["demo_loss"]) and metrics["demo_loss"] > 0.0
+    assert seen and max(seen) <= RATIO_TOL
+    changed = {n for n, p in algo.policy.lerobot.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and not any("vlm.model" in name for name in changed)
     env.close()
 
 

@@ -14,7 +14,9 @@ fine-tunes this project's flow policies and a pretrained VLA's action expert ali
 - :meth:`FlowChain.features` is a small vector ``[B, C]`` of the conditioning that the noise
   network and the critic read;
 - :meth:`FlowChain.actions` maps the chain's last state to the action chunk ``[B, H, A]`` in
-  [-1, 1], which the env executes as the policy's :attr:`FlowChain.chunk_spec` says.
+  [-1, 1], which the env executes as the policy's :attr:`FlowChain.chunk_spec` says;
+  :meth:`FlowChain.demo_chain_state` is its inverse, for demonstrated chunks
+  (:mod:`embodied.algos.flow_demos`).
 
 :class:`PolicyFlowChain` is the chain of :class:`embodied.policies.flow.FlowPolicy` (and the
 image + instruction flow policy built on it); ``embodied.policies.smolvla_chain`` is SmolVLA's.
@@ -99,6 +101,11 @@ class FlowChain(Protocol):
         """The chunk ``[B, H, A]`` in [-1, 1] for the chain's last state ``[B, F]``."""
         ...
 
+    def demo_chain_state(self, chunks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chain state ``[B, F]`` whose :meth:`actions` are the chunks ``[B, H, A]`` (in [-1, 1]),
+        and a weight ``[B, F]`` per entry: 1 where it is an action, 0 where it is not (padding)."""
+        ...
+
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         """The parameters the actor optimizer trains."""
         ...
@@ -138,6 +145,10 @@ class PolicyFlowChain:
 
     def actions(self, x_final: torch.Tensor) -> torch.Tensor:
         return x_final.clamp(-1.0, 1.0).reshape(-1, self.policy.cfg.chunk, self.action_dim)
+
+    def demo_chain_state(self, chunks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        flat = chunks.reshape(chunks.shape[0], -1)
+        return flat, torch.ones_like(flat)
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         return self.policy.parameters()

@@ -12,7 +12,9 @@ divided by ``(K + 1) * F``. Sampling and scoring call the same :meth:`ReinFlow.s
 on the same grid, so the PPO importance ratio is 1 on the first minibatch of every update;
 this is asserted (the reference implementation's grids differ, which breaks exactly that).
 The objective is PPO's clipped surrogate plus a value loss, an entropy bonus on the noise,
-and optionally a behaviour-cloning term pulling the velocity field to the frozen base.
+and optionally a behaviour-cloning term pulling the velocity field to the frozen base. With
+``--dataset``, every actor step also takes a flow-matching loss on demonstrated chunks
+(:mod:`embodied.algos.flow_demos`, weight ``demo_coef``).
 
 The algorithm sees the policy only through a :class:`~embodied.algos.flow_chain.FlowChain`, so
 the same loop fine-tunes this project's flow policies (``--base RUN_DIR`` of a ``bc-flow`` run,
@@ -48,6 +50,7 @@ from torch import nn
 
 from embodied.algo import PreloadSource, Transition
 from embodied.algos.flow_chain import Cond, FlowChain, PolicyFlowChain, cat_conds, cond_rows, index_cond
+from embodied.algos.flow_demos import FlowDemos, load_flow_demos
 from embodied.algos.ppo import clipped_surrogate_loss, value_loss_fn
 from embodied.config import ConfigError, ranged
 from embodied.data.gae import compute_gae
@@ -62,7 +65,7 @@ RATIO_TOL = 1e-5
 """Largest ``|ratio - 1|`` allowed on the first minibatch of an update (float32 round-off of
 recomputing the same chain in a different batch shape; a grid mismatch is orders larger)."""
 
-METRICS = ("policy_loss", "value_loss", "entropy", "bc_loss", "clip_fraction", "sigma")
+METRICS = ("policy_loss", "value_loss", "entropy", "bc_loss", "clip_fraction", "sigma", "demo_loss")
 
 
 class RatioCheckError(EmbodiedError):
@@ -150,6 +153,11 @@ class ReinFlowCfg:
     """Weight of the noise entropy bonus."""
     bc_coef: float = 0.0
     """Weight of ``|v - v_base|^2`` on the visited chain states (0: no regularizer)."""
+    demo_coef: float = ranged(1.0, 0.0, 100.0)
+    """Weight of the flow-matching loss on ``--dataset`` demonstrations in every actor step
+    (ignored without a dataset; with one it must be > 0)."""
+    demo_batch: int = 64
+    """Demonstration steps per actor optimizer step (with ``--dataset``)."""
     critic_warmup_updates: int = 2
     """Updates at the start that train only the value network (the critic starts untrained)."""
     max_grad_norm: float = ranged(1.0, 0.0, 1e6)
@@ -162,7 +170,7 @@ class ReinFlowCfg:
             raise ConfigError(
                 f"algo.sigma_min/sigma_max must satisfy 0 < min <= max, got {self.sigma_min}, {self.sigma_max}"
             )
-        for name in ("num_steps_per_env", "num_epochs", "num_minibatches"):
+        for name in ("num_steps_per_env", "num_epochs", "num_minibatches", "demo_batch"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"algo.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("gamma", "lam"):
@@ -171,7 +179,7 @@ class ReinFlowCfg:
         for name in ("clip_ratio", "actor_lr", "critic_lr", "reward_scale"):
             if not getattr(self, name) > 0.0:
                 raise ConfigError(f"algo.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("value_coef", "entropy_coef", "bc_coef", "critic_warmup_updates", "micro_batch"):
+        for name in ("value_coef", "entropy_coef", "bc_coef", "demo_coef", "critic_warmup_updates", "micro_batch"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"algo.{name} must be >= 0, got {getattr(self, name)}")
         if self.policy.temporal_ensemble:
@@ -201,7 +209,7 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, log_var: torch.Tensor
 
 
 class ReinFlow:
-    """Implements ``Algorithm`` and ``Preloadable`` (base policy only)."""
+    """Implements ``Algorithm`` and ``Preloadable`` (``--base`` required, ``--dataset`` optional)."""
 
     base_outside_checkpoint = True
     """Every rebuild preloads ``trainer.base_run`` first (a VLA's frozen backbone is never copied
@@ -221,6 +229,8 @@ class ReinFlow:
         self._acted = False
         self._preloaded = False
         self._merged = False
+        self.demos: FlowDemos | None = None
+        """``--dataset`` demonstrations, in the chain's state space (None without)."""
         self._build(PolicyFlowChain(make_flow_policy(env.obs_spec, self.action_dim, cfg.policy).to(self.device)))
 
     def _build(self, chain: FlowChain) -> None:
@@ -272,6 +282,7 @@ class ReinFlow:
                     "second action expert in memory, which is not supported: set algo.bc_coef=0"
                 )
             self._build(smolvla_chain(base, self.cfg.vla, self.device))
+            self._load_demos(source)
             self._preloaded = True
             return
         # how the base executed its chunks is not architecture: reinflow acts one chain per chunk
@@ -294,7 +305,19 @@ class ReinFlow:
         assert isinstance(self.chain, PolicyFlowChain)
         self.chain.policy.load_state_dict(base.state_dict())
         self.chain.base.load_state_dict(base.state_dict())
+        self._load_demos(source)
         self._preloaded = True
+
+    def _load_demos(self, source: PreloadSource) -> None:
+        """``--dataset``: the demonstrations the actor's flow-matching term reads (after the chain is built)."""
+        if source.dataset is None:
+            return
+        if self.cfg.demo_coef <= 0.0:
+            raise ConfigError(
+                f"--dataset {source.dataset} is given but algo.demo_coef=0, so reinflow would not use it: "
+                "set algo.demo_coef > 0 or drop --dataset"
+            )
+        self.demos = load_flow_demos(source.dataset, self.chain, self.obs_spec, self.action_dim, self.device)
 
     def merge_adapters(self) -> None:
         """Fold a VLA chain's LoRA adapters (``algo.vla.train: lora``) into its weights, so the policy
@@ -455,7 +478,9 @@ class ReinFlow:
                         clip_fraction = ((ratio - 1.0).abs() > cfg.clip_ratio).float().mean()
                         sigma = torch.exp(0.5 * log_var)
                         parts = [surrogate, value_loss, entropy, bc, clip_fraction, sigma]
-                        row += share * torch.stack(parts).detach().cpu()
+                        row[: len(parts)] += share * torch.stack(parts).detach().cpu()
+                if train_actor and self.demos is not None:
+                    row[-1] = self._demo_backward(self.demos, micro)
                 if cfg.max_grad_norm > 0.0:
                     nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
                     nn.utils.clip_grad_norm_(
@@ -475,6 +500,20 @@ class ReinFlow:
         if bad:
             raise NonFiniteError(f"ReinFlow update produced non-finite {', '.join(bad)}")
         return metrics
+
+    def _demo_backward(self, demos: FlowDemos, micro: int) -> float:
+        """Accumulate ``demo_coef`` times the demonstrations' flow-matching loss on ``demo_batch``
+        random steps into the actor's gradients, ``micro`` rows at a time; returns the loss."""
+        cfg = self.cfg
+        rows = demos.draw(cfg.demo_batch, self.generator)
+        total = 0.0
+        for start in range(0, len(rows), micro):
+            part = rows[start : start + micro]
+            share = len(part) / len(rows)
+            loss = demos.loss(self.chain, part, self.generator)
+            (cfg.demo_coef * share * loss).backward()
+            total += share * float(loss.detach())
+        return total
 
     def _mean_log_var(self, cond: Cond, chain: torch.Tensor) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
