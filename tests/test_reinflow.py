@@ -157,6 +157,8 @@ def test_preload_errors(env: ArmPush, tmp_path: Path) -> None:
         bc.preload(PreloadSource(base_run=tmp_path))
     with pytest.raises(EmbodiedError, match="does not exist"):
         bc.preload(PreloadSource(dataset=tmp_path / "missing"))
+    with pytest.raises(EmbodiedError, match="takes no base policy"):  # not silently ignored
+        bc.preload(PreloadSource(dataset=tmp_path, base_run=tmp_path))
 
 
 def test_micro_batches_accumulate_to_the_minibatch_gradient(env: ArmPush) -> None:

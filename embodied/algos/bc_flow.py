@@ -85,6 +85,11 @@ class BCFlow:
             raise EmbodiedError(
                 f"bc-flow learns from demonstrations: give --dataset PATH (it cannot start from {source.describe()})"
             )
+        if source.base_run is not None:
+            raise EmbodiedError(
+                f"bc-flow learns a policy from demonstrations alone and takes no base policy ({source.describe()}); "
+                "to fine-tune a base use --algo reinflow or --algo residual with --base"
+            )
         demos = load_dataset(source.dataset, obs_dim=self.obs_dim, action_dim=self.action_dim)
         obs = torch.as_tensor(demos.obs, device=self.device)
         self.learner.set_obs_stats(obs.mean(0), obs.std(0))
