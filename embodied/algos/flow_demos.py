@@ -77,11 +77,12 @@ def load_flow_demos(
     episode's end its last action repeats)."""
     obs_dim = int(torch.Size(obs_spec["policy"]).numel())
     demos = load_dataset(path, obs_dim=obs_dim, action_dim=action_dim)
-    unused = sorted(set(obs_spec) - {"policy", IMAGE_GROUP})
-    if unused:
+    # the policy reads "policy" and the camera; "critic" (privileged) it never reads
+    unrecorded = sorted(set(obs_spec) - {"policy", IMAGE_GROUP, "critic"})
+    if unrecorded:
         raise EmbodiedError(
-            f"reinflow --dataset {path}: this task's observations also hold {unused}, which a dataset does not "
-            "record; train without --dataset"
+            f"reinflow --dataset {path}: the policy also reads observation groups {unrecorded}, which a dataset "
+            "does not record; train without --dataset"
         )
     obs: ObsDict = {"policy": torch.as_tensor(demos.obs, dtype=torch.float32, device=device)}
     if IMAGE_GROUP in obs_spec:
