@@ -47,7 +47,7 @@ from embodied.action_chunks import ChunkSpec
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
 from embodied.policies.lora import add_lora, merge_lora
-from embodied.policies.vla import LeRobotPolicy, actions_to_unit, lerobot_batch
+from embodied.policies.vla import LeRobotPolicy, actions_to_unit, lerobot_batch, unit_to_actions
 
 LANGUAGE_TOKENS = "observation.language.tokens"
 LANGUAGE_MASK = "observation.language.attention_mask"
@@ -250,7 +250,7 @@ class SmolVLAChain:
         checkpoint's post-processor un-normalizes (the inverse of its per-action affine map), and
         padded to ``max_action_dim`` (padded slots weigh 0)."""
         low, high = self.base.action_low.to(chunks.device), self.base.action_high.to(chunks.device)
-        actions = low + 0.5 * (chunks + 1.0) * (high - low)
+        actions = unit_to_actions(chunks, low, high)
         offset, scale = self._postprocessor_affine()
         normalized = (actions - offset) / scale
         b = chunks.shape[0]

@@ -103,6 +103,12 @@ def actions_to_unit(actions: torch.Tensor, low: torch.Tensor, high: torch.Tensor
     return (2.0 * (actions - low) / (high - low) - 1.0).clamp(-1.0, 1.0)
 
 
+def unit_to_actions(unit: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`actions_to_unit`: actions ``[..., A]`` in [-1, 1] -> the policy's
+    range ``[low, high]`` ``[A]``."""
+    return low + 0.5 * (unit + 1.0) * (high - low)
+
+
 class LeRobotPolicy(nn.Module):
     """An embodied ``Policy`` around a LeRobot policy (see the module docstring).
 

@@ -96,18 +96,8 @@ class BCFlow:
         self.policy.set_obs_stats(obs.mean(0), obs.std(0))
         self._demo_obs = {"policy": obs}
         if isinstance(self.learner, ImageInstructionFlowPolicy) and self.learner.encoder is not None:
-            if demos.images is None:
-                raise EmbodiedError(
-                    f"bc-flow: the image-instruction policy sees camera images, but dataset {source.dataset} has none; "
-                    "record one with `embodied collect ... --images --camera NAME`"
-                )
-            want = tuple(self.learner.encoder.image_shape)
-            if tuple(demos.images.shape[1:]) != want:
-                raise EmbodiedError(
-                    f"bc-flow: dataset {source.dataset} holds {tuple(demos.images.shape[1:])} images, the env "
-                    f"renders {want} (env.backend.image_size_px); collect and train at one size"
-                )
-            self._demo_obs[IMAGE_GROUP] = torch.as_tensor(demos.images, device=self.device)  # uint8
+            images = demos.camera_images(tuple(self.learner.encoder.image_shape), "bc-flow")
+            self._demo_obs[IMAGE_GROUP] = torch.as_tensor(images, device=self.device)  # uint8
         self._chunks = torch.as_tensor(demos.action_chunks(self.cfg.policy.chunk), device=self.device)
 
     def act(self, obs: ObsDict) -> torch.Tensor:

@@ -86,11 +86,6 @@ def load_flow_demos(
         )
     obs: ObsDict = {"policy": torch.as_tensor(demos.obs, dtype=torch.float32, device=device)}
     if IMAGE_GROUP in obs_spec:
-        if demos.images is None:
-            raise EmbodiedError(
-                f"reinflow --dataset {path}: the policy sees camera images, which this dataset does not hold; "
-                "record it with `embodied collect ... --images` (or a LeRobotDataset with the camera)"
-            )
-        obs[IMAGE_GROUP] = torch.as_tensor(demos.images, device=device)
+        obs[IMAGE_GROUP] = torch.as_tensor(demos.camera_images(obs_spec[IMAGE_GROUP], "reinflow"), device=device)
     chunks = torch.as_tensor(demos.action_chunks(chain.chunk_spec.length), dtype=torch.float32, device=device)
     return FlowDemos(obs, chunks.clamp(-1.0, 1.0), chain)

@@ -171,6 +171,22 @@ class Demonstrations:
     def num_episodes(self) -> int:
         return len(self.episode_success)
 
+    def camera_images(self, image_shape: tuple[int, ...], who: str) -> np.ndarray:
+        """``images`` ``[M, H, W, 3]`` uint8 for a policy that sees the camera at ``image_shape``;
+        a :class:`DatasetError` naming ``who`` (the algorithm) when the dataset has none or
+        another size."""
+        if self.images is None:
+            raise DatasetError(
+                f"{who}: the policy sees camera images, but dataset {self.path} has none; "
+                "record one with `embodied collect ... --images --camera NAME` (or a LeRobotDataset with the camera)"
+            )
+        if tuple(self.images.shape[1:]) != tuple(image_shape):
+            raise DatasetError(
+                f"{who}: dataset {self.path} holds {tuple(self.images.shape[1:])} images, the env "
+                f"renders {tuple(image_shape)} (env.backend.image_size_px); collect and train at one size"
+            )
+        return self.images
+
     def action_chunks(self, horizon: int) -> np.ndarray:
         """``[M, H, A]``: the actions of steps ``t .. t+H-1`` of the same episode; past the
         episode's end the last action repeats (the expert would hold still)."""
