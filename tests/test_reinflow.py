@@ -13,7 +13,14 @@ from env_support import fill_rollout
 from embodied.algo import PreloadSource, PreloadUnsupportedError, Transition, preload_algorithm
 from embodied.algos.bc_flow import BCFlow, BCFlowCfg
 from embodied.algos.ppo import PPO, PPOCfg
-from embodied.algos.reinflow import RATIO_TOL, RatioCheckError, ReinFlow, ReinFlowCfg, check_first_ratio
+from embodied.algos.reinflow import (
+    RATIO_TOL,
+    RatioCheckError,
+    ReinFlow,
+    ReinFlowCfg,
+    check_first_ratio,
+    noisy_entries,
+)
 from embodied.config import ConfigError
 from embodied.errors import EmbodiedError
 from embodied.policies.flow import FlowPolicy, FlowPolicyCfg
@@ -40,17 +47,20 @@ def _algo(env: ArmPush, **kw: Any) -> ReinFlow:
     return algo
 
 
-def test_log_likelihood_matches_brute_force(env: ArmPush) -> None:
-    algo = _algo(env)
+@pytest.mark.parametrize("noisy", ["all", "executed"])
+def test_log_likelihood_matches_brute_force(env: ArmPush, noisy: str) -> None:
+    algo = _algo(env, noisy_entries=noisy)
     obs_n = algo.policy.normalize(torch.randn(5, 18))
     chain = algo.sample_chain({"obs_n": obs_n})
     k_steps, f = FLOW.denoise_steps, algo.policy.flat_dim
     assert chain.shape == (5, k_steps + 1, f)
+    # chunk 2 x 3 actions, exec_steps 1: "executed" noises the first position's 3 actions only
+    noisy_js = list(range(f)) if noisy == "all" else [0, 1, 2]
     want = torch.zeros(5, dtype=torch.float64)
     with torch.no_grad():
         for b in range(5):
             total = 0.0
-            for j in range(f):  # x0 ~ N(0, 1) per dimension
+            for j in noisy_js:  # x0 ~ N(0, 1) per dimension
                 x = float(chain[b, 0, j])
                 total += -0.5 * x * x - 0.5 * math.log(2 * math.pi)
             x_k = chain[b, 0].clone()
@@ -60,13 +70,28 @@ def test_log_likelihood_matches_brute_force(env: ArmPush) -> None:
                 log_var = algo.noise(obs_n[b : b + 1], algo.policy.time_features(t))[0]
                 for j in range(f):
                     mean = float(x_k[j] + v[j] / k_steps)
-                    var = math.exp(float(log_var[j]))
                     x = float(chain[b, k + 1, j])
+                    if j not in noisy_js:  # a deterministic entry: exactly its Euler step, no density
+                        assert x == pytest.approx(mean, abs=1e-6)
+                        continue
+                    var = math.exp(float(log_var[noisy_js.index(j)]))
+                    assert abs(x - mean) > 1e-7  # noised
                     total += -0.5 * (x - mean) ** 2 / var - 0.5 * math.log(2 * math.pi * var)
                 x_k = chain[b, k + 1]
-            want[b] = total / ((k_steps + 1) * f)
+            want[b] = total / ((k_steps + 1) * len(noisy_js))
         got = algo.chain_log_prob({"obs_n": obs_n}, chain)
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_noisy_entries_of_a_flow_policy(env: ArmPush) -> None:
+    """A flow policy's chain has no padding, so ``actions`` is ``all``; ``executed`` keeps the
+    entries of the first ``exec_steps`` positions; an unknown setting is refused by name."""
+    chain = _algo(env).chain
+    torch.testing.assert_close(noisy_entries(chain, "actions"), torch.arange(6))
+    torch.testing.assert_close(noisy_entries(chain, "all"), torch.arange(6))
+    torch.testing.assert_close(noisy_entries(chain, "executed"), torch.arange(3))
+    with pytest.raises(ConfigError, match="noisy_entries"):
+        ReinFlowCfg(noisy_entries="padding")  # type: ignore[arg-type]
 
 
 def test_noise_is_bounded(env: ArmPush) -> None:

@@ -110,6 +110,26 @@ def test_noise_free_chain_is_lerobots_sampler(smolvla: Path) -> None:
     env.close()
 
 
+def test_padding_slots_step_without_noise(smolvla: Path) -> None:
+    """By default (``algo.noisy_entries=actions``) only the task's action entries are noised: the
+    slots padding actions to ``max_action_dim`` follow the expert's Euler steps exactly."""
+    env = arm_push_env(2)
+    algo = reinflow(smolvla, env)
+    chain = algo.chain
+    h, p, a = chain.chunk_spec.length, chain.slots, chain.action_dim
+    assert p > a  # the test needs padding
+    assert len(algo.noisy) == h * a
+    cond = chain.encode(env.reset(seed=0))
+    sampled = algo.sample_chain(cond)
+    with torch.no_grad():
+        for k in range(chain.denoise_steps):
+            mean = chain.step_mean(cond, sampled[:, k], k).reshape(2, h, p)
+            step = sampled[:, k + 1].reshape(2, h, p)
+            torch.testing.assert_close(step[:, :, a:], mean[:, :, a:], atol=1e-6, rtol=0)
+            assert float((step[:, :, :a] - mean[:, :, :a]).abs().min()) > 0.0
+    env.close()
+
+
 def test_first_ratio_is_one_and_only_the_expert_trains(smolvla: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = arm_push_env(2)
     algo = reinflow(smolvla, env, vla=VLAFineTuneCfg(train="last_layers", last_layers=1, backbone_micro_batch=1))

@@ -67,7 +67,12 @@ class FlowChain(Protocol):
         ...
 
     flat_dim: int
-    """``F``: the size of one chain state."""
+    """``F = H * P``: the size of one chain state (position-major)."""
+    slots: int
+    """``P``: action slots per chunk position; the first ``action_dim`` are the task's actions, the
+    rest padding (a VLA pads to its ``max_action_dim``)."""
+    action_dim: int
+    """``A``: the task's action size."""
     denoise_steps: int
     """``K``: Euler steps per chain."""
     feature_dim: int
@@ -124,6 +129,7 @@ class PolicyFlowChain:
         self.time_dim = cfg.time_embed_dim * (2 if cfg.shortcut else 1)
         self.chunk_spec = ChunkSpec(cfg.chunk, cfg.exec_steps)
         self.action_dim = policy.action_dim
+        self.slots = policy.action_dim
 
     def encode(self, obs: ObsDict) -> Cond:
         with torch.no_grad():

@@ -8,7 +8,9 @@ step ``k = 0 .. K-1`` at ``t_k = k / K`` draws
     log sigma_k^2 = squash(noise_net(obs, t_k)) in [log sigma_min^2, log sigma_max^2],
 
 and the chain's log-likelihood is ``log N(x0; 0, I) + sum_k log N(x_{k+1}; mu_k, sigma_k^2)``
-divided by ``(K + 1) * F``. Sampling and scoring call the same :meth:`ReinFlow.step_dist`
+divided by ``(K + 1) * F``. Only the entries ``algo.noisy_entries`` names get noise (by default
+the task's actions: a VLA's padding slots step deterministically); the likelihood is that of the
+noisy entries, and ``F`` counts them. Sampling and scoring call the same :meth:`ReinFlow.step_dist`
 on the same grid, so the PPO importance ratio is 1 on the first minibatch of every update;
 this is asserted (the reference implementation's grids differ, which breaks exactly that).
 The objective is PPO's clipped surrogate plus a value loss, an entropy bonus on the noise,
@@ -35,7 +37,7 @@ Memory: ``algo.micro_batch`` splits each minibatch into micro-batches whose grad
 before one optimizer step, so a large policy trains with a bounded activation footprint.
 
 Shapes: ``T`` = chains per rollout, ``N`` = envs, ``C`` = chain feature size, ``F`` the
-flattened chain state, ``K`` = denoising steps, chains ``[B, K+1, F]``.
+flattened chain state, ``F_noisy`` its noisy entries, ``K`` = denoising steps, chains ``[B, K+1, F]``.
 """
 
 from __future__ import annotations
@@ -124,6 +126,13 @@ class ReinFlowCfg:
     """Lower bound of the per-step noise std."""
     sigma_max: float = 0.16
     """Upper bound of the per-step noise std."""
+    noisy_entries: Literal["all", "actions", "executed"] = "actions"
+    """Which entries of the chain state get the learned noise (the rest step deterministically, so
+    they add nothing to the likelihood): ``all``; ``actions``: the task's action entries of every
+    chunk position, not the padding slots a VLA's chain carries (``max_action_dim`` > the task's
+    action size; for this project's flow policies the same as ``all``); ``executed``: only the
+    action entries of the ``exec_steps`` positions the env runs. Noise elsewhere changes the
+    likelihood ratio without changing what the env sees, which only adds variance to PPO."""
     noise_hidden: tuple[int, ...] = (64, 64)
     """Hidden widths of the noise network (observation + time features -> log-variance)."""
     critic_hidden: tuple[int, ...] = (256, 256)
@@ -182,6 +191,8 @@ class ReinFlowCfg:
         for name in ("value_coef", "entropy_coef", "bc_coef", "demo_coef", "critic_warmup_updates", "micro_batch"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"algo.{name} must be >= 0, got {getattr(self, name)}")
+        if self.noisy_entries not in ("all", "actions", "executed"):
+            raise ConfigError(f"algo.noisy_entries must be 'all', 'actions' or 'executed', got {self.noisy_entries!r}")
         if self.policy.temporal_ensemble:
             raise ConfigError(
                 "algo.policy.temporal_ensemble must be false for reinflow: an action blended from several "
@@ -190,11 +201,11 @@ class ReinFlowCfg:
 
 
 class NoiseNet(nn.Module):
-    """``log sigma^2 [B, F]`` in ``[log sigma_min^2, log sigma_max^2]`` from chain and time features."""
+    """``log sigma^2 [B, F_noisy]`` (the noisy entries of the chain state) in ``[log sigma_min^2, log sigma_max^2]`` from chain and time features."""
 
-    def __init__(self, obs_dim: int, embed_dim: int, flat_dim: int, cfg: ReinFlowCfg) -> None:
+    def __init__(self, obs_dim: int, embed_dim: int, noisy_dim: int, cfg: ReinFlowCfg) -> None:
         super().__init__()
-        self.net = mlp([obs_dim + embed_dim, *cfg.noise_hidden, flat_dim], "tanh")
+        self.net = mlp([obs_dim + embed_dim, *cfg.noise_hidden, noisy_dim], "tanh")
         self.lo = 2.0 * math.log(cfg.sigma_min)
         self.hi = 2.0 * math.log(cfg.sigma_max)
 
@@ -240,7 +251,9 @@ class ReinFlow:
         # a FlowPolicy, or the LeRobotPolicy of a VLA base (typed loosely: callers use either's API)
         self.policy: Any = chain.policy
         self.exec_steps = chain.chunk_spec.exec_steps
-        self.noise = NoiseNet(chain.feature_dim, chain.time_dim, chain.flat_dim, cfg).to(self.device)
+        self.noisy = noisy_entries(chain, cfg.noisy_entries).to(self.device)
+        """Indices ``[F_noisy]`` of the chain-state entries that get noise (``algo.noisy_entries``)."""
+        self.noise = NoiseNet(chain.feature_dim, chain.time_dim, len(self.noisy), cfg).to(self.device)
         self.critic = mlp([chain.feature_dim, *cfg.critic_hidden, 1], "tanh").to(self.device)
         self.actor_opt = torch.optim.Adam([*chain.trainable_parameters(), *self.noise.parameters()], lr=cfg.actor_lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
@@ -334,7 +347,8 @@ class ReinFlow:
 
     # ----------------------------------------------------------------------------- chain
     def step_dist(self, cond: Cond, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and log-variance ``[B, F]`` of ``x_{k+1}`` given ``x_k`` at grid step ``k``.
+        """Mean ``[B, F]`` of ``x_{k+1}`` given ``x_k`` at grid step ``k``, and the log-variance
+        ``[B, F_noisy]`` of its noisy entries (:attr:`noisy`; the others equal the mean).
 
         The only place the transition is defined: sampling and scoring both call it.
         """
@@ -350,20 +364,22 @@ class ReinFlow:
         chain = [x]
         for k in range(self.chain.denoise_steps):
             mean, log_var = self.step_dist(cond, x, k)
-            noise = torch.randn(b, f, generator=self.generator, device=self.device)
-            x = mean + torch.exp(0.5 * log_var) * noise
+            noise = torch.randn(b, len(self.noisy), generator=self.generator, device=self.device)
+            x = mean.clone()
+            x[:, self.noisy] += torch.exp(0.5 * log_var) * noise
             chain.append(x)
         return torch.stack(chain, dim=1)
 
     def chain_log_prob(self, cond: Cond, chain: torch.Tensor) -> torch.Tensor:
-        """Exact log-likelihood of chains ``[B, K+1, F]``, divided by ``(K+1) F``: ``[B]``."""
-        steps = self.chain.denoise_steps
-        x0 = chain[:, 0]
+        """Exact log-likelihood of chains ``[B, K+1, F]`` in their noisy entries (the rest are
+        deterministic given the previous state), divided by ``(K+1) F_noisy``: ``[B]``."""
+        steps, idx = self.chain.denoise_steps, self.noisy
+        x0 = chain[:, 0, idx]
         logp = gaussian_log_prob(x0, torch.zeros_like(x0), torch.zeros_like(x0))
         for k in range(steps):
             mean, log_var = self.step_dist(cond, chain[:, k], k)
-            logp = logp + gaussian_log_prob(chain[:, k + 1], mean, log_var)
-        return logp / ((steps + 1) * chain.shape[-1])
+            logp = logp + gaussian_log_prob(chain[:, k + 1, idx], mean[:, idx], log_var)
+        return logp / ((steps + 1) * len(idx))
 
     # --------------------------------------------------------------------------- rollout
     @torch.no_grad()
@@ -579,7 +595,14 @@ class ReinFlow:
         self.policy.load_state_dict(state["policy"], strict=isinstance(self.policy, FlowPolicy))
         if isinstance(self.chain, PolicyFlowChain) and "base" in state:
             self.chain.base.load_state_dict(state["base"])
-        self.noise.load_state_dict(state["noise"])
+        try:
+            self.noise.load_state_dict(state["noise"])
+        except RuntimeError as exc:
+            raise EmbodiedError(
+                f"reinflow checkpoint's noise network does not fit this chain's {len(self.noisy)} noisy entries "
+                f"(algo.noisy_entries={self.cfg.noisy_entries!r}; a checkpoint written before that setting existed "
+                f"noised every entry, as algo.noisy_entries=all does): {exc}"
+            ) from exc
         self.critic.load_state_dict(state["critic"])
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
@@ -596,6 +619,27 @@ class ReinFlow:
             self._macro_done.copy_(done)
             self._macro_discount = float(discount)
         self._preloaded = True
+
+
+def noisy_entries(chain: FlowChain, which: str) -> torch.Tensor:
+    """Indices ``[F_noisy]`` into the flat chain state ``[H * P]`` (position-major: ``H`` chunk
+    positions of ``P`` action slots, the first ``A`` of them the task's actions) that get noise,
+    for ``algo.noisy_entries`` = ``which``."""
+    chunk, slots, action_dim = chain.chunk_spec.length, chain.slots, chain.action_dim
+    if chunk * slots != chain.flat_dim or not 1 <= action_dim <= slots:
+        raise EmbodiedError(
+            f"a chain of {chain.flat_dim} entries is not {chunk} positions x {slots} slots holding {action_dim} actions"
+        )
+    mask = torch.zeros(chunk, slots, dtype=torch.bool)
+    if which == "all":
+        mask[:] = True
+    elif which == "actions":
+        mask[:, :action_dim] = True
+    elif which == "executed":
+        mask[: chain.chunk_spec.exec_steps, :action_dim] = True
+    else:
+        raise ConfigError(f"algo.noisy_entries must be 'all', 'actions' or 'executed', got {which!r}")
+    return mask.reshape(-1).nonzero().squeeze(-1)
 
 
 def check_first_ratio(ratio: torch.Tensor, update: int) -> None:
