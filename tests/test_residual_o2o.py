@@ -138,6 +138,24 @@ def test_online_critic_warmup_keeps_the_offline_residual(tmp_path: Path) -> None
         _cfg(online_critic_warmup_updates=-1)
 
 
+def test_offline_actor_off_starts_online_from_the_base_itself(tmp_path: Path) -> None:
+    """``offline_actor=false``: the offline phase fits the critic, the residual stays at zero."""
+    torch.manual_seed(0)
+    env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)
+    algo = ResidualO2O(_cfg(offline_actor=False, updates_per_step=1), env)
+    path, _ = _random_dataset(tmp_path / "demos")
+    algo.preload(PreloadSource(base_policy=flow_base(1), dataset=path))
+    residual_before = [p.detach().clone() for p in algo.actor_parameters()]
+    critic_before = [p.detach().clone() for p in algo.critic.parameters()]
+    obs = _run_until(algo, env, env.reset(seed=0), lambda: algo.phase == "online")
+    assert all(torch.equal(a, b) for a, b in zip(residual_before, algo.actor_parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(critic_before, algo.critic.parameters(), strict=True))
+    base_action = obs["policy"][:, :3].clamp(-1.0, 1.0)
+    torch.testing.assert_close(algo.policy.combine(obs["policy"], base_action), base_action)
+    obs = _run_until(algo, env, obs, algo.ready_to_update)
+    assert any("actor_loss" in algo.update() for _ in range(2))  # online (policy delay 2), the residual trains
+
+
 def test_penalty_policy_actions_carry_their_exact_gaussian_density() -> None:
     torch.manual_seed(0)
     env = ArmPush(ArmPushCfg(), num_envs=2, device="cpu", seed=0)

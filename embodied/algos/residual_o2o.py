@@ -13,8 +13,9 @@ at it), and the schedule is ``o2o``'s:
    Cal-QL penalty (:func:`embodied.algos.o2o.calql_penalty`). Its "policy actions" are the
    combined action plus Gaussian noise of std ``cql_policy_std`` (the deterministic residual has
    no density of its own; this one is exact), and their Q-values are clipped from below by the
-   dataset's Monte-Carlo return (``calql_bound``). The residual trains on the same batches. The
-   env runs the current policy, but those steps are not stored.
+   dataset's Monte-Carlo return (``calql_bound``). The residual trains on the same batches (unless
+   ``offline_actor`` is off: then the online phase starts from the base itself). The env runs the
+   current policy, but those steps are not stored.
 2. **online**: residual RL as in ``algos/residual.py``: each batch draws ``demo_fraction`` of its
    rows from the dataset (RLPD's symmetric sampling at 0.5), the first ``learning_starts`` env
    steps are collected by the offline policy before any update (the warm start), and the penalty
@@ -70,6 +71,10 @@ class ResidualO2OCfg(ResidualCfg):
     """Std of the Gaussian around the combined action that the penalty samples as policy actions."""
     calql_bound: bool = True
     """Clip the policy actions' Q-values from below by the dataset's Monte-Carlo return (Cal-QL)."""
+    offline_actor: bool = True
+    """Whether the residual trains in the offline phase. ``false``: only the critic does, so the
+    online phase starts from the base itself (residual exactly 0) with a critic fitted to the
+    dataset, instead of from a residual that only the offline critic has judged."""
     critic_warmup_updates: int = 0
     """Critic-only steps before the residual's first step; the offline phase already trained the
     critic (residual RL's default, 1,000, is for a critic that starts untrained online)."""
@@ -158,7 +163,10 @@ class ResidualO2O(Residual):
         return metrics | {"phase": 0.0, "offline_updates": float(self.offline_updates)}
 
     def actor_update_due(self) -> bool:
-        """Not during the first ``online_critic_warmup_updates`` online steps."""
+        """Not offline with ``offline_actor`` off, nor during the first ``online_critic_warmup_updates``
+        online steps."""
+        if self.phase == "offline" and not self.cfg.offline_actor:
+            return False
         if (
             self.phase == "online"
             and self.num_updates - self.online_start_update <= self.cfg.online_critic_warmup_updates
