@@ -67,6 +67,9 @@ RATIO_TOL = 1e-5
 """Largest ``|ratio - 1|`` allowed on the first minibatch of an update (float32 round-off of
 recomputing the same chain in a different batch shape; a grid mismatch is orders larger)."""
 
+NOISY_ENTRIES = ("all", "actions", "executed")
+"""The values of ``algo.noisy_entries``."""
+
 METRICS = ("policy_loss", "value_loss", "entropy", "bc_loss", "clip_fraction", "sigma", "demo_loss")
 
 
@@ -191,8 +194,8 @@ class ReinFlowCfg:
         for name in ("value_coef", "entropy_coef", "bc_coef", "demo_coef", "critic_warmup_updates", "micro_batch"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"algo.{name} must be >= 0, got {getattr(self, name)}")
-        if self.noisy_entries not in ("all", "actions", "executed"):
-            raise ConfigError(f"algo.noisy_entries must be 'all', 'actions' or 'executed', got {self.noisy_entries!r}")
+        if self.noisy_entries not in NOISY_ENTRIES:
+            raise ConfigError(f"algo.noisy_entries must be one of {NOISY_ENTRIES}, got {self.noisy_entries!r}")
         if self.policy.temporal_ensemble:
             raise ConfigError(
                 "algo.policy.temporal_ensemble must be false for reinflow: an action blended from several "
@@ -638,7 +641,7 @@ def noisy_entries(chain: FlowChain, which: str) -> torch.Tensor:
     elif which == "executed":
         mask[: chain.chunk_spec.exec_steps, :action_dim] = True
     else:
-        raise ConfigError(f"algo.noisy_entries must be 'all', 'actions' or 'executed', got {which!r}")
+        raise ConfigError(f"algo.noisy_entries must be one of {NOISY_ENTRIES}, got {which!r}")
     return mask.reshape(-1).nonzero().squeeze(-1)
 
 
