@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from embodied.action_chunks import ChunkSpec
+from embodied.algos.flow_chain import action_entry_mask
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
 from embodied.policies.lora import add_lora, merge_lora
@@ -256,9 +257,8 @@ class SmolVLAChain:
         b = chunks.shape[0]
         state = torch.zeros(b, self.chunk, self.slots, device=chunks.device)
         state[:, :, : self.action_dim] = normalized
-        weight = torch.zeros_like(state)
-        weight[:, :, : self.action_dim] = 1.0
-        return state.reshape(b, -1), weight.reshape(b, -1)
+        weight = action_entry_mask(self.chunk, self.slots, self.action_dim).to(state).expand(b, -1)
+        return state.reshape(b, -1), weight
 
     def _postprocessor_affine(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``offset, scale`` ``[A]`` of the post-processor, ``post(z) = offset + scale * z``, read by

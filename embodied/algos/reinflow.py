@@ -51,7 +51,15 @@ import torch
 from torch import nn
 
 from embodied.algo import PreloadSource, Transition
-from embodied.algos.flow_chain import Cond, FlowChain, PolicyFlowChain, cat_conds, cond_rows, index_cond
+from embodied.algos.flow_chain import (
+    Cond,
+    FlowChain,
+    PolicyFlowChain,
+    action_entry_mask,
+    cat_conds,
+    cond_rows,
+    index_cond,
+)
 from embodied.algos.flow_demos import FlowDemos, load_flow_demos
 from embodied.algos.ppo import clipped_surrogate_loss, value_loss_fn
 from embodied.config import ConfigError, ranged
@@ -627,22 +635,17 @@ class ReinFlow:
 def noisy_entries(chain: FlowChain, which: str) -> torch.Tensor:
     """Indices ``[F_noisy]`` into the flat chain state ``[H * P]`` (position-major: ``H`` chunk
     positions of ``P`` action slots, the first ``A`` of them the task's actions) that get noise,
-    for ``algo.noisy_entries`` = ``which``."""
+    for ``algo.noisy_entries`` = ``which`` (one of :data:`NOISY_ENTRIES`, checked by
+    :class:`ReinFlowCfg`)."""
     chunk, slots, action_dim = chain.chunk_spec.length, chain.slots, chain.action_dim
     if chunk * slots != chain.flat_dim or not 1 <= action_dim <= slots:
         raise EmbodiedError(
             f"a chain of {chain.flat_dim} entries is not {chunk} positions x {slots} slots holding {action_dim} actions"
         )
-    mask = torch.zeros(chunk, slots, dtype=torch.bool)
     if which == "all":
-        mask[:] = True
-    elif which == "actions":
-        mask[:, :action_dim] = True
-    elif which == "executed":
-        mask[: chain.chunk_spec.exec_steps, :action_dim] = True
-    else:
-        raise ConfigError(f"algo.noisy_entries must be one of {NOISY_ENTRIES}, got {which!r}")
-    return mask.reshape(-1).nonzero().squeeze(-1)
+        return torch.arange(chain.flat_dim)
+    positions = chain.chunk_spec.exec_steps if which == "executed" else None
+    return action_entry_mask(chunk, slots, action_dim, positions).nonzero().squeeze(-1)
 
 
 def check_first_ratio(ratio: torch.Tensor, update: int) -> None:
