@@ -334,3 +334,12 @@ class FlowSampler(nn.Module):
             feat = self.time_feats[k : k + 1].expand(cond.shape[0], -1)
             x = x + self.velocity(torch.cat([cond, x, feat], dim=-1)) / self.steps
         return x.clamp(-1.0, 1.0).reshape(-1, self.chunk, self.action_dim)
+
+
+def action_entry_mask(chunk: int, slots: int, action_dim: int, positions: int | None = None) -> torch.Tensor:
+    """``[chunk * slots]`` bool over a position-major chain state: True on the task's
+    ``action_dim`` entries (the first slots) of the first ``positions`` chunk positions (all by
+    default), False on padding slots and later positions."""
+    mask = torch.zeros(chunk, slots, dtype=torch.bool)
+    mask[: chunk if positions is None else positions, :action_dim] = True
+    return mask.reshape(-1)

@@ -44,9 +44,9 @@ import torch
 from torch import nn
 
 from embodied.action_chunks import ChunkSpec
-from embodied.algos.flow_chain import action_entry_mask
 from embodied.env import ObsDict
 from embodied.errors import EmbodiedError
+from embodied.policies.flow import action_entry_mask
 from embodied.policies.lora import add_lora, merge_lora
 from embodied.policies.vla import LeRobotPolicy, actions_to_unit, lerobot_batch, unit_to_actions
 

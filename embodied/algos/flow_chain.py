@@ -58,15 +58,6 @@ def cond_rows(cond: Cond) -> int:
     return int(next(iter(cond.values())).shape[0])
 
 
-def action_entry_mask(chunk: int, slots: int, action_dim: int, positions: int | None = None) -> torch.Tensor:
-    """``[chunk * slots]`` bool over a position-major chain state: True on the task's
-    ``action_dim`` entries (the first slots) of the first ``positions`` chunk positions (all by
-    default), False on padding slots and later positions."""
-    mask = torch.zeros(chunk, slots, dtype=torch.bool)
-    mask[: chunk if positions is None else positions, :action_dim] = True
-    return mask.reshape(-1)
-
-
 class FlowChain(Protocol):
     """A flow-matching policy seen as the chain ReinFlow scores (see the module docstring)."""
 

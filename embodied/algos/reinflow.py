@@ -55,7 +55,6 @@ from embodied.algos.flow_chain import (
     Cond,
     FlowChain,
     PolicyFlowChain,
-    action_entry_mask,
     cat_conds,
     cond_rows,
     index_cond,
@@ -67,7 +66,7 @@ from embodied.data.gae import compute_gae
 from embodied.data.rollout import RolloutStorage, bootstrap_timeouts
 from embodied.env import ObsDict, VecEnv, require_box_actions
 from embodied.errors import EmbodiedError, NonFiniteError
-from embodied.policies.flow import FlowPolicy, FlowPolicyCfg, mlp
+from embodied.policies.flow import FlowPolicy, FlowPolicyCfg, action_entry_mask, mlp
 from embodied.policies.image_flow import make_flow_policy
 from embodied.precision import Bf16Setting
 
